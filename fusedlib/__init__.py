@@ -1,0 +1,13 @@
+"""fusedlib: GPU kernel fusion taught on KernelBench level-2 problems 84 and 33/39.
+
+Stages ``naive`` → ``fold`` → ``sums`` → ``fused``; CPU algebra in :mod:`fusedlib.algebra`,
+CUDA kernels in ``fusedlib/kernels`` (built lazily by :mod:`fusedlib.build`), drop-in
+modules in :mod:`fusedlib.modules`, reference models in :mod:`fusedlib.reference`.
+"""
+from .algebra import PRECISIONS, STAGES
+from .modules import FusedGemmBatchNormScalingSoftmax, FusedGemmScaleBatchNorm, from_reference
+from .reference import GemmBatchNormScalingSoftmax, GemmScaleBatchNorm
+
+__version__ = "0.1.0"
+__all__ = ["STAGES", "PRECISIONS", "FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm",
+           "from_reference", "GemmBatchNormScalingSoftmax", "GemmScaleBatchNorm", "__version__"]

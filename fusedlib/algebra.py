@@ -1,0 +1,345 @@
+"""Every stage's forward in plain torch ops: the CPU fallback and the executable
+specification of the CUDA kernels (``fusedlib/kernels/*.cu``).
+
+Each function below computes what the kernels compute, with the same decomposition:
+the same passes, the same per-tile partial statistics (tile heights :data:`TILE_ROWS`),
+the same merge operators applied in the same fixed order. Nothing here calls
+``nn.BatchNorm1d`` or ``F.batch_norm``; the reference modules in :mod:`fusedlib.reference`
+are only used to check the results.
+
+Notation (DESIGN.md §3): X (N×K), W (M×K), b (M), Z' = X Wᵀ, Z = Z' + b; γ = bn.weight,
+β = bn.bias; s = scale; μ, σ² are batch column mean and biased variance.
+Problem family ``"84"``: Y = softmax_row(s·BN(Z)). Family ``"33"`` (33 and 39): Y = BN(Z∘s).
+
+Works in float32 and float64 (the dtype of ``x``); accumulations are in that dtype.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "STAGES", "PRECISIONS", "TILE_ROWS", "SOFTMAX_TILE_COLS",
+    "BNState", "round_tf32", "matmul_nt", "column_stats_two_pass", "tile_partials",
+    "chan_merge", "column_stats_chan", "column_stats_textbook", "train_coefficients",
+    "eval_coefficients", "fold_linear", "update_running_stats", "tracked_stats", "softmax_three_pass",
+    "softmax_online", "stage_forward",
+]
+
+#: The four optimisation stages, in teaching order.
+STAGES = ("naive", "fold", "sums", "fused")
+#: GEMM precision modes (DESIGN.md §4). Only ``fused`` offers the tensor-core modes.
+PRECISIONS = ("fp32", "tf32", "3xtf32")
+#: Rows per tile of partial statistics: the GEMM's block height (BM) in that stage's kernel.
+TILE_ROWS = {"sums": 64, "fused": 128}
+#: Columns per tile of online-softmax partials in the fused row pass.
+SOFTMAX_TILE_COLS = 1024
+
+
+def check_stage_precision(stage: str, precision: str) -> None:
+    """Raise ``ValueError`` for an unknown stage/precision or a precision the stage lacks."""
+    if stage not in STAGES:
+        raise ValueError(f"stage: expected one of {STAGES}, got {stage!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+    if precision != "fp32" and stage != "fused":
+        raise ValueError(
+            f"precision: stage {stage!r} runs fp32 only (tensor-core modes tf32/3xtf32 are for "
+            f"stage 'fused'), got {precision!r}")
+
+
+@dataclass
+class BNState:
+    """BatchNorm parameters and running buffers, as tensors shared with a module.
+
+    ``running_mean``, ``running_var`` and ``num_batches_tracked`` are updated in place by
+    train-mode forwards, exactly as ``nn.BatchNorm1d`` does (DESIGN.md §2).
+    """
+
+    weight: torch.Tensor          # γ, (M,)
+    bias: torch.Tensor            # β, (M,)
+    running_mean: torch.Tensor    # (M,)
+    running_var: torch.Tensor     # (M,)
+    num_batches_tracked: torch.Tensor  # () int64
+    momentum: float | None
+    eps: float
+
+
+# --------------------------------------------------------------------------- GEMM
+
+def round_tf32(t: torch.Tensor) -> torch.Tensor:
+    """Round a tensor to TF32 (10 explicit mantissa bits), nearest with ties away from zero,
+    as ``cvt.rna.tf32.f32`` does. Returns a tensor of the input dtype."""
+    f = t.to(torch.float32).contiguous()
+    bits = f.view(torch.int32)
+    rounded = ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+    finite = torch.isfinite(f)
+    return torch.where(finite, rounded, f).to(t.dtype)
+
+
+def matmul_nt(x: torch.Tensor, w: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
+    """Z' = X Wᵀ for X (N×K), W (M×K) at a precision of DESIGN.md §4.
+
+    ``fp32``: plain products. ``tf32``: both operands rounded to TF32 first.
+    ``3xtf32``: each operand split a = big + small (both TF32) and
+    Z' ≈ big·big + big·small + small·big, the small·small term dropped
+    (CUTLASS example 27, "3xTF32").
+    """
+    if precision == "fp32":
+        return x @ w.t()
+    if precision == "tf32":
+        return round_tf32(x) @ round_tf32(w).t()
+    if precision == "3xtf32":
+        xb, wb = round_tf32(x), round_tf32(w)
+        xs, ws = round_tf32(x - xb), round_tf32(w - wb)
+        return xs @ wb.t() + xb @ ws.t() + xb @ wb.t()
+    raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+
+
+# --------------------------------------------------------------------------- statistics
+
+def column_stats_two_pass(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Column mean and biased variance in two passes (mean, then Σ(z−μ)²/N): the naive kernels."""
+    n = z.shape[0]
+    mean = z.sum(0) / n
+    var = ((z - mean) ** 2).sum(0) / n
+    return mean, var
+
+
+def tile_partials(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-(row tile, column) partials (n_t, mean_t, M2_t) as a GEMM epilogue makes them from
+    the accumulators of one BM-row tile: the tile's mean first, then Σ(z − mean_t)².
+
+    Returns ``n`` (T,), ``mean`` (T, M), ``m2`` (T, M) with T = ceil(N / tile_rows).
+    """
+    n_rows = z.shape[0]
+    counts, means, m2s = [], [], []
+    for r0 in range(0, n_rows, tile_rows):
+        blk = z[r0:r0 + tile_rows]
+        cnt = blk.shape[0]
+        mu = blk.sum(0) / cnt
+        counts.append(cnt)
+        means.append(mu)
+        m2s.append(((blk - mu) ** 2).sum(0))
+    return (torch.tensor(counts, dtype=z.dtype), torch.stack(means), torch.stack(m2s))
+
+
+def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge tile partials left to right with Chan's formula (Chan, Golub & LeVeque 1983):
+    n = n_a + n_b, δ = m_b − m_a, m = m_a + δ·n_b/n, M2 = M2_a + M2_b + δ²·n_a·n_b/n.
+
+    Returns the column mean and biased variance M2/N. The order (tile 0, 1, 2, …) is the
+    order of the finalize kernels, which makes the result deterministic.
+    """
+    na, ma, m2a = n[0], mean[0], m2[0]
+    for t in range(1, n.shape[0]):
+        nb, mb, m2b = n[t], mean[t], m2[t]
+        nn_ = na + nb
+        delta = mb - ma
+        ma = ma + delta * (nb / nn_)
+        m2a = m2a + m2b + delta * delta * (na * nb / nn_)
+        na = nn_
+    return ma, m2a / na
+
+
+def column_stats_chan(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One-pass column mean and biased variance: :func:`tile_partials` merged by :func:`chan_merge`."""
+    return chan_merge(*tile_partials(z, tile_rows))
+
+
+def column_stats_textbook(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The textbook one pass, kept for teaching: per-tile S1 = Σz and S2 = Σz², summed,
+    then σ² = S2/N − (S1/N)². Loses about log10(κ²) digits, κ² = 1 + μ²/σ²
+    (Chan, Golub & LeVeque 1983); catastrophic when |μ|/σ ≳ 100."""
+    n = z.shape[0]
+    s1 = torch.zeros(z.shape[1], dtype=z.dtype)
+    s2 = torch.zeros(z.shape[1], dtype=z.dtype)
+    for r0 in range(0, n, tile_rows):
+        blk = z[r0:r0 + tile_rows]
+        s1 = s1 + blk.sum(0)
+        s2 = s2 + (blk * blk).sum(0)
+    mean = s1 / n
+    return mean, s2 / n - mean * mean
+
+
+# --------------------------------------------------------------------------- coefficients
+
+def _scale_vector(scale: torch.Tensor, m: int, dtype) -> torch.Tensor:
+    return scale.to(dtype).expand(m) if scale.numel() == 1 else scale.to(dtype).reshape(m)
+
+
+def train_coefficients(kind: str, mean: torch.Tensor, var: torch.Tensor, bn: BNState,
+                       scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-column (a, c) with the stage's pre-activation V = a∘Z + c, from the batch
+    statistics (mean, biased var) of the Z the stage holds (with or without bias).
+
+    Family 84 (scalar s after BN): a = sγ/√(σ²+ε), c = sβ − a μ.
+    Family 33 (vector s before BN): a = γ s/√(s²σ²+ε), c = β − a μ; s_j = 0 gives a_j = 0,
+    c_j = β_j exactly, and s_j < 0 flips the sign as BN(Z∘s) does (DESIGN.md §3).
+    """
+    dt = mean.dtype
+    s = _scale_vector(scale, mean.shape[0], dt)
+    g, b = bn.weight.to(dt), bn.bias.to(dt)
+    if kind == "84":
+        a = s * g / torch.sqrt(var + bn.eps)
+        return a, s * b - a * mean
+    a = g * s / torch.sqrt(s * s * var + bn.eps)
+    return a, b - a * mean
+
+
+def eval_coefficients(kind: str, bn: BNState, scale: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-column (a, c) with V = a∘Z + c for Z = X Wᵀ + b, from the running buffers.
+
+    84: a = sγ/√(r_σ²+ε), c = sβ − a r_μ. 33 (running stats track Z∘s):
+    a = γ s/√(r_σ²+ε), c = β − γ r_μ/√(r_σ²+ε).
+    """
+    m = bn.weight.shape[0]
+    s = _scale_vector(scale, m, dtype)
+    g, b = bn.weight.to(dtype), bn.bias.to(dtype)
+    rm, rv = bn.running_mean.to(dtype), bn.running_var.to(dtype)
+    inv = 1.0 / torch.sqrt(rv + bn.eps)
+    if kind == "84":
+        a = s * g * inv
+        return a, s * b - a * rm
+    return g * s * inv, b - g * rm * inv
+
+
+def fold_linear(weight: torch.Tensor, bias: torch.Tensor, a: torch.Tensor, c: torch.Tensor):
+    """Fold V = a∘(X Wᵀ + b) + c into one Linear: W' = diag(a) W, b' = a∘b + c
+    (``torch.nn.utils.fusion.fuse_linear_bn_eval`` semantics). Returns (W', b')."""
+    return weight * a[:, None], a * bias + c
+
+
+def update_running_stats(bn: BNState, mean: torch.Tensor, var: torch.Tensor, n: int) -> None:
+    """Update ``bn``'s running buffers in place as ``nn.BatchNorm1d`` does in train mode.
+
+    ``mean``/``var`` are the batch mean and biased variance of the tensor BatchNorm sees
+    (Z = X Wᵀ + b for 84, Z∘s for 33: see :func:`tracked_stats`). The variance is stored
+    unbiased (×N/(N−1)); momentum ``None`` uses the cumulative average 1/num_batches_tracked.
+    """
+    with torch.no_grad():
+        bn.num_batches_tracked.add_(1)
+        m = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked.item())
+        dt = bn.running_mean.dtype
+        bn.running_mean.mul_(1 - m).add_(mean.to(dt), alpha=m)
+        bn.running_var.mul_(1 - m).add_((var * (n / (n - 1))).to(dt), alpha=m)
+
+
+def tracked_stats(kind: str, mean: torch.Tensor, var: torch.Tensor, scale: torch.Tensor):
+    """Statistics of what BatchNorm sees, from those of Z: unchanged for 84, (s∘μ, s²∘σ²) for 33."""
+    if kind == "84":
+        return mean, var
+    s = _scale_vector(scale, mean.shape[0], mean.dtype)
+    return s * mean, s * s * var
+
+
+# --------------------------------------------------------------------------- softmax
+
+def softmax_three_pass(v: torch.Tensor) -> torch.Tensor:
+    """Row softmax as three passes: row max m, l = Σ exp(v − m), then exp(v − m)/l."""
+    m = v.max(dim=1, keepdim=True).values
+    e = torch.exp(v - m)
+    return e / e.sum(dim=1, keepdim=True)
+
+
+def softmax_online(v: torch.Tensor, tile_cols: int = SOFTMAX_TILE_COLS) -> torch.Tensor:
+    """Row softmax from per-column-tile partials (m_t, l_t) merged left to right:
+    (m, l) ⊕ (m', l') = (M, l·e^{m−M} + l'·e^{m'−M}), M = max(m, m')
+    (Milakov & Gimelshein 2018), then Y = exp(v − M)/L."""
+    m_run = l_run = None
+    for c0 in range(0, v.shape[1], tile_cols):
+        blk = v[:, c0:c0 + tile_cols]
+        m_t = blk.max(dim=1, keepdim=True).values
+        l_t = torch.exp(blk - m_t).sum(dim=1, keepdim=True)
+        if m_run is None:
+            m_run, l_run = m_t, l_t
+        else:
+            m_new = torch.maximum(m_run, m_t)
+            l_run = l_run * torch.exp(m_run - m_new) + l_t * torch.exp(m_t - m_new)
+            m_run = m_new
+    return torch.exp(v - m_run) / l_run
+
+
+# --------------------------------------------------------------------------- stages
+
+def _naive(kind, x, weight, bias, scale, bn: BNState, training):
+    # One operator at a time, each reading and writing a full tensor.
+    z = x @ weight.t() + bias                       # GEMM + bias
+    dt = z.dtype
+    s = _scale_vector(scale, z.shape[1], dt)
+    if kind == "33":
+        z = z * s                                   # scale
+    if training:
+        mean, var = column_stats_two_pass(z)        # mean pass, variance pass
+    else:
+        mean, var = bn.running_mean.to(dt), bn.running_var.to(dt)
+    u = (z - mean) / torch.sqrt(var + bn.eps)       # normalize
+    y = bn.weight.to(dt) * u + bn.bias.to(dt)       # affine
+    if kind == "84":
+        y = softmax_three_pass(s * y)               # scale, softmax (max, sum, normalize)
+    if training:                                    # stats were taken on what BN sees
+        update_running_stats(bn, mean, var, x.shape[0])
+    return y
+
+
+def _finish(kind, v):
+    return softmax_three_pass(v) if kind == "84" else v
+
+
+def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                  scale: torch.Tensor, bn: BNState, training: bool, precision: str = "fp32") -> torch.Tensor:
+    """Forward of problem family ``kind`` ("84" or "33") computed the way ``stage`` does it.
+
+    Args:
+        kind: "84" (softmax(s·BN(Z))) or "33" (BN(Z∘s), problems 33 and 39).
+        stage: "naive" | "fold" | "sums" | "fused".
+        x: (N, K) float32 or float64. weight: (M, K). bias, bn.weight, bn.bias: (M,).
+        scale: (1,) for 84, (M,) for 33.
+        bn: parameters and running buffers; updated in place when ``training``.
+        training: batch statistics (True) or running statistics (False).
+        precision: "fp32", or "tf32"/"3xtf32" for stage "fused" (see :func:`matmul_nt`).
+
+    Returns:
+        (N, M) tensor of ``x``'s dtype.
+
+    Raises:
+        ValueError: unknown stage or precision, a precision the stage lacks, or N = 1 in
+        train mode (the message PyTorch's BatchNorm raises).
+    """
+    check_stage_precision(stage, precision)
+    n = x.shape[0]
+    if training and n <= 1:
+        raise ValueError(
+            f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
+    if stage == "naive":
+        return _naive(kind, x, weight, bias, scale, bn, training)
+    dt = x.dtype
+    if not training:
+        a, c = eval_coefficients(kind, bn, scale, dt)
+        if stage == "fold":                           # GEMM + bias, then one affine pass
+            return _finish(kind, a * (x @ weight.t() + bias) + c)
+        w2, b2 = fold_linear(weight.to(dt), bias.to(dt), a, c)   # BN and s inside the Linear
+        v = matmul_nt(x, w2, precision) + b2
+        if stage == "fused" and kind == "84":
+            return softmax_online(v)
+        return _finish(kind, v)
+    if stage == "fold":
+        z = x @ weight.t() + bias                     # GEMM + bias
+        mean, var = column_stats_two_pass(z)          # mean pass, variance pass
+        a, c = train_coefficients(kind, mean, var, bn, scale)
+        y = _finish(kind, a * z + c)                  # one affine (+ softmax) pass
+        update_running_stats(bn, *tracked_stats(kind, mean, var, scale), n)
+        return y
+    # sums and fused: Z' = X Wᵀ without bias, tile partials from the GEMM epilogue,
+    # Chan merge in tile order, bias only in the running mean.
+    zp = matmul_nt(x, weight, precision)
+    mean_p, var = column_stats_chan(zp, TILE_ROWS[stage])
+    a, c = train_coefficients(kind, mean_p, var, bn, scale)
+    v = a * zp + c
+    if stage == "fused" and kind == "84":
+        y = softmax_online(v)
+    else:
+        y = _finish(kind, v)
+    update_running_stats(bn, *tracked_stats(kind, mean_p + bias.to(dt), var, scale), n)
+    return y

@@ -1,0 +1,175 @@
+"""Drop-in fused modules for KernelBench level-2 problems 84 and 33/39.
+
+Each module has the reference's constructor signature, attribute names, parameter
+creation order and ``state_dict`` keys (so ``load_state_dict`` works both ways and the
+same seed gives the same parameters), plus keyword-only ``stage`` and ``precision``.
+On CPU tensors the forward runs the stage algebra of :mod:`fusedlib.algebra`; on CUDA
+tensors it runs that stage's kernels (:mod:`fusedlib.cuda`), forward only (no autograd).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import algebra
+from .reference import GemmBatchNormScalingSoftmax, GemmScaleBatchNorm
+
+__all__ = ["FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm", "from_reference",
+           "validate_input"]
+
+
+def validate_input(x, in_features: int, param: torch.Tensor, training: bool) -> None:
+    """Check the input of a fused module; raise a clear error instead of a wrong answer.
+
+    Raises:
+        TypeError: ``x`` is not a tensor, or its dtype is not the parameters' dtype
+            (float32; float64 also on the CPU).
+        ValueError: ``x`` is on another device than the parameters, is not 2-D
+            (batch, in_features), has the wrong in_features, is not contiguous, has an
+            empty batch, or has a batch of 1 in train mode.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor of shape (batch, in_features), got {type(x).__name__}")
+    if x.dtype != param.dtype:
+        raise TypeError(f"x: expected dtype {param.dtype} (the module's parameters), got {x.dtype}")
+    if x.device != param.device:
+        raise ValueError(f"x: expected a tensor on {param.device} (the module's device), got one on {x.device}")
+    if x.dim() != 2:
+        raise ValueError(f"x: expected a 2-D tensor (batch, in_features={in_features}), got shape {tuple(x.shape)}")
+    if x.shape[1] != in_features:
+        raise ValueError(f"x: expected in_features={in_features} columns, got shape {tuple(x.shape)}")
+    if not x.is_contiguous():
+        raise ValueError("x: expected a contiguous (row-major) tensor; call x.contiguous() first")
+    if x.shape[0] == 0:
+        raise ValueError(f"x: expected a non-empty batch, got shape {tuple(x.shape)}")
+    if training and x.shape[0] == 1:
+        raise ValueError(
+            f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)} "
+            "(x: BatchNorm in train mode needs a batch of at least 2)")
+
+
+class _FusedBase(nn.Module):
+    """Shared forward of the fused modules: validation, then CPU algebra or CUDA kernels."""
+
+    _kind = ""
+
+    def _init_options(self, stage: str, precision: str) -> None:
+        algebra.check_stage_precision(stage, precision)
+        self._stage, self._precision = stage, precision
+        self._eval_cache = None
+
+    @property
+    def stage(self) -> str:
+        """Optimisation stage: ``naive``, ``fold``, ``sums`` or ``fused``."""
+        return self._stage
+
+    @stage.setter
+    def stage(self, value: str) -> None:
+        algebra.check_stage_precision(value, self._precision)
+        self._stage = value
+
+    @property
+    def precision(self) -> str:
+        """GEMM precision: ``fp32``, or ``tf32``/``3xtf32`` for stage ``fused``."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: str) -> None:
+        algebra.check_stage_precision(self._stage, value)
+        self._precision = value
+
+    def bn_state(self) -> algebra.BNState:
+        """The BatchNorm parameters and buffers as an :class:`algebra.BNState` (shared storage)."""
+        bn = self.bn
+        return algebra.BNState(bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                               bn.num_batches_tracked, bn.momentum, bn.eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (N, in_features) -> (N, out_features); see the class docstring."""
+        w = self.gemm.weight
+        validate_input(x, self.gemm.in_features, w, self.training)
+        if x.is_cuda:
+            from . import cuda
+            return cuda.stage_forward(self, x)
+        return algebra.stage_forward(self._kind, self._stage, x, w, self.gemm.bias, self.scale,
+                                     self.bn_state(), self.training, self._precision)
+
+    def extra_repr(self) -> str:
+        return f"stage={self._stage!r}, precision={self._precision!r}"
+
+
+class FusedGemmBatchNormScalingSoftmax(_FusedBase):
+    """Problem 84, ``softmax(scale · BatchNorm1d(Linear(x)))``, computed by one stage.
+
+    Args:
+        in_features, out_features, bn_eps, bn_momentum, scale_shape: as
+            :class:`fusedlib.reference.GemmBatchNormScalingSoftmax`.
+        stage: ``naive`` | ``fold`` | ``sums`` | ``fused`` (default ``fused``).
+        precision: ``fp32`` | ``tf32`` | ``3xtf32`` (the last two for ``fused`` only).
+
+    Input (N, in_features) float32 (CPU: float32 or float64), contiguous; output (N, out_features).
+    Train mode uses batch statistics and updates ``bn.running_mean``, ``bn.running_var`` and
+    ``bn.num_batches_tracked`` like ``nn.BatchNorm1d``; eval mode uses the running buffers.
+
+    Raises:
+        ValueError/TypeError: see :func:`validate_input`; unknown stage or precision.
+    """
+
+    _kind = "84"
+
+    def __init__(self, in_features, out_features, bn_eps=1e-5, bn_momentum=0.1, scale_shape=(1,), *,
+                 stage: str = "fused", precision: str = "fp32"):
+        super().__init__()
+        self._init_options(stage, precision)
+        self.gemm = nn.Linear(in_features, out_features)
+        self.bn = nn.BatchNorm1d(out_features, eps=bn_eps, momentum=bn_momentum)
+        self.scale = nn.Parameter(torch.ones(scale_shape))
+        self.softmax = nn.Softmax(dim=1)
+
+
+class FusedGemmScaleBatchNorm(_FusedBase):
+    """Problems 33 and 39, ``BatchNorm1d(Linear(x) * scale)``, computed by one stage.
+
+    Args:
+        in_features, out_features, scale_shape, eps, momentum: as
+            :class:`fusedlib.reference.GemmScaleBatchNorm`.
+        stage, precision: as :class:`FusedGemmBatchNormScalingSoftmax`.
+
+    Input, output, modes and errors as :class:`FusedGemmBatchNormScalingSoftmax`.
+    """
+
+    _kind = "33"
+
+    def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1, *,
+                 stage: str = "fused", precision: str = "fp32"):
+        super().__init__()
+        self._init_options(stage, precision)
+        self.gemm = nn.Linear(in_features, out_features)
+        self.scale = nn.Parameter(torch.randn(scale_shape))
+        self.bn = nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
+
+
+def from_reference(model: nn.Module, *, stage: str = "fused", precision: str = "fp32") -> _FusedBase:
+    """Build the fused module matching a reference model, with a copy of its parameters and
+    buffers, on the same device and dtype and in the same train/eval mode.
+
+    Raises:
+        TypeError: ``model`` is not one of the reference classes.
+        ValueError: unknown stage or precision.
+    """
+    if isinstance(model, GemmBatchNormScalingSoftmax):
+        fused = FusedGemmBatchNormScalingSoftmax(
+            model.gemm.in_features, model.gemm.out_features, model.bn.eps, model.bn.momentum,
+            tuple(model.scale.shape), stage=stage, precision=precision)
+    elif isinstance(model, GemmScaleBatchNorm):
+        fused = FusedGemmScaleBatchNorm(
+            model.gemm.in_features, model.gemm.out_features, tuple(model.scale.shape),
+            model.bn.eps, model.bn.momentum, stage=stage, precision=precision)
+    else:
+        raise TypeError("model: expected a fusedlib.reference.GemmBatchNormScalingSoftmax or "
+                        f"GemmScaleBatchNorm, got {type(model).__name__}")
+    p = model.gemm.weight
+    fused.to(device=p.device, dtype=p.dtype)
+    fused.load_state_dict(model.state_dict())
+    fused.train(model.training)
+    return fused
