@@ -1,0 +1,118 @@
+"""Just-in-time build of the stage kernels with ``torch.utils.cpp_extension.load_inline``.
+
+Each stage is one CUDA file in ``fusedlib/kernels`` (``01_naive.cu`` … ``04_fused.cu``)
+plus the shared header ``common.cuh``. A stage is compiled on its first use (never at
+import), with ninja, for the current device's compute capability (``sm_90a`` on Hopper),
+into a cache directory that persists across processes. The extension's name carries a
+SHA-256 of every kernel source, so editing any of them triggers a rebuild.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+HEADER = "common.cuh"
+STAGE_FILES = {"naive": "01_naive.cu", "fold": "02_fold.cu", "sums": "03_sums.cu", "fused": "04_fused.cu"}
+
+# Host glue compiled with the stage file: unpacks flat argument lists into fl::Problem and
+# turns a kernel error string into a Python RuntimeError.
+_GLUE = r"""
+void forward(std::vector<int64_t> ptrs, std::vector<int64_t> ints, double eps, double momentum,
+             int64_t stream) {
+  TORCH_CHECK(ptrs.size() == 13 && ints.size() == 7, "fusedlib: bad argument count");
+  fl::Problem p;
+  p.x = reinterpret_cast<const float*>(ptrs[0]);
+  p.w = reinterpret_cast<const float*>(ptrs[1]);
+  p.bias = reinterpret_cast<const float*>(ptrs[2]);
+  p.scale = reinterpret_cast<const float*>(ptrs[3]);
+  p.gamma = reinterpret_cast<const float*>(ptrs[4]);
+  p.beta = reinterpret_cast<const float*>(ptrs[5]);
+  p.running_mean = reinterpret_cast<float*>(ptrs[6]);
+  p.running_var = reinterpret_cast<float*>(ptrs[7]);
+  p.y = reinterpret_cast<float*>(ptrs[8]);
+  p.z = reinterpret_cast<float*>(ptrs[9]);
+  p.part = reinterpret_cast<float*>(ptrs[10]);
+  p.coef = reinterpret_cast<float*>(ptrs[11]);
+  p.counters = reinterpret_cast<unsigned int*>(ptrs[12]);
+  p.n = (int)ints[0]; p.k = (int)ints[1]; p.m = (int)ints[2];
+  p.kind = (int)ints[3]; p.training = (int)ints[4]; p.precision = (int)ints[5]; p.scale_len = (int)ints[6];
+  p.eps = (float)eps; p.momentum = (float)momentum;
+  const char* err = fl_STAGE_forward(&p, reinterpret_cast<cudaStream_t>(stream));
+  TORCH_CHECK(err == nullptr, "fusedlib STAGE kernels: ", err ? err : "");
+}
+"""
+_DECL = ("void forward(std::vector<int64_t> ptrs, std::vector<int64_t> ints, double eps, "
+         "double momentum, int64_t stream);")
+
+
+class KernelBuildError(RuntimeError):
+    """The kernels could not be built or there is no CUDA device to build them for."""
+
+
+def source_files() -> list[Path]:
+    """Every kernel source: the shared header, then the stage files in stage order."""
+    return [KERNEL_DIR / HEADER] + [KERNEL_DIR / f for f in STAGE_FILES.values()]
+
+
+def sources_sha256(root: Path | None = None) -> dict[str, str]:
+    """Map each kernel source path (relative to ``root``, default the repository root) to its SHA-256."""
+    root = root or KERNEL_DIR.parent.parent
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in source_files()}
+
+
+def cache_dir() -> Path:
+    """Where built extensions are cached: ``$FUSEDLIB_CACHE``, else torch's extension root
+    (``$TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``) / fusedlib."""
+    if os.environ.get("FUSEDLIB_CACHE"):
+        return Path(os.environ["FUSEDLIB_CACHE"])
+    from torch.utils.cpp_extension import get_default_build_root
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()) / "fusedlib"
+
+
+def arch_flags(capability: tuple[int, int]) -> list[str]:
+    """nvcc target for a compute capability: the arch-specific ``sm_90a`` on Hopper (9.0)."""
+    cc = f"{capability[0]}{capability[1]}" + ("a" if capability == (9, 0) else "")
+    return [f"-gencode=arch=compute_{cc},code=sm_{cc}"]
+
+
+@functools.lru_cache(maxsize=None)
+def load_stage(stage: str, device_index: int = 0):
+    """Build (or load from the cache) the extension of ``stage`` and return it.
+
+    The extension exposes ``forward(ptrs, ints, eps, momentum, stream)`` (see ``_GLUE``).
+
+    Raises:
+        ValueError: unknown stage.
+        KernelBuildError: no CUDA device, or compilation failed (the message names the log file).
+    """
+    if stage not in STAGE_FILES:
+        raise ValueError(f"stage: expected one of {tuple(STAGE_FILES)}, got {stage!r}")
+    import torch
+    if not torch.cuda.is_available():
+        raise KernelBuildError("fusedlib kernels need a CUDA device; none is available "
+                               "(on the CPU the modules run the stage algebra instead)")
+    from torch.utils.cpp_extension import load_inline
+
+    capability = torch.cuda.get_device_capability(device_index)
+    digest = hashlib.sha256()
+    for path in source_files():
+        digest.update(path.read_bytes())
+    digest.update(_GLUE.encode())
+    digest.update(" ".join(arch_flags(capability)).encode())
+    name = f"fusedlib_{stage}_{digest.hexdigest()[:16]}"
+    build_dir = cache_dir() / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    stage_src = (KERNEL_DIR / STAGE_FILES[stage]).read_text()
+    cuda_src = stage_src + _GLUE.replace("STAGE", stage)
+    try:
+        return load_inline(
+            name=name, cpp_sources=_DECL, cuda_sources=cuda_src, functions=["forward"],
+            extra_cuda_cflags=["-O3", "-std=c++17", *arch_flags(capability)],
+            extra_include_paths=[str(KERNEL_DIR)], build_directory=str(build_dir), verbose=False)
+    except Exception as exc:  # compiler or linker failure: keep the log, say where it is
+        log = build_dir / "build.log"
+        log.write_text(str(exc))
+        raise KernelBuildError(f"building the {stage!r} kernels failed; compiler log: {log}") from exc

@@ -1,0 +1,76 @@
+"""Run a fused module's forward with its stage's CUDA kernels (see :mod:`fusedlib.build`).
+
+The host side allocates the workspace (Z, partials, coefficients, tile counters), keeps
+the eval-mode folded weights W' = diag(a)·W, b' = a∘b + c cached per module (rebuilt when
+any parameter or buffer changes), increments ``num_batches_tracked`` and launches the
+stage on the current CUDA stream. The kernels update running_mean/running_var in place.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import algebra
+from .build import load_stage
+
+_PRECISION_CODE = {"fp32": 0, "tf32": 1, "3xtf32": 2}
+_MIN_TILE_ROWS = 64  # smallest row tile of any stage: sizes the partials buffer
+#: Fill every output and workspace buffer with NaN before each launch (correctness tests:
+#: an element the kernels fail to write then shows up as NaN).
+POISON = False
+
+
+def _eval_weights(module, kind: str):
+    """(W', b') with BatchNorm and the scale folded in (fuse_linear_bn_eval semantics),
+    cached on the module and keyed on every parameter and buffer's storage and version."""
+    bn = module.bn
+    tensors = (module.gemm.weight, module.gemm.bias, module.scale, bn.weight, bn.bias,
+               bn.running_mean, bn.running_var, bn.num_batches_tracked)
+    key = tuple((t.data_ptr(), t._version) for t in tensors) + (bn.eps,)
+    cache = module._eval_cache
+    if cache is None or cache[0] != key:
+        with torch.no_grad():
+            a, c = algebra.eval_coefficients(kind, module.bn_state(), module.scale, torch.float32)
+            w2, b2 = algebra.fold_linear(module.gemm.weight, module.gemm.bias, a, c)
+        cache = module._eval_cache = (key, w2.contiguous(), b2.contiguous())
+    return cache[1], cache[2]
+
+
+def stage_forward(module, x: torch.Tensor) -> torch.Tensor:
+    """Forward of a fused module on CUDA tensors. x: (N, K) float32 contiguous on the
+    module's device (validated by the caller). Returns (N, M) float32. No autograd.
+
+    Raises:
+        TypeError: parameters are not float32 (the kernels are fp32 in and out).
+        fusedlib.build.KernelBuildError: the stage's kernels could not be built.
+    """
+    kind, stage, training = module._kind, module.stage, module.training
+    if x.dtype != torch.float32:
+        raise TypeError(f"x: the CUDA kernels take float32, got {x.dtype}")
+    bn, gemm = module.bn, module.gemm
+    n, k = x.shape
+    m = gemm.out_features
+    dev = x.device
+    with torch.no_grad(), torch.cuda.device(dev):
+        ext = load_stage(stage, dev.index if dev.index is not None else torch.cuda.current_device())
+        weight, bias = gemm.weight, gemm.bias
+        if not training and stage in ("sums", "fused"):
+            weight, bias = _eval_weights(module, kind)
+        momentum = 0.0
+        if training:
+            bn.num_batches_tracked.add_(1)
+            momentum = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked.item())
+        y = torch.empty(n, m, device=dev, dtype=torch.float32)
+        z = torch.empty(n, m, device=dev, dtype=torch.float32)
+        tiles = -(-n // _MIN_TILE_ROWS)
+        part = torch.empty(max(2 * tiles * m, 2 * n), device=dev, dtype=torch.float32)
+        coef = torch.empty(4 * m, device=dev, dtype=torch.float32)
+        counters = torch.zeros(-(-m // 64), device=dev, dtype=torch.int32)
+        if POISON:
+            for t in (y, z, part, coef):
+                t.fill_(float("nan"))
+        tensors = (x, weight, bias, module.scale, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                   y, z, part, coef, counters)
+        ints = (n, k, m, int(kind), int(training), _PRECISION_CODE[module.precision], module.scale.numel())
+        ext.forward([t.data_ptr() for t in tensors], list(ints), float(bn.eps), float(momentum),
+                    torch.cuda.current_stream(dev).cuda_stream)
+    return y

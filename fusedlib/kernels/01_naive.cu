@@ -1,0 +1,114 @@
+// Stage 1, naive: one kernel per operator, each reading and writing global memory, as a
+// first translation of the PyTorch model would be. Problem 84: GEMM+bias → column mean →
+// column variance → normalize+affine → ×scale → row max → row Σexp → normalize.
+// Problems 33/39: GEMM+bias → ×scale → column mean → column variance → normalize+affine.
+// Specification: fusedlib/algebra.py, _naive().
+#include "common.cuh"
+
+namespace fl {
+
+// z ← z ∘ s (column scale, 33) or z ← s·z (scalar scale, 84), in place.
+__global__ void scale_kernel(float* __restrict__ z, const float* __restrict__ scale, int scale_len,
+                             int n, int m) {
+  const size_t total = (size_t)n * m;
+  for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x)
+    z[q] *= scale_len == 1 ? scale[0] : scale[q % m];
+}
+
+// y = γ (z − μ)/√(σ² + ε) + β with per-column μ, σ² (batch or running statistics).
+// In place allowed (z == y): each element is read and written by the same thread.
+__global__ void normalize_affine_kernel(const float* z, const float* __restrict__ mean,
+                                        const float* __restrict__ var, const float* __restrict__ gamma,
+                                        const float* __restrict__ beta, float eps, float* y,
+                                        int n, int m) {
+  const size_t total = (size_t)n * m;
+  for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x) {
+    const int j = (int)(q % m);
+    y[q] = gamma[j] * ((z[q] - mean[j]) / sqrtf(var[j] + eps)) + beta[j];
+  }
+}
+
+// Row max of v (N×M) into rmax (N); one block a row.
+__global__ void row_max_kernel(const float* __restrict__ v, float* __restrict__ rmax, int m) {
+  __shared__ float red[32];
+  const float* vr = v + (size_t)blockIdx.x * m;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < m; j += blockDim.x) mx = fmaxf(mx, vr[j]);
+  mx = block_reduce<true>(mx, red);
+  if (threadIdx.x == 0) rmax[blockIdx.x] = mx;
+}
+
+// Row Σ exp(v − max) into rsum (N).
+__global__ void row_sumexp_kernel(const float* __restrict__ v, const float* __restrict__ rmax,
+                                  float* __restrict__ rsum, int m) {
+  __shared__ float red[32];
+  const float* vr = v + (size_t)blockIdx.x * m;
+  const float mx = rmax[blockIdx.x];
+  float l = 0.f;
+  for (int j = threadIdx.x; j < m; j += blockDim.x) l += expf(vr[j] - mx);
+  l = block_reduce<false>(l, red);
+  if (threadIdx.x == 0) rsum[blockIdx.x] = l;
+}
+
+// y = exp(v − max)/Σ, elementwise.
+__global__ void softmax_normalize_kernel(const float* __restrict__ v, const float* __restrict__ rmax,
+                                         const float* __restrict__ rsum, float* __restrict__ y, int n, int m) {
+  const size_t total = (size_t)n * m;
+  for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x) {
+    const size_t i = q / m;
+    y[q] = expf(v[q] - rmax[i]) / rsum[i];
+  }
+}
+
+// running ← (1 − m)·running + m·batch, variance unbiased (×N/(N−1)); stats of what BN saw.
+__global__ void update_running_kernel(const Problem p, const float* __restrict__ mean,
+                                      const float* __restrict__ var) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= p.m) return;
+  const float mom = p.momentum;
+  p.running_mean[j] = (1.f - mom) * p.running_mean[j] + mom * mean[j];
+  p.running_var[j] = (1.f - mom) * p.running_var[j] + mom * (var[j] * ((float)p.n / (float)(p.n - 1)));
+}
+
+}  // namespace fl
+
+extern "C" const char* fl_naive_forward(const fl::Problem* pp, cudaStream_t st) {
+  using namespace fl;
+  const Problem& p = *pp;
+  const int ew_blocks = 132 * 8, ew_threads = 256;
+  const char* err = launch_simt_gemm<FL_GEMM64, EPI_BIAS>(p, p.x, p.w, p.z, st);  // Z = XWᵀ + b
+  if (err) return err;
+  if (p.kind != 84) {  // 33/39: BatchNorm sees Z∘s
+    scale_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, p.scale, p.scale_len, p.n, p.m);
+    FL_CHECK_LAUNCH();
+  }
+  const float* mean = p.running_mean;
+  const float* var = p.running_var;
+  if (p.training) {
+    float* bmean = p.coef + 2 * p.m;
+    float* bvar = p.coef + 3 * p.m;
+    if ((err = launch_column_stats(p.z, bmean, bvar, p.n, p.m, st))) return err;
+    mean = bmean;
+    var = bvar;
+  }
+  float* out = p.kind == 84 ? p.z : p.y;  // 84 keeps normalizing in place before the softmax
+  normalize_affine_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, mean, var, p.gamma, p.beta, p.eps, out, p.n, p.m);
+  FL_CHECK_LAUNCH();
+  if (p.kind == 84) {
+    scale_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, p.scale, 1, p.n, p.m);
+    FL_CHECK_LAUNCH();
+    float* rmax = p.part;
+    float* rsum = p.part + p.n;
+    row_max_kernel<<<p.n, 256, 0, st>>>(p.z, rmax, p.m);
+    FL_CHECK_LAUNCH();
+    row_sumexp_kernel<<<p.n, 256, 0, st>>>(p.z, rmax, rsum, p.m);
+    FL_CHECK_LAUNCH();
+    softmax_normalize_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, rmax, rsum, p.y, p.n, p.m);
+    FL_CHECK_LAUNCH();
+  }
+  if (p.training) {
+    update_running_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p, mean, var);
+    FL_CHECK_LAUNCH();
+  }
+  return nullptr;
+}
