@@ -21,7 +21,7 @@ import torch
 
 __all__ = [
     "STAGES", "PRECISIONS", "TILE_ROWS", "SOFTMAX_TILE_COLS",
-    "BNState", "round_tf32", "matmul_nt", "column_stats_two_pass", "tile_partials",
+    "BNState", "round_tf32", "truncate_tf32", "matmul_nt", "column_stats_two_pass", "tile_partials",
     "chan_merge", "column_stats_chan", "column_stats_textbook", "train_coefficients",
     "eval_coefficients", "fold_linear", "update_running_stats", "tracked_stats", "softmax_three_pass",
     "softmax_online", "stage_forward",
@@ -78,18 +78,26 @@ def round_tf32(t: torch.Tensor) -> torch.Tensor:
     return torch.where(finite, rounded, f).to(t.dtype)
 
 
+def truncate_tf32(t: torch.Tensor) -> torch.Tensor:
+    """Keep the top 19 bits of each float32 (sign, exponent, 10 mantissa bits): what the
+    tensor cores read when given float32 words in TF32 mode. Returns the input dtype."""
+    f = t.to(torch.float32).contiguous()
+    return (f.view(torch.int32) & ~0x1FFF).view(torch.float32).to(t.dtype)
+
+
 def matmul_nt(x: torch.Tensor, w: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
     """Z' = X Wᵀ for X (N×K), W (M×K) at a precision of DESIGN.md §4.
 
-    ``fp32``: plain products. ``tf32``: both operands rounded to TF32 first.
-    ``3xtf32``: each operand split a = big + small (both TF32) and
-    Z' ≈ big·big + big·small + small·big, the small·small term dropped
-    (CUTLASS example 27, "3xTF32").
+    ``fp32``: plain products. ``tf32``: both operands truncated to TF32 (the kernels hand
+    float32 words to the tensor cores, as cuBLAS does). ``3xtf32``: each operand split
+    a = big + small, big = rna(a), small = rna(a − big) (both TF32), and
+    Z' ≈ big·big + small·big + big·small, the small·small term dropped (CUTLASS example 27,
+    "3xTF32"; the kernel accumulates the three products in one fp32 accumulator).
     """
     if precision == "fp32":
         return x @ w.t()
     if precision == "tf32":
-        return round_tf32(x) @ round_tf32(w).t()
+        return truncate_tf32(x) @ truncate_tf32(w).t()
     if precision == "3xtf32":
         xb, wb = round_tf32(x), round_tf32(w)
         xs, ws = round_tf32(x - xb), round_tf32(w - wb)

@@ -22,7 +22,7 @@ STAGE_FILES = {"naive": "01_naive.cu", "fold": "02_fold.cu", "sums": "03_sums.cu
 _GLUE = r"""
 void forward(std::vector<int64_t> ptrs, std::vector<int64_t> ints, double eps, double momentum,
              int64_t stream) {
-  TORCH_CHECK(ptrs.size() == 13 && ints.size() == 7, "fusedlib: bad argument count");
+  TORCH_CHECK(ptrs.size() == 15 && ints.size() == 8, "fusedlib: bad argument count");
   fl::Problem p;
   p.x = reinterpret_cast<const float*>(ptrs[0]);
   p.w = reinterpret_cast<const float*>(ptrs[1]);
@@ -37,8 +37,11 @@ void forward(std::vector<int64_t> ptrs, std::vector<int64_t> ints, double eps, d
   p.part = reinterpret_cast<float*>(ptrs[10]);
   p.coef = reinterpret_cast<float*>(ptrs[11]);
   p.counters = reinterpret_cast<unsigned int*>(ptrs[12]);
+  p.xsplit = reinterpret_cast<float*>(ptrs[13]);
+  p.wsplit = reinterpret_cast<const float*>(ptrs[14]);
   p.n = (int)ints[0]; p.k = (int)ints[1]; p.m = (int)ints[2];
   p.kind = (int)ints[3]; p.training = (int)ints[4]; p.precision = (int)ints[5]; p.scale_len = (int)ints[6];
+  p.use_wgmma = (int)ints[7];
   p.eps = (float)eps; p.momentum = (float)momentum;
   const char* err = fl_STAGE_forward(&p, reinterpret_cast<cudaStream_t>(stream));
   TORCH_CHECK(err == nullptr, "fusedlib STAGE kernels: ", err ? err : "");
@@ -116,3 +119,42 @@ def load_stage(stage: str, device_index: int = 0):
         log = build_dir / "build.log"
         log.write_text(str(exc))
         raise KernelBuildError(f"building the {stage!r} kernels failed; compiler log: {log}") from exc
+
+
+def compile_check(path: Path, capability: tuple[int, int] = (9, 0), nvcc: str = "nvcc") -> list[dict]:
+    """Compile one kernel source with ``nvcc -c`` (no torch headers needed) for ``capability``
+    and return ptxas's resource report, one dict per kernel: ``kernel`` (mangled name),
+    ``registers``, ``spill_stores``, ``spill_loads`` (bytes), ``stack_frame`` (bytes).
+
+    Raises:
+        KernelBuildError: nvcc is missing or the compilation failed (message holds its output).
+    """
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+
+    if shutil.which(nvcc) is None:
+        raise KernelBuildError(f"{nvcc} not found on PATH: cannot compile {path.name}")
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [nvcc, "-c", "-O3", "-std=c++17", *arch_flags(capability), "-Xptxas", "-v",
+               "-I", str(KERNEL_DIR), "-o", str(Path(tmp) / "k.o"), str(path)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise KernelBuildError(f"nvcc failed on {path.name}:\n{proc.stderr}")
+    report, current = [], None
+    for line in proc.stderr.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            current = {"kernel": m.group(1), "registers": 0, "spill_stores": 0, "spill_loads": 0, "stack_frame": 0}
+            report.append(current)
+            continue
+        if current is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            current["stack_frame"], current["spill_stores"], current["spill_loads"] = map(int, m.groups())
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            current["registers"] = int(m.group(1))
+    return report

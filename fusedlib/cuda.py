@@ -35,6 +35,19 @@ def _eval_weights(module, kind: str):
     return cache[1], cache[2]
 
 
+def _tf32_split(module, weight: torch.Tensor) -> torch.Tensor:
+    """[Wb; Ws] (2, M, K): W's TF32 parts for the 3xTF32 GEMM (Wb = rna(W), Ws = rna(W − Wb)),
+    cached on the module and keyed on the weight's storage and version."""
+    key = (weight.data_ptr(), weight._version, tuple(weight.shape))
+    cache = getattr(module, "_split_cache", None)
+    if cache is None or cache[0] != key:
+        with torch.no_grad():
+            big = algebra.round_tf32(weight)
+            split = torch.stack([big, algebra.round_tf32(weight - big)]).contiguous()
+        cache = module._split_cache = (key, split)
+    return cache[1]
+
+
 def stage_forward(module, x: torch.Tensor) -> torch.Tensor:
     """Forward of a fused module on CUDA tensors. x: (N, K) float32 contiguous on the
     module's device (validated by the caller). Returns (N, M) float32. No autograd.
@@ -68,9 +81,17 @@ def stage_forward(module, x: torch.Tensor) -> torch.Tensor:
         if POISON:
             for t in (y, z, part, coef):
                 t.fill_(float("nan"))
+        # Hopper GEMM (TMA + wgmma) for the tensor-core modes when TMA can address the rows.
+        use_wgmma = (stage == "fused" and module.precision != "fp32" and k % 4 == 0
+                     and torch.cuda.get_device_capability(dev) == (9, 0))
+        xsplit_ptr = wsplit_ptr = 0
+        if use_wgmma and module.precision == "3xtf32":
+            xsplit = torch.empty(2, n, k, device=dev, dtype=torch.float32)
+            xsplit_ptr, wsplit_ptr = xsplit.data_ptr(), _tf32_split(module, weight).data_ptr()
         tensors = (x, weight, bias, module.scale, bn.weight, bn.bias, bn.running_mean, bn.running_var,
                    y, z, part, coef, counters)
-        ints = (n, k, m, int(kind), int(training), _PRECISION_CODE[module.precision], module.scale.numel())
-        ext.forward([t.data_ptr() for t in tensors], list(ints), float(bn.eps), float(momentum),
-                    torch.cuda.current_stream(dev).cuda_stream)
+        ints = (n, k, m, int(kind), int(training), _PRECISION_CODE[module.precision], module.scale.numel(),
+                int(use_wgmma))
+        ext.forward([t.data_ptr() for t in tensors] + [xsplit_ptr, wsplit_ptr], list(ints), float(bn.eps),
+                    float(momentum), torch.cuda.current_stream(dev).cuda_stream)
     return y

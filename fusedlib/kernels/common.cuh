@@ -25,11 +25,14 @@ struct Problem {
   float* part;             // (T, 2, M) per-row-tile partials: mean_t, M2_t
   float* coef;             // (4, M) a, c, then batch mean and variance scratch
   unsigned int* counters;  // (ceil(M / BN)) tile counters, zero between calls
+  float* xsplit;           // (2, N, K) workspace for X's TF32 parts (fused 3xtf32), or null
+  const float* wsplit;     // (2, M, K) W's TF32 parts [Wb; Ws] (fused 3xtf32), or null
   int n, k, m;             // batch N, in_features K, out_features M
   int kind;                // 84 or 33 (33 and 39)
   int training;            // 1: batch statistics and running-buffer update
   int precision;           // Precision
   int scale_len;           // 1 or M
+  int use_wgmma;           // 1: the Hopper GEMM path may be used (sm_90a device)
   float eps;               // BatchNorm eps
   float momentum;          // this step's exponential-average factor
 };
@@ -270,12 +273,13 @@ enum Epilogue {
 // then M2_t = Σ(z − mean_t)² over the tile's valid rows (same order as algebra.tile_partials).
 // With EPI_STATS_LAST the last block to finish a column block (tile counter + fence, no float
 // atomics) merges all row tiles in order and finalizes the BatchNorm coefficients.
-// Needs THREADS >= BN and THREADS % BN == 0; red holds THREADS floats + 32.
+// col_block indexes the tile counters; row_tiles is the number of row tiles (blocks) per
+// column block. Needs THREADS >= BN; red holds THREADS floats + 32. All THREADS threads call it.
 template <int BM, int BN, int THREADS, int EPI>
 __device__ void tile_epilogue(const Problem& p, const float* C, float* red, float* out,
-                              const float* bias, int m0, int n0) {
-  constexpr int LDC = BN + 1, R = THREADS / BN;
-  static_assert(THREADS % BN == 0, "THREADS must be a multiple of BN");
+                              const float* bias, int m0, int n0, int col_block, int row_tiles) {
+  constexpr int LDC = BN + 1, R = THREADS / BN;  // R row groups; threads past R·BN only store
+  static_assert(THREADS >= BN, "need a thread per column");
   const int tid = threadIdx.x;
   const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
   for (int idx = tid; idx < BM * BN; idx += THREADS) {
@@ -285,20 +289,25 @@ __device__ void tile_epilogue(const Problem& p, const float* C, float* red, floa
   }
   if (EPI == EPI_BIAS) return;
   const int c = tid % BN, g = tid / BN;
+  const bool active = g < R;
   float s = 0.f;
-  for (int r = g; r < rows; r += R) s += C[r * LDC + c];
-  red[g * BN + c] = s;
+  if (active)
+    for (int r = g; r < rows; r += R) s += C[r * LDC + c];
+  if (active) red[g * BN + c] = s;
   __syncthreads();
   float mean = 0.f;
-  for (int q = 0; q < R; ++q) mean += red[q * BN + c];
-  mean /= (float)rows;
+  if (active) {
+    for (int q = 0; q < R; ++q) mean += red[q * BN + c];
+    mean /= (float)rows;
+  }
   __syncthreads();
   s = 0.f;
-  for (int r = g; r < rows; r += R) {
-    const float d = C[r * LDC + c] - mean;
-    s += d * d;
-  }
-  red[g * BN + c] = s;
+  if (active)
+    for (int r = g; r < rows; r += R) {
+      const float d = C[r * LDC + c] - mean;
+      s += d * d;
+    }
+  if (active) red[g * BN + c] = s;
   __syncthreads();
   const int t = m0 / BM;
   if (g == 0 && c < cols) {
@@ -311,7 +320,7 @@ __device__ void tile_epilogue(const Problem& p, const float* C, float* red, floa
   __threadfence();  // make this block's partials visible device-wide before counting it
   __syncthreads();
   int* is_last = reinterpret_cast<int*>(red + THREADS);
-  if (tid == 0) *is_last = atomicAdd(p.counters + blockIdx.x, 1u) == gridDim.y - 1;
+  if (tid == 0) *is_last = atomicAdd(p.counters + col_block, 1u) == (unsigned)row_tiles - 1;
   __syncthreads();
   if (!*is_last) return;
   __threadfence();
@@ -319,7 +328,7 @@ __device__ void tile_epilogue(const Problem& p, const float* C, float* red, floa
     const Moments mo = merge_column_partials(p, n0 + cc, BM);
     finalize_column(p, n0 + cc, mo.mean, mo.m2 / mo.n, false);
   }
-  if (tid == 0) p.counters[blockIdx.x] = 0;  // ready for the next call
+  if (tid == 0) p.counters[col_block] = 0;  // ready for the next call
 }
 
 // ---------------------------------------------------------------- SIMT fp32 GEMM
@@ -385,7 +394,7 @@ simt_gemm_kernel(Problem p, const float* __restrict__ x, const float* __restrict
 #pragma unroll
     for (int j = 0; j < TN; ++j) C[(ty + i * RY) * (BN + 1) + tx + j * RX] = acc[i][j];
   __syncthreads();
-  tile_epilogue<BM, BN, THREADS, EPI>(p, C, smem + BM * (BN + 1), out, p.bias, m0, n0);
+  tile_epilogue<BM, BN, THREADS, EPI>(p, C, smem + BM * (BN + 1), out, p.bias, m0, n0, blockIdx.x, gridDim.y);
 }
 
 template <int BM, int BN, int BK, int TM, int TN, int EPI>
