@@ -170,12 +170,17 @@ __global__ void __launch_bounds__(kThreads, 1) fused_tc_gemm_kernel(const Proble
 }
 
 // ---------------------------------------------------------------- Hopper: TMA + wgmma
-constexpr int kWgBM = 128, kWgBN = 256, kWgBK = 32, kWgStages = 4, kWgThreads = 384, kWgGroup = 8;
-constexpr uint32_t kWgABytes = kWgBM * kWgBK * 4, kWgBBytes = kWgBN * kWgBK * 4;
-constexpr uint32_t kWgStageBytes = kWgABytes + kWgBBytes;  // 48 KB
-constexpr size_t kWgSmem = 1024 + (size_t)kWgStages * kWgStageBytes + 2 * kWgStages * sizeof(uint64_t);
-static_assert(((size_t)kWgBM * (kWgBN + 1) + kWgThreads + 32) * 4 <= (size_t)kWgStages * kWgStageBytes,
-              "the epilogue tile must fit in the pipeline buffers");
+constexpr int kWgBM = 128, kWgBK = 32, kWgThreads = 384, kWgGroup = 8;
+
+// Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), and as
+// many pipeline stages as fit in 192 KB (4 for BN = 256, 6 for BN = 128).
+template <int BN>
+struct WgTile {
+  static constexpr uint32_t kABytes = kWgBM * kWgBK * 4, kBBytes = BN * kWgBK * 4;
+  static constexpr uint32_t kStageBytes = kABytes + kBBytes;
+  static constexpr int kStages = (192 * 1024) / kStageBytes;
+  static constexpr size_t kSmem = 1024 + (size_t)kStages * kStageBytes + 2 * kStages * sizeof(uint64_t);
+};
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) { return (uint32_t)__cvta_generic_to_shared(ptr); }
 
@@ -212,10 +217,10 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
-// D(64×256, fp32) += A(64×8, smem) · B(8×256, smem), TF32 operands (the tensor cores read
-// the top 19 bits of each fp32 word). Accumulator d[4j + q]: rows g and g + 8 of the warp's
-// 16, columns 8j + 2t and 8j + 2t + 1 (g = lane / 4, t = lane % 4), as mma.sync m16n8.
-__device__ __forceinline__ void wgmma_m64n256k8_tf32(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+// D(64×N, fp32) += A(64×8, smem) · B(8×N, smem), TF32 operands (the tensor cores read the
+// top 19 bits of each fp32 word). Accumulator d[4j + q]: rows g and g + 8 of the warp's 16,
+// columns 8j + 2t and 8j + 2t + 1 (g = lane / 4, t = lane % 4), as mma.sync m16n8.
+__device__ __forceinline__ void wgmma_tf32(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {  // m64n256k8
   asm volatile(
       "{\n"
       "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
@@ -240,32 +245,54 @@ __device__ __forceinline__ void wgmma_m64n256k8_tf32(float (&d)[128], uint64_t d
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b));
 }
+__device__ __forceinline__ void wgmma_tf32(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {  // m64n128k8
+  asm volatile(
+      "{\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, 1, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b));
+}
 
-// One CTA = one 128×256 tile of Z'. Warpgroup 0 produces (one thread issues the TMA copies),
+// One CTA = one 128×BN tile of Z'. Warpgroup 0 produces (one thread issues the TMA copies),
 // warpgroups 1 and 2 consume 64 rows each. full[s]: stage s landed; empty[s]: both consumer
 // warpgroups are done reading it. Segments: A = (seg == 1 ? a1 : a0), B = (seg == 2 ? b1 : b0).
-template <int EPI>
+// PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each
+// 32-deep K step is accumulated from zero and then added into a separate fp32 accumulator
+// (round-to-nearest FADD), which keeps 3xTF32 at fp32-class accuracy for any K.
+template <int BN, bool PROMOTE, int EPI>
 __global__ void __launch_bounds__(kWgThreads, 1)
 fused_wgmma_kernel(const Problem p, float* out, const __grid_constant__ CUtensorMap map_a0,
                    const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_a1,
                    const __grid_constant__ CUtensorMap map_b1, int segments) {
+  using T = WgTile<BN>;
+  constexpr int ST = T::kStages, NACC = BN / 2;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kWgStages * kWgStageBytes);
-  uint64_t* empty = full + kWgStages;
-  const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, kWgBN);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + ST * T::kStageBytes);
+  uint64_t* empty = full + ST;
+  const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN);
   // Grouped raster: kWgGroup row tiles share each column tile in turn, so a wave of CTAs
   // reuses W's column blocks and X's row blocks from L2.
   const int per_group = kWgGroup * col_tiles, group = blockIdx.x / per_group;
   const int first_row = group * kWgGroup, rows_in_group = min(kWgGroup, row_tiles - first_row);
   const int rt = first_row + (blockIdx.x % per_group) % rows_in_group;
   const int ct = (blockIdx.x % per_group) / rows_in_group;
-  const int m0 = rt * kWgBM, n0 = ct * kWgBN;
+  const int m0 = rt * kWgBM, n0 = ct * BN;
   const int KT = ceil_div(p.k, kWgBK), total = segments * KT;
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kWgStages; ++s) {
+    for (int s = 0; s < ST; ++s) {
       mbar_init(full + s, 1);
       mbar_init(empty + s, 2);
     }
@@ -274,58 +301,125 @@ fused_wgmma_kernel(const Problem p, float* out, const __grid_constant__ CUtensor
   }
   __syncthreads();
 
-  float* C = reinterpret_cast<float*>(smem);  // the ring becomes the C tile after the main loop
-  constexpr int LDC = kWgBN + 1;
   if (wg == 0) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (threadIdx.x == 0) {
       for (int it = 0; it < total; ++it) {
-        const int s = it % kWgStages, seg = it / KT, k0 = (it % KT) * kWgBK;
-        if (it >= kWgStages) mbar_wait(empty + s, ((it / kWgStages) - 1) & 1);
-        uint8_t* st = smem + s * kWgStageBytes;
-        mbar_expect_tx(full + s, kWgStageBytes);
+        const int s = it % ST, seg = it / KT, k0 = (it % KT) * kWgBK;
+        if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
+        uint8_t* st = smem + s * T::kStageBytes;
+        mbar_expect_tx(full + s, T::kStageBytes);
         tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
-        tma_load_2d(st + kWgABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
+        tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
       }
     }
   } else {  // consumers: warpgroup 1 → rows 0..63, warpgroup 2 → rows 64..127
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    float d[128];
+    float d[NACC], acc[PROMOTE ? NACC : 1];
 #pragma unroll
-    for (int i = 0; i < 128; ++i) d[i] = 0.f;
+    for (int i = 0; i < NACC; ++i) d[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < (PROMOTE ? NACC : 1); ++i) acc[i] = 0.f;
     const int cw = wg - 1;
     for (int it = 0; it < total; ++it) {
-      const int s = it % kWgStages;
-      mbar_wait(full + s, (it / kWgStages) & 1);
-      const uint8_t* a = smem + s * kWgStageBytes + cw * 64 * 128;
-      const uint8_t* b = smem + s * kWgStageBytes + kWgABytes;
+      const int s = it % ST;
+      mbar_wait(full + s, (it / ST) & 1);
+      const uint8_t* a = smem + s * T::kStageBytes + cw * 64 * 128;
+      const uint8_t* b = smem + s * T::kStageBytes + T::kABytes;
+      if (PROMOTE) {
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) d[i] = 0.f;
+      }
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
-        wgmma_m64n256k8_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32));
+        wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32));
       wgmma_commit();
-      wgmma_wait<1>();  // the previous stage's products are done: release its buffers
-      if (it > 0 && threadIdx.x % 128 == 0) mbar_arrive(empty + (it - 1) % kWgStages);
+      if (PROMOTE) {
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+        if (threadIdx.x % 128 == 0) mbar_arrive(empty + s);
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) acc[i] += d[i];
+      } else {
+        wgmma_wait<1>();  // the previous stage's products are done: release its buffers
+        if (it > 0 && threadIdx.x % 128 == 0) mbar_arrive(empty + (it - 1) % ST);
+      }
     }
     wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
-    // Both consumer warpgroups have finished reading the ring (every copy landed, since each
-    // stage was waited on) before either overwrites it with accumulators.
-    asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int r = cw * 64 + ((threadIdx.x % 128) >> 5) * 16 + g;
+    for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    if (PROMOTE) {
 #pragma unroll
-    for (int j = 0; j < 64; ++j) {
-      const int c = 8 * j + 2 * t;
-      C[r * LDC + c] = d[4 * j];
-      C[r * LDC + c + 1] = d[4 * j + 1];
-      C[(r + 8) * LDC + c] = d[4 * j + 2];
-      C[(r + 8) * LDC + c + 1] = d[4 * j + 3];
+      for (int i = 0; i < NACC; ++i) d[i] = acc[i];
+    }
+    // Epilogue from registers. Rows r, r + 8 of this thread; columns 8j + 2t, 8j + 2t + 1.
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = (threadIdx.x % 128) >> 5;
+    const int r = m0 + cw * 64 + warp * 16 + g;
+    const bool ok0 = r < p.n, ok1 = r + 8 < p.n;
+    const bool pairs = (p.m & 1) == 0;  // 8-byte stores of column pairs
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int c = n0 + 8 * j + 2 * t;
+      if (pairs && c < p.m) {
+        const float b0 = EPI == EPI_BIAS ? p.bias[c] : 0.f, b1 = EPI == EPI_BIAS ? p.bias[c + 1] : 0.f;
+        if (ok0) *reinterpret_cast<float2*>(out + (size_t)r * p.m + c) = make_float2(d[4 * j] + b0, d[4 * j + 1] + b1);
+        if (ok1)
+          *reinterpret_cast<float2*>(out + (size_t)(r + 8) * p.m + c) = make_float2(d[4 * j + 2] + b0, d[4 * j + 3] + b1);
+        continue;
+      }
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        if (c + q >= p.m) continue;
+        const float b = EPI == EPI_BIAS ? p.bias[c + q] : 0.f;
+        if (ok0) out[(size_t)r * p.m + c + q] = d[4 * j + q] + b;
+        if (ok1) out[(size_t)(r + 8) * p.m + c + q] = d[4 * j + 2 + q] + b;
+      }
+    }
+    if (EPI != EPI_BIAS) {
+      // Tile column partials: mean over the tile's valid rows, then M2 about that mean
+      // (algebra.tile_partials). Lanes sharing t hold one column: reduce over g by shuffles,
+      // then over the 8 consumer warps through shared memory, in a fixed order.
+      const int rows = min(kWgBM, p.n - m0), slot = cw * 4 + warp, ctid = threadIdx.x - 128;
+      // Both consumer warpgroups are done reading the ring before it holds the reductions.
+      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      float* red = reinterpret_cast<float*>(smem);  // [8][BN] warp partials, then [BN] means
+      float* mean = red + 8 * BN;
+#pragma unroll
+      for (int pass = 0; pass < 2; ++pass) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const int c = 8 * j + 2 * t + q;
+            const float mu = pass ? mean[c] : 0.f;
+            const float e0 = ok0 ? d[4 * j + q] - mu : 0.f, e1 = ok1 ? d[4 * j + 2 + q] - mu : 0.f;
+            float v = pass ? e0 * e0 + e1 * e1 : e0 + e1;
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            if (g == 0) red[slot * BN + c] = v;
+          }
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        for (int c = ctid; c < BN; c += 256) {
+          float total = 0.f;
+          for (int w = 0; w < 8; ++w) total += red[w * BN + c];
+          if (pass == 0) {
+            mean[c] = total / (float)rows;
+          } else if (n0 + c < p.m) {
+            const int tile = m0 / kWgBM;
+            p.part[(size_t)(2 * tile) * p.m + n0 + c] = mean[c];
+            p.part[(size_t)(2 * tile + 1) * p.m + n0 + c] = total;
+          }
+        }
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      }
     }
   }
-  __syncthreads();
-  tile_epilogue<kWgBM, kWgBN, kWgThreads, EPI>(p, C, C + kWgBM * LDC, out, p.bias, m0, n0, ct, row_tiles);
+  if (EPI == EPI_STATS_LAST)
+    finalize_if_last_block<kWgBM, kWgThreads>(p, n0, min(BN, p.m - n0), ct, row_tiles,
+                                              reinterpret_cast<float*>(smem) + 9 * BN);
 }
 
 // X = Xb + Xs with Xb = rna_tf32(X), Xs = rna_tf32(X − Xb) (same rounding as algebra.round_tf32).
@@ -364,28 +458,29 @@ inline bool wgmma_applicable(const Problem& p) {
   return p.use_wgmma && aligned && (p.precision == TF32 || (p.xsplit && p.wsplit));
 }
 
+// tf32: 128×256 tiles, one pass over K. 3xtf32: X split here (Xb, Xs into p.xsplit), W's
+// parts from the host; 128×128 tiles with promotion, three passes over K.
 template <int EPI>
 const char* launch_wgmma(const Problem& p, float* out, cudaStream_t st) {
   CUtensorMap a0, b0, a1, b1;
   const char* err;
-  int segments = 1;
   if (p.precision == TF32) {
-    if ((err = encode_map(&a0, p.x, p.n, p.k, kWgBM)) || (err = encode_map(&b0, p.w, p.m, p.k, kWgBN))) return err;
-    a1 = a0;
-    b1 = b0;
-  } else {
-    const size_t nk = (size_t)p.n * p.k, mk = (size_t)p.m * p.k;
-    split_tf32_kernel<<<132 * 8, 256, 0, st>>>(p.x, p.xsplit, p.xsplit + nk, nk);
+    if ((err = encode_map(&a0, p.x, p.n, p.k, kWgBM)) || (err = encode_map(&b0, p.w, p.m, p.k, 256))) return err;
+    auto kernel = fused_wgmma_kernel<256, false, EPI>;
+    FL_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgTile<256>::kSmem));
+    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, 256), kWgThreads, WgTile<256>::kSmem, st>>>(p, out, a0, b0, a0, b0, 1);
     FL_CHECK_LAUNCH();
-    if ((err = encode_map(&a0, p.xsplit, p.n, p.k, kWgBM)) || (err = encode_map(&a1, p.xsplit + nk, p.n, p.k, kWgBM)) ||
-        (err = encode_map(&b0, p.wsplit, p.m, p.k, kWgBN)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, kWgBN)))
-      return err;
-    segments = 3;
+    return nullptr;
   }
-  auto kernel = fused_wgmma_kernel<EPI>;
-  FL_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kWgSmem));
-  const int grid = ceil_div(p.n, kWgBM) * ceil_div(p.m, kWgBN);
-  kernel<<<grid, kWgThreads, kWgSmem, st>>>(p, out, a0, b0, a1, b1, segments);
+  const size_t nk = (size_t)p.n * p.k, mk = (size_t)p.m * p.k;
+  split_tf32_kernel<<<132 * 8, 256, 0, st>>>(p.x, p.xsplit, p.xsplit + nk, nk);
+  FL_CHECK_LAUNCH();
+  if ((err = encode_map(&a0, p.xsplit, p.n, p.k, kWgBM)) || (err = encode_map(&a1, p.xsplit + nk, p.n, p.k, kWgBM)) ||
+      (err = encode_map(&b0, p.wsplit, p.m, p.k, 128)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, 128)))
+    return err;
+  auto kernel = fused_wgmma_kernel<128, true, EPI>;
+  FL_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgTile<128>::kSmem));
+  kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, 128), kWgThreads, WgTile<128>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
@@ -428,10 +523,26 @@ __global__ void online_softmax_rows_kernel(const float* __restrict__ z, const fl
   const float* zr = z + (size_t)blockIdx.x * m;
   float* yr = y + (size_t)blockIdx.x * m;
   float mx = -INFINITY, l = 0.f;
-  for (int j = threadIdx.x; j < m; j += blockDim.x) {
-    const float v = coef ? coef[j] * zr[j] + coef[m + j] : zr[j];
-    if (ROW_IN_SMEM) row[j] = v;
-    softmax_merge(mx, l, v, 1.f);
+  const bool vec = ROW_IN_SMEM && (m & 3) == 0;  // 16-byte loads (rows then start 16-byte aligned)
+  if (vec) {
+    for (int j = 4 * threadIdx.x; j < m; j += 4 * blockDim.x) {
+      float4 v = *reinterpret_cast<const float4*>(zr + j);
+      if (coef) {
+        v.x = coef[j] * v.x + coef[m + j];
+        v.y = coef[j + 1] * v.y + coef[m + j + 1];
+        v.z = coef[j + 2] * v.z + coef[m + j + 2];
+        v.w = coef[j + 3] * v.w + coef[m + j + 3];
+      }
+      *reinterpret_cast<float4*>(row + j) = v;
+      softmax_merge(mx, l, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)), 0.f);
+      l += expf(v.x - mx) + expf(v.y - mx) + expf(v.z - mx) + expf(v.w - mx);
+    }
+  } else {
+    for (int j = threadIdx.x; j < m; j += blockDim.x) {
+      const float v = coef ? coef[j] * zr[j] + coef[m + j] : zr[j];
+      if (ROW_IN_SMEM) row[j] = v;
+      softmax_merge(mx, l, v, 1.f);
+    }
   }
   for (int o = 16; o > 0; o >>= 1) {
     const float m2 = __shfl_xor_sync(0xffffffffu, mx, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
@@ -444,6 +555,14 @@ __global__ void online_softmax_rows_kernel(const float* __restrict__ z, const fl
   l = red_l[0];
   for (int q = 1; q < nw; ++q) softmax_merge(mx, l, red_m[q], red_l[q]);
   const float inv = 1.f / l;
+  if (vec) {
+    for (int j = 4 * threadIdx.x; j < m; j += 4 * blockDim.x) {
+      const float4 v = *reinterpret_cast<const float4*>(row + j);
+      *reinterpret_cast<float4*>(yr + j) =
+          make_float4(expf(v.x - mx) * inv, expf(v.y - mx) * inv, expf(v.z - mx) * inv, expf(v.w - mx) * inv);
+    }
+    return;
+  }
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
     const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + coef[m + j] : zr[j]);
     yr[j] = expf(v - mx) * inv;

@@ -268,6 +268,27 @@ enum Epilogue {
   EPI_STATS_LAST = 2,    // EPI_STATS, and the last block of each column block merges them
 };
 
+// After a block has written its tile's partials: count it on the column block's tile
+// counter (fence first, no float atomics); the last block of the column block merges every
+// row tile in order and finalizes the BatchNorm coefficients, then resets the counter.
+// All THREADS threads of the block call it; flag is one word of shared memory.
+template <int BM, int THREADS>
+__device__ void finalize_if_last_block(const Problem& p, int n0, int cols, int col_block, int row_tiles,
+                                       float* flag) {
+  __threadfence();  // make this block's partials visible device-wide before counting it
+  __syncthreads();
+  int* is_last = reinterpret_cast<int*>(flag);
+  if (threadIdx.x == 0) *is_last = atomicAdd(p.counters + col_block, 1u) == (unsigned)row_tiles - 1;
+  __syncthreads();
+  if (!*is_last) return;
+  __threadfence();
+  for (int cc = threadIdx.x; cc < cols; cc += THREADS) {
+    const Moments mo = merge_column_partials(p, n0 + cc, BM);
+    finalize_column(p, n0 + cc, mo.mean, mo.m2 / mo.n, false);
+  }
+  if (threadIdx.x == 0) p.counters[col_block] = 0;  // ready for the next call
+}
+
 // The block's BM×BN accumulator tile is in shared memory C (row stride BN + 1). Stores it
 // to out (N×M) and, for the statistics epilogues, the tile's column partials: mean_t first,
 // then M2_t = Σ(z − mean_t)² over the tile's valid rows (same order as algebra.tile_partials).
@@ -316,21 +337,8 @@ __device__ void tile_epilogue(const Problem& p, const float* C, float* red, floa
     p.part[(size_t)(2 * t) * p.m + n0 + c] = mean;
     p.part[(size_t)(2 * t + 1) * p.m + n0 + c] = m2;
   }
-  if (EPI != EPI_STATS_LAST) return;
-  __threadfence();  // make this block's partials visible device-wide before counting it
-  __syncthreads();
-  int* is_last = reinterpret_cast<int*>(red + THREADS);
-  if (tid == 0) *is_last = atomicAdd(p.counters + col_block, 1u) == (unsigned)row_tiles - 1;
-  __syncthreads();
-  if (!*is_last) return;
-  __threadfence();
-  for (int cc = tid; cc < cols; cc += THREADS) {
-    const Moments mo = merge_column_partials(p, n0 + cc, BM);
-    finalize_column(p, n0 + cc, mo.mean, mo.m2 / mo.n, false);
-  }
-  if (tid == 0) p.counters[col_block] = 0;  // ready for the next call
+  if (EPI == EPI_STATS_LAST) finalize_if_last_block<BM, THREADS>(p, n0, cols, col_block, row_tiles, red + THREADS);
 }
-
 // ---------------------------------------------------------------- SIMT fp32 GEMM
 // out(N×M) = X Wᵀ (+ epilogue), exact fp32 products (FFMA). Block tile BM×BN, K step BK;
 // thread (ty, tx) owns rows ty + i·(BM/TM) and columns tx + j·(BN/TN), so shared-memory
