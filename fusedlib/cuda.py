@@ -7,6 +7,8 @@ stage on the current CUDA stream. The kernels update running_mean/running_var in
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import algebra
@@ -33,6 +35,28 @@ def _eval_weights(module, kind: str):
             w2, b2 = algebra.fold_linear(module.gemm.weight, module.gemm.bias, a, c)
         cache = module._eval_cache = (key, w2.contiguous(), b2.contiguous())
     return cache[1], cache[2]
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(dev: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(dev)
+
+
+def _workspace(module, dev: torch.device, n: int, k: int, m: int):
+    """Z (N, M), tile partials, coefficients (4, M), tile counters and (3xtf32) X's TF32 parts,
+    kept on the module between calls of the same shape. The tile counters are zeroed once:
+    the last block of each column block resets its counter, so they are zero between calls.
+    One workspace per module: calls of one module on several streams at once are not supported."""
+    key = (dev, n, k, m, module.stage, module.precision)
+    ws = getattr(module, "_workspace", None)
+    if ws is None or ws[0] != key:
+        f32 = dict(device=dev, dtype=torch.float32)
+        tiles = -(-n // _MIN_TILE_ROWS)
+        split = 2 * n * k if module.stage == "fused" and module.precision == "3xtf32" else 0
+        ws = module._workspace = (key, torch.empty(n, m, **f32), torch.empty(max(2 * tiles * m, 2 * n), **f32),
+                                  torch.empty(4 * m, **f32), torch.zeros(-(-m // 64), device=dev, dtype=torch.int32),
+                                  torch.empty(split, **f32))
+    return ws[1:]
 
 
 def _tf32_split(module, weight: torch.Tensor) -> torch.Tensor:
@@ -73,20 +97,15 @@ def stage_forward(module, x: torch.Tensor) -> torch.Tensor:
             bn.num_batches_tracked.add_(1)
             momentum = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked.item())
         y = torch.empty(n, m, device=dev, dtype=torch.float32)
-        z = torch.empty(n, m, device=dev, dtype=torch.float32)
-        tiles = -(-n // _MIN_TILE_ROWS)
-        part = torch.empty(max(2 * tiles * m, 2 * n), device=dev, dtype=torch.float32)
-        coef = torch.empty(4 * m, device=dev, dtype=torch.float32)
-        counters = torch.zeros(-(-m // 64), device=dev, dtype=torch.int32)
+        z, part, coef, counters, xsplit = _workspace(module, dev, n, k, m)
         if POISON:
-            for t in (y, z, part, coef):
+            for t in (y, z, part, coef, xsplit):
                 t.fill_(float("nan"))
         # Hopper GEMM (TMA + wgmma) for the tensor-core modes when TMA can address the rows.
         use_wgmma = (stage == "fused" and module.precision != "fp32" and k % 4 == 0
-                     and torch.cuda.get_device_capability(dev) == (9, 0))
+                     and _capability(dev) == (9, 0))
         xsplit_ptr = wsplit_ptr = 0
         if use_wgmma and module.precision == "3xtf32":
-            xsplit = torch.empty(2, n, k, device=dev, dtype=torch.float32)
             xsplit_ptr, wsplit_ptr = xsplit.data_ptr(), _tf32_split(module, weight).data_ptr()
         tensors = (x, weight, bias, module.scale, bn.weight, bn.bias, bn.running_mean, bn.running_var,
                    y, z, part, coef, counters)

@@ -170,7 +170,8 @@ __global__ void __launch_bounds__(kThreads, 1) fused_tc_gemm_kernel(const Proble
 }
 
 // ---------------------------------------------------------------- Hopper: TMA + wgmma
-constexpr int kWgBM = 128, kWgBK = 32, kWgThreads = 384, kWgGroup = 8;
+constexpr int kWgBM = 128, kWgBK = 32, kWgThreads = 384, kWgGroup = 16;
+constexpr int kPromoteStages = 4;  // 3xTF32: promote every 4 K steps (128 products)
 
 // Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), and as
 // many pipeline stages as fit in 192 KB (4 for BN = 256, 6 for BN = 128).
@@ -217,15 +218,15 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
-// D(64×N, fp32) += A(64×8, smem) · B(8×N, smem), TF32 operands (the tensor cores read the
-// top 19 bits of each fp32 word). Accumulator d[4j + q]: rows g and g + 8 of the warp's 16,
+// D(64×N, fp32) = A(64×8, smem) · B(8×N, smem) (+ D if accumulate), TF32 operands (the tensor
+// cores read the top 19 bits of each fp32 word). Accumulator d[4j + q]: rows g and g + 8 of the warp's 16,
 // columns 8j + 2t and 8j + 2t + 1 (g = lane / 4, t = lane % 4), as mma.sync m16n8.
-__device__ __forceinline__ void wgmma_tf32(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {  // m64n256k8
+__device__ __forceinline__ void wgmma_tf32(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n256k8
   asm volatile(
-      "{\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, 1, 1, 1;\n"
+      "%128, %129, p, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -243,14 +244,14 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[128], uint64_t desc_a, uin
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-__device__ __forceinline__ void wgmma_tf32(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {  // m64n128k8
+__device__ __forceinline__ void wgmma_tf32(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n128k8
   asm volatile(
-      "{\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, 1, 1, 1;\n"
+      "%64, %65, p, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -260,15 +261,15 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[64], uint64_t desc_a, uint
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
 // One CTA = one 128×BN tile of Z'. Warpgroup 0 produces (one thread issues the TMA copies),
 // warpgroups 1 and 2 consume 64 rows each. full[s]: stage s landed; empty[s]: both consumer
 // warpgroups are done reading it. Segments: A = (seg == 1 ? a1 : a0), B = (seg == 2 ? b1 : b0).
 // PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each
-// 32-deep K step is accumulated from zero and then added into a separate fp32 accumulator
-// (round-to-nearest FADD), which keeps 3xTF32 at fp32-class accuracy for any K.
+// window of kPromoteStages K steps (128 products) is accumulated from zero and then added into
+// a separate fp32 accumulator (round-to-nearest FADD): 3xTF32 stays fp32-class for any K.
 template <int BN, bool PROMOTE, int EPI>
 __global__ void __launch_bounds__(kWgThreads, 1)
 fused_wgmma_kernel(const Problem p, float* out, const __grid_constant__ CUtensorMap map_a0,
@@ -317,34 +318,37 @@ fused_wgmma_kernel(const Problem p, float* out, const __grid_constant__ CUtensor
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     float d[NACC], acc[PROMOTE ? NACC : 1];
 #pragma unroll
-    for (int i = 0; i < NACC; ++i) d[i] = 0.f;
+    for (int i = 0; i < NACC; ++i) d[i] = 0.f;  // K = 0 leaves the first product unissued
 #pragma unroll
     for (int i = 0; i < (PROMOTE ? NACC : 1); ++i) acc[i] = 0.f;
     const int cw = wg - 1;
+    const bool leader = threadIdx.x % 128 == 0;
+    bool prev_released = true;  // stage it − 1's buffers already handed back to the producer
     for (int it = 0; it < total; ++it) {
       const int s = it % ST;
       mbar_wait(full + s, (it / ST) & 1);
       const uint8_t* a = smem + s * T::kStageBytes + cw * 64 * 128;
       const uint8_t* b = smem + s * T::kStageBytes + T::kABytes;
-      if (PROMOTE) {
-#pragma unroll
-        for (int i = 0; i < NACC; ++i) d[i] = 0.f;
-      }
+      // A promotion window starts from zero: its first product overwrites d (scale-d = 0).
+      const bool fresh = PROMOTE ? it % kPromoteStages == 0 : it == 0;
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
-        wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32));
+        wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
       wgmma_commit();
-      if (PROMOTE) {
-        wgmma_wait<0>();
+      if (PROMOTE && (it % kPromoteStages == kPromoteStages - 1 || it == total - 1)) {
+        wgmma_wait<0>();  // the window's products are done: add them in with round-to-nearest
 #pragma unroll
         for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
-        if (threadIdx.x % 128 == 0) mbar_arrive(empty + s);
+        if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
+        if (leader) mbar_arrive(empty + s);
+        prev_released = true;
 #pragma unroll
         for (int i = 0; i < NACC; ++i) acc[i] += d[i];
       } else {
         wgmma_wait<1>();  // the previous stage's products are done: release its buffers
-        if (it > 0 && threadIdx.x % 128 == 0) mbar_arrive(empty + (it - 1) % ST);
+        if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
+        prev_released = false;
       }
     }
     wgmma_wait<0>();
