@@ -6,7 +6,8 @@
 //  * tf32 / 3xtf32 with K % 4 == 0 on Hopper: wgmma (m64n256k8) fed by TMA bulk tensor
 //    copies into a 4-stage shared-memory ring on mbarriers; one producer warpgroup, two
 //    consumer warpgroups (warp specialization), 128×256 block tile, grouped raster order.
-//    3xTF32 runs the same kernel over three K segments: Xb·Wb, Xs·Wb, Xb·Ws, where
+//    3xTF32 runs the same kernel (128×192 tiles, promoted accumulation) over three K
+//    segments: Xb·Wb, Xs·Wb, Xb·Ws, where
 //    X = Xb + Xs and W = Wb + Ws are split into TF32 parts (X per call, W cached by the host).
 //  * tf32 / 3xtf32 otherwise: mma.sync m16n8k8 with a cp.async 3-stage pipeline (any K).
 //  * fp32: FFMA on the SIMT tile of common.cuh.
@@ -172,9 +173,10 @@ __global__ void __launch_bounds__(kThreads, 1) fused_tc_gemm_kernel(const Proble
 // ---------------------------------------------------------------- Hopper: TMA + wgmma
 constexpr int kWgBM = 128, kWgBK = 32, kWgThreads = 384, kWgGroup = 16;
 constexpr int kPromoteStages = 4;  // 3xTF32: promote every 4 K steps (128 products)
+constexpr int kSplitBN = 192;      // 3xTF32 tile width: 96 window + 96 promoted accumulators a thread
 
 // Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), and as
-// many pipeline stages as fit in 192 KB (4 for BN = 256, 6 for BN = 128).
+// many pipeline stages as fit in 192 KB (4 for BN = 256 or 192).
 template <int BN>
 struct WgTile {
   static constexpr uint32_t kABytes = kWgBM * kWgBK * 4, kBBytes = BN * kWgBK * 4;
@@ -246,12 +248,12 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[128], uint64_t desc_a, uin
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-__device__ __forceinline__ void wgmma_tf32(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n128k8
+__device__ __forceinline__ void wgmma_tf32(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n192k8
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
+      "%96, %97, p, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -260,7 +262,11 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[64], uint64_t desc_a, uint
         "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
@@ -463,7 +469,7 @@ inline bool wgmma_applicable(const Problem& p) {
 }
 
 // tf32: 128×256 tiles, one pass over K. 3xtf32: X split here (Xb, Xs into p.xsplit), W's
-// parts from the host; 128×128 tiles with promotion, three passes over K.
+// parts from the host; 128×192 tiles with promotion, three passes over K.
 template <int EPI>
 const char* launch_wgmma(const Problem& p, float* out, cudaStream_t st) {
   CUtensorMap a0, b0, a1, b1;
@@ -480,11 +486,11 @@ const char* launch_wgmma(const Problem& p, float* out, cudaStream_t st) {
   split_tf32_kernel<<<132 * 8, 256, 0, st>>>(p.x, p.xsplit, p.xsplit + nk, nk);
   FL_CHECK_LAUNCH();
   if ((err = encode_map(&a0, p.xsplit, p.n, p.k, kWgBM)) || (err = encode_map(&a1, p.xsplit + nk, p.n, p.k, kWgBM)) ||
-      (err = encode_map(&b0, p.wsplit, p.m, p.k, 128)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, 128)))
+      (err = encode_map(&b0, p.wsplit, p.m, p.k, kSplitBN)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, kSplitBN)))
     return err;
-  auto kernel = fused_wgmma_kernel<128, true, EPI>;
-  FL_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgTile<128>::kSmem));
-  kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, 128), kWgThreads, WgTile<128>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
+  auto kernel = fused_wgmma_kernel<kSplitBN, true, EPI>;
+  FL_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgTile<kSplitBN>::kSmem));
+  kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitBN), kWgThreads, WgTile<kSplitBN>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
