@@ -350,7 +350,7 @@ constexpr int simt_gemm_threads() { return (BM / TM) * (BN / TN); }
 template <int BM, int BN, int BK, int TM, int TN>
 constexpr size_t simt_gemm_smem_bytes() {
   constexpr size_t loop = (size_t)BK * (BM + BN + 64 / BK) * sizeof(float);
-  constexpr size_t epi = ((size_t)BM * (BN + 1) + simt_gemm_threads<BM, BN, BK, TM, TN>() + 32) * sizeof(float);
+  constexpr size_t epi = ((size_t)(BM / TM + 1) * BN + 1) * sizeof(float);  // row-group sums, means, flag
   return loop > epi ? loop : epi;
 }
 
@@ -396,13 +396,51 @@ simt_gemm_kernel(Problem p, const float* __restrict__ x, const float* __restrict
     }
     __syncthreads();
   }
-  float* C = smem;  // reuse: [BM][BN + 1]
+  // Epilogue from registers: store the tile (+ bias), then for the statistics epilogues the
+  // tile's column partials (mean_t over the valid rows, then M2_t about it; algebra.tile_partials),
+  // reduced over the RY row groups through shared memory in a fixed order.
+  const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
 #pragma unroll
   for (int i = 0; i < TM; ++i)
 #pragma unroll
-    for (int j = 0; j < TN; ++j) C[(ty + i * RY) * (BN + 1) + tx + j * RX] = acc[i][j];
-  __syncthreads();
-  tile_epilogue<BM, BN, THREADS, EPI>(p, C, smem + BM * (BN + 1), out, p.bias, m0, n0, blockIdx.x, gridDim.y);
+    for (int j = 0; j < TN; ++j) {
+      const int r = ty + i * RY, c = tx + j * RX;
+      if (r < rows && c < cols)
+        out[(size_t)(m0 + r) * p.m + n0 + c] = acc[i][j] + (EPI == EPI_BIAS ? p.bias[n0 + c] : 0.f);
+    }
+  if (EPI == EPI_BIAS) return;
+  float* red = smem;              // [RY][BN] row-group sums (the main loop ended on a barrier)
+  float* mean = smem + RY * BN;   // [BN]
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const int c = tx + j * RX;
+      const float mu = pass ? mean[c] : 0.f;
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+        if (ty + i * RY < rows) {
+          const float v = acc[i][j] - mu;
+          sum += pass ? v * v : v;
+        }
+      red[ty * BN + c] = sum;
+    }
+    __syncthreads();
+    for (int c = tid; c < BN; c += THREADS) {
+      float total = 0.f;
+      for (int y = 0; y < RY; ++y) total += red[y * BN + c];
+      if (pass == 0) {
+        mean[c] = total / (float)rows;
+      } else if (c < cols) {
+        const int t = m0 / BM;
+        p.part[(size_t)(2 * t) * p.m + n0 + c] = mean[c];
+        p.part[(size_t)(2 * t + 1) * p.m + n0 + c] = total;
+      }
+    }
+    __syncthreads();
+  }
+  if (EPI == EPI_STATS_LAST) finalize_if_last_block<BM, THREADS>(p, n0, cols, blockIdx.x, gridDim.y, mean + BN);
 }
 
 template <int BM, int BN, int BK, int TM, int TN, int EPI>
