@@ -19,9 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from fusedlib import algebra, build, check
+import copy
+
+import fusedlib
+from fusedlib import algebra, build
 from fusedlib import cuda as fl_cuda
-from fusedlib.reference import PRESETS, make_reference, parse_shape
+from fusedlib.reference import PRESETS, get_inputs, make_reference, parse_shape
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +54,60 @@ def _cases():
 
 
 CASES = list(_cases())
+#: Normwise relative error budgets against float64 (DESIGN.md §4). TF32: operands keep 10
+#: mantissa bits (truncated), ≈ 5e-4 relative error in Z, up to ≈ 2.3e-3 measured on the
+#: normalized outputs of the smallest shapes: 5e-3 leaves a 2× margin.
+BUDGET = {"fp32": 1e-5, "3xtf32": 1e-5, "tf32": 5e-3}
+
+
+def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-300)).item()
+
+
+def run_case(problem, stage, mode, precision, shape, seed, input_kind):
+    """One validation case: fused module vs the float64 reference (and PyTorch's own fp32
+    module) after 3 train steps (+ one eval step in eval mode), fresh inputs each step.
+    Parameters are randomised (scale, γ, β) so that every coefficient path is exercised;
+    problem 33/39 gets a zero and a negative scale entry."""
+    sh = parse_shape(shape)
+    gen = torch.Generator().manual_seed(1000 + seed)
+    ref = make_reference(problem, sh.in_features, sh.out_features, seed=seed)
+    with torch.no_grad():
+        m = sh.out_features
+        if problem == "84":
+            ref.scale.fill_(0.5 + torch.rand(1, generator=gen).item())
+        elif m >= 2:
+            ref.scale[0] = 0.0
+            ref.scale[1] = -abs(ref.scale[1].item()) - 0.1
+        ref.bn.weight.copy_(1 + 0.3 * torch.randn(m, generator=gen))
+        ref.bn.bias.copy_(0.3 * torch.randn(m, generator=gen))
+    ref = ref.cuda()
+    ref64 = copy.deepcopy(ref).double()
+    fused = fusedlib.from_reference(ref, stage=stage, precision=precision)
+    steps = 3 + (mode == "eval")
+    for step in range(steps):
+        if step == 3:
+            for mod in (ref, ref64, fused):
+                mod.eval()
+        x = get_inputs(sh, input_kind, gen).cuda()
+        with torch.no_grad():
+            y, y32, y64 = fused(x), ref(x), ref64(x.double())
+    bn, bn64 = fused.bn, ref64.bn
+    buf_err = max(_relerr(bn.running_mean, bn64.running_mean), _relerr(bn.running_var, bn64.running_var))
+    rel, ref_rel = _relerr(y, y64), _relerr(y32, y64)
+    budget = max(BUDGET[precision], 2 * ref_rel)
+    finite = bool(torch.isfinite(y).all())
+    allclose = bool(torch.allclose(y, y32, atol=1e-4, rtol=1e-4))
+    # KernelBench's check (atol = rtol = 1e-4 against PyTorch's fp32 module) for the fp32-class
+    # modes, except on the large-offset inputs where PyTorch's own fp32 error exceeds it.
+    kb_ok = allclose or precision == "tf32" or input_kind == "offset"
+    passed = (finite and rel <= budget and kb_ok and buf_err <= max(BUDGET[precision], 1e-5)
+              and int(bn.num_batches_tracked) == int(bn64.num_batches_tracked))
+    return {"problem": problem, "stage": stage, "mode": mode, "precision": precision, "shape": str(sh),
+            "seed": seed, "input_kind": input_kind, "max_abs_err": (y.double() - y64).abs().max().item(),
+            "rel_err": rel, "buffer_rel_err": buf_err, "ref_fp32_rel_err": ref_rel, "budget": budget,
+            "allclose_ref_fp32_1e-4": allclose,
+            "finite": finite, "passed": passed}
 RECORD: dict = {"cases": [], "sanitizer": [], "determinism": []}
 
 
@@ -89,7 +146,7 @@ def validation_record():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(str(v) for v in c.values()))
 def test_case_matches_float64(case):
-    result = check.run_case(device="cuda", **case)
+    result = run_case(**case)
     RECORD["cases"].append(result)
     assert result["passed"], result
 
@@ -99,7 +156,6 @@ def test_case_matches_float64(case):
 def test_reruns_are_bit_identical(problem, stage, precision):
     shape = PRESETS[problem]
     model = make_reference(problem, shape.in_features, shape.out_features, seed=0).cuda()
-    import fusedlib
     fused = fusedlib.from_reference(model, stage=stage, precision=precision)
     x = torch.rand(shape.batch, shape.in_features, device="cuda")
     first = fused(x)
@@ -112,28 +168,37 @@ def test_reruns_are_bit_identical(problem, stage, precision):
 _SANITIZE = """
 import torch, fusedlib
 from fusedlib.reference import make_reference
-for problem, shape in (("84", (130, 70, 200)), ("33", (130, 70, 200))):
-    n, k, m = shape
+for problem in ("84", "33"):
+  for n, k, m in ((130, 72, 300), (130, 70, 200)):  # K % 4 == 0 (TMA/wgmma path) and not
     for precision in {precisions}:
-        ref = make_reference(problem, k, m, seed=0).cuda()
-        f = fusedlib.from_reference(ref, stage="{stage}", precision=precision)
-        x = torch.rand(n, k, device="cuda")
-        f(x); f(x); f.eval(); f(x)
+      ref = make_reference(problem, k, m, seed=0).cuda()
+      f = fusedlib.from_reference(ref, stage="{stage}", precision=precision)
+      x = torch.rand(n, k, device="cuda")
+      f(x); f(x); f.eval(); f(x)
 torch.cuda.synchronize()
 """
 
 
-@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
-@pytest.mark.parametrize("stage", algebra.STAGES)
-def test_compute_sanitizer_clean(tool, stage):
-    build.load_stage(stage)  # build outside the sanitizer; the child loads from the cache
-    precisions = list(algebra.PRECISIONS) if stage == "fused" else ["fp32"]
-    code = _SANITIZE.format(stage=stage, precisions=precisions)
+def test_compute_sanitizer_clean():
+    """memcheck and racecheck on every stage at a small odd shape (all precisions of fused,
+    train then eval): zero errors. The 8 runs go in parallel; kernels are built beforehand."""
+    for stage in algebra.STAGES:
+        build.load_stage(stage)  # the children load the cached builds
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(["compute-sanitizer", "--tool", tool, sys.executable, "-c", code],
-                          capture_output=True, text=True, env=env, timeout=900)
-    tail = (proc.stdout + proc.stderr)[-3000:]
-    summary = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "ERROR SUMMARY" in ln]
-    errors = int(summary[-1].split("ERROR SUMMARY:")[1].split()[0]) if summary else -1
-    RECORD["sanitizer"].append({"tool": tool, "stage": stage, "errors": errors})
-    assert proc.returncode == 0 and errors == 0, tail
+    runs = {}
+    for tool in ("memcheck", "racecheck"):
+        for stage in algebra.STAGES:
+            precisions = list(algebra.PRECISIONS) if stage == "fused" else ["fp32"]
+            code = _SANITIZE.format(stage=stage, precisions=precisions)
+            runs[tool, stage] = subprocess.Popen(
+                ["compute-sanitizer", "--tool", tool, sys.executable, "-c", code],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    failures = []
+    for (tool, stage), proc in runs.items():
+        out, _ = proc.communicate(timeout=900)
+        summary = [ln for ln in out.splitlines() if "ERROR SUMMARY" in ln]
+        errors = int(summary[-1].split("ERROR SUMMARY:")[1].split()[0]) if summary else -1
+        RECORD["sanitizer"].append({"tool": tool, "stage": stage, "errors": errors})
+        if proc.returncode != 0 or errors != 0:
+            failures.append(f"{tool}/{stage}: rc={proc.returncode} errors={errors}\n{out[-2000:]}")
+    assert not failures, "\n".join(failures)
