@@ -85,17 +85,29 @@ def run_case(problem, stage, mode, precision, shape, seed, input_kind):
     ref64 = copy.deepcopy(ref).double()
     fused = fusedlib.from_reference(ref, stage=stage, precision=precision)
     steps = 3 + (mode == "eval")
+    perm = torch.randperm(sh.in_features, generator=gen).cuda()
     for step in range(steps):
         if step == 3:
             for mod in (ref, ref64, fused):
                 mod.eval()
+        if step == steps - 1:  # PyTorch fp32 once more, summing over K in another (equally valid) order
+            ref_perm = copy.deepcopy(ref)
+            with torch.no_grad():
+                ref_perm.gemm.weight.copy_(ref.gemm.weight[:, perm])
         x = get_inputs(sh, input_kind, gen).cuda()
         with torch.no_grad():
             y, y32, y64 = fused(x), ref(x), ref64(x.double())
+    with torch.no_grad():
+        y32_perm = ref_perm(x[:, perm].contiguous())
     bn, bn64 = fused.bn, ref64.bn
     buf_err = max(_relerr(bn.running_mean, bn64.running_mean), _relerr(bn.running_var, bn64.running_var))
     rel, ref_rel = _relerr(y, y64), _relerr(y32, y64)
-    budget = max(BUDGET[precision], 2 * ref_rel)
+    # fp32 noise level: the larger error of two valid fp32 evaluations (PyTorch's module with
+    # K summed in two orders). Well-conditioned inputs stay under the fixed budget; on the
+    # ill-conditioned large-offset inputs every fp32 evaluation loses digits, and a result
+    # within twice that spread is as good as fp32 arithmetic allows.
+    noise = max(ref_rel, _relerr(y32_perm, y64))
+    budget = max(BUDGET[precision], 2 * noise)
     finite = bool(torch.isfinite(y).all())
     allclose = bool(torch.allclose(y, y32, atol=1e-4, rtol=1e-4))
     # KernelBench's check (atol = rtol = 1e-4 against PyTorch's fp32 module) for the fp32-class
@@ -105,7 +117,8 @@ def run_case(problem, stage, mode, precision, shape, seed, input_kind):
               and int(bn.num_batches_tracked) == int(bn64.num_batches_tracked))
     return {"problem": problem, "stage": stage, "mode": mode, "precision": precision, "shape": str(sh),
             "seed": seed, "input_kind": input_kind, "max_abs_err": (y.double() - y64).abs().max().item(),
-            "rel_err": rel, "buffer_rel_err": buf_err, "ref_fp32_rel_err": ref_rel, "budget": budget,
+            "rel_err": rel, "buffer_rel_err": buf_err, "ref_fp32_rel_err": ref_rel, "fp32_noise": noise,
+            "budget": budget,
             "allclose_ref_fp32_1e-4": allclose,
             "finite": finite, "passed": passed}
 RECORD: dict = {"cases": [], "sanitizer": [], "determinism": []}
@@ -179,6 +192,18 @@ torch.cuda.synchronize()
 """
 
 
+def _sanitizer_errors(output: str) -> int:
+    """Errors from compute-sanitizer's closing line: memcheck prints "ERROR SUMMARY: N errors",
+    racecheck "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)"; -1 if absent."""
+    for line in reversed(output.splitlines()):
+        if "ERROR SUMMARY:" in line:
+            return int(line.split("ERROR SUMMARY:")[1].split()[0])
+        if "RACECHECK SUMMARY:" in line and "(" in line:
+            hazards = int(line.split("RACECHECK SUMMARY:")[1].split()[0])
+            return max(hazards, int(line.split("(")[1].split()[0]))
+    return -1
+
+
 def test_compute_sanitizer_clean():
     """memcheck and racecheck on every stage at a small odd shape (all precisions of fused,
     train then eval): zero errors. The 8 runs go in parallel; kernels are built beforehand."""
@@ -196,8 +221,7 @@ def test_compute_sanitizer_clean():
     failures = []
     for (tool, stage), proc in runs.items():
         out, _ = proc.communicate(timeout=900)
-        summary = [ln for ln in out.splitlines() if "ERROR SUMMARY" in ln]
-        errors = int(summary[-1].split("ERROR SUMMARY:")[1].split()[0]) if summary else -1
+        errors = _sanitizer_errors(out)
         RECORD["sanitizer"].append({"tool": tool, "stage": stage, "errors": errors})
         if proc.returncode != 0 or errors != 0:
             failures.append(f"{tool}/{stage}: rc={proc.returncode} errors={errors}\n{out[-2000:]}")
