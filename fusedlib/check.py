@@ -1,0 +1,194 @@
+"""``python -m fusedlib check``: compare stages with a float64 reference.
+
+Each case builds the KernelBench reference model (:func:`fusedlib.reference.make_reference`)
+with randomised scale, γ and β (problem 33/39 also gets a zero and a negative scale entry),
+runs the fused module (CPU stage algebra or CUDA kernels), PyTorch's own fp32 module and a
+float64 copy on the same fresh inputs for 3 train steps (plus one eval step in eval mode),
+then compares the last output and the running buffers (DESIGN.md §5).
+
+Pass rule. Normwise relative error ‖y − y64‖_F / ‖y64‖_F within the precision's budget —
+fp32 and 3xtf32: 1e-5; tf32: 5e-3 (TF32 keeps 10 mantissa bits, ≈ 5e-4 relative error in Z,
+up to ≈ 2.3e-3 measured on normalized outputs of the smallest shapes) — or within twice the
+fp32 noise level, the larger error of two valid fp32 evaluations (PyTorch's module with K
+summed in two orders), which only matters for ill-conditioned inputs such as the
+large-offset columns (|mean|/std ≈ 1e3). Running buffers within max(budget, 1e-5).
+fp32 and 3xtf32 must also satisfy KernelBench's check, ``allclose(atol=rtol=1e-4)`` against
+PyTorch's fp32 module, except on the large-offset inputs. NaN or inf never passes.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+
+import torch
+
+from . import algebra
+from .reference import PRESETS, get_inputs, make_reference, parse_shape
+
+#: Normwise relative error budgets against float64 (DESIGN.md §4), see the module docstring.
+BUDGET = {"fp32": 1e-5, "3xtf32": 1e-5, "tf32": 5e-3}
+#: Default shapes on the CPU: small and odd (no multiple of any tile), plus KernelBench v0.
+CPU_SHAPES = ("7x33->65", "2x64->3", "257x100->99", "v0")
+#: Default shapes on CUDA besides the problem's own KernelBench preset.
+CUDA_SHAPES = ("v0", "257x1000->999", "2x64->3", "7x33->65")
+INPUT_KINDS = ("rand", "randn", "offset")
+
+
+def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-300)).item()
+
+
+def run_case(problem: str, stage: str, mode: str, precision: str, shape: str, seed: int,
+             input_kind: str = "rand", device: str = "cpu") -> dict:
+    """Run one case and return its record.
+
+    Args:
+        problem: "84", "33" or "39". stage: naive|fold|sums|fused. mode: train|eval.
+        precision: fp32|tf32|3xtf32. shape: preset or "NxK->M". seed: int.
+        input_kind: rand|randn|offset (see :func:`fusedlib.reference.get_inputs`).
+        device: "cpu" (stage algebra) or "cuda" (kernels).
+
+    Returns:
+        dict with problem, stage, mode, precision, shape, seed, input_kind, max_abs_err,
+        rel_err, buffer_rel_err, ref_fp32_rel_err, fp32_noise, budget,
+        allclose_ref_fp32_1e-4, finite, passed.
+
+    Raises:
+        ValueError: unknown problem/stage/precision/mode/shape or an illegal combination.
+    """
+    algebra.check_stage_precision(stage, precision)
+    if mode not in ("train", "eval"):
+        raise ValueError(f"mode: expected 'train' or 'eval', got {mode!r}")
+    sh = parse_shape(shape)
+    gen = torch.Generator().manual_seed(1000 + seed)
+    ref = make_reference(problem, sh.in_features, sh.out_features, seed=seed)
+    with torch.no_grad():
+        m = sh.out_features
+        if str(problem) == "84":
+            ref.scale.fill_(0.5 + torch.rand(1, generator=gen).item())
+        elif m >= 2:
+            ref.scale[0] = 0.0
+            ref.scale[1] = -abs(ref.scale[1].item()) - 0.1
+        ref.bn.weight.copy_(1 + 0.3 * torch.randn(m, generator=gen))
+        ref.bn.bias.copy_(0.3 * torch.randn(m, generator=gen))
+    ref = ref.to(device)
+    ref64 = copy.deepcopy(ref).double()
+    from .modules import from_reference
+    fused = from_reference(ref, stage=stage, precision=precision)
+    steps = 3 + (mode == "eval")
+    perm = torch.randperm(sh.in_features, generator=gen).to(device)
+    for step in range(steps):
+        if step == 3:
+            for mod in (ref, ref64, fused):
+                mod.eval()
+        if step == steps - 1:  # PyTorch fp32 once more, summing over K in another (equally valid) order
+            ref_perm = copy.deepcopy(ref)
+            with torch.no_grad():
+                ref_perm.gemm.weight.copy_(ref.gemm.weight[:, perm])
+        x = get_inputs(sh, input_kind, gen).to(device)
+        with torch.no_grad():
+            y, y32, y64 = fused(x), ref(x), ref64(x.double())
+    with torch.no_grad():
+        y32_perm = ref_perm(x[:, perm].contiguous())
+    bn, bn64 = fused.bn, ref64.bn
+    buf_err = max(_relerr(bn.running_mean, bn64.running_mean), _relerr(bn.running_var, bn64.running_var))
+    rel, ref_rel = _relerr(y, y64), _relerr(y32, y64)
+    noise = max(ref_rel, _relerr(y32_perm, y64))
+    budget = max(BUDGET[precision], 2 * noise)
+    finite = bool(torch.isfinite(y).all())
+    allclose = bool(torch.allclose(y, y32, atol=1e-4, rtol=1e-4))
+    kb_ok = allclose or precision == "tf32" or input_kind == "offset"
+    passed = (finite and rel <= budget and kb_ok and buf_err <= max(BUDGET[precision], 1e-5)
+              and int(bn.num_batches_tracked) == int(bn64.num_batches_tracked))
+    return {"problem": str(problem), "stage": stage, "mode": mode, "precision": precision, "shape": str(sh),
+            "seed": seed, "input_kind": input_kind, "max_abs_err": (y.double() - y64).abs().max().item(),
+            "rel_err": rel, "buffer_rel_err": buf_err, "ref_fp32_rel_err": ref_rel, "fp32_noise": noise,
+            "budget": budget, "allclose_ref_fp32_1e-4": allclose, "finite": finite, "passed": passed}
+
+
+def combos(stages, precisions):
+    """(stage, precision) pairs a run covers: each stage at each requested precision it
+    supports (tf32 and 3xtf32 exist for ``fused`` only)."""
+    for stage in stages:
+        for precision in precisions:
+            if precision == "fp32" or stage == "fused":
+                yield stage, precision
+
+
+def iter_cases(problems, stages, modes, precisions, shapes, seeds, device="cpu", input_kinds=None):
+    """Every case of a run as keyword dicts for :func:`run_case`. ``shapes`` None: the
+    defaults (CPU_SHAPES on cpu; the problem's preset and CUDA_SHAPES on cuda). Input kinds
+    cycle over seeds unless given; v0 and presets use KernelBench's distributions."""
+    for problem in problems:
+        plist = shapes or (CPU_SHAPES if device == "cpu" else (problem,) + CUDA_SHAPES)
+        for stage, precision in combos(stages, precisions):
+            for mode in modes:
+                for shape in plist:
+                    for seed in range(seeds):
+                        if input_kinds:
+                            kind = input_kinds[seed % len(input_kinds)]
+                        elif shape in PRESETS:
+                            kind = "randn" if shape == "v0" else "rand"
+                        else:
+                            kind = INPUT_KINDS[seed % len(INPUT_KINDS)]
+                        if precision == "tf32" and kind == "offset":
+                            continue  # TF32 operands cannot resolve |mean|/std ≈ 1e3 (error ≈ 5e-2)
+                        yield dict(problem=problem, stage=stage, mode=mode, precision=precision,
+                                   shape=str(parse_shape(shape)), seed=seed, input_kind=kind, device=device)
+
+
+def _choices(value: str, allowed, name: str) -> list[str]:
+    if value == "all":
+        return list(allowed)
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in items if v not in allowed]
+    if bad:
+        raise ValueError(f"--{name}: expected 'all' or a comma list of {list(allowed)}, got {bad}")
+    return items
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu: stage algebra; cuda: kernels")
+    p.add_argument("--problem", default="all", help="84, 33, 39, a comma list or all")
+    p.add_argument("--stage", default="all", help="naive, fold, sums, fused, a comma list or all")
+    p.add_argument("--mode", default="all", help="train, eval or all")
+    p.add_argument("--precision", default="all",
+                   help="fp32, tf32, 3xtf32, a comma list or all (tf32/3xtf32 apply to stage fused)")
+    p.add_argument("--shape", action="append", help="preset (84, 33, 39, v0) or NxK->M; repeatable")
+    p.add_argument("--inputs", help="comma list of input kinds cycled over seeds: rand, randn, offset")
+    p.add_argument("--seeds", type=int, help="seeds per case (default 2 on cpu, 5 on cuda)")
+    p.add_argument("--json", action="store_true", help='print {"cases": [...]} instead of a table')
+
+
+def main(args) -> int:
+    try:
+        problems = _choices(args.problem, ("84", "33", "39"), "problem")
+        stages = _choices(args.stage, algebra.STAGES, "stage")
+        modes = _choices(args.mode, ("train", "eval"), "mode")
+        precisions = _choices(args.precision, algebra.PRECISIONS, "precision")
+        if args.precision != "all" and not any(True for _ in combos(stages, precisions)):
+            raise ValueError(f"--precision {args.precision} applies to stage 'fused' only (selected: {stages})")
+        shapes = [str(parse_shape(s)) for s in args.shape] if args.shape else None
+        kinds = _choices(args.inputs, INPUT_KINDS, "inputs") if args.inputs else None
+        if args.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda: no CUDA device is available here (use --device cpu)")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    seeds = args.seeds or (5 if args.device == "cuda" else 2)
+    cases = list(iter_cases(problems, stages, modes, precisions, shapes, seeds, args.device, kinds))
+    from tqdm import tqdm
+    records = [run_case(**c) for c in tqdm(cases, desc="check", unit="case", file=sys.stderr,
+                                            disable=len(cases) < 20)]
+    failed = sum(not r["passed"] for r in records)
+    if args.json:
+        print(json.dumps({"cases": records}, indent=1))
+    else:
+        import pandas as pd
+        cols = ["problem", "stage", "mode", "precision", "shape", "seed", "input_kind", "max_abs_err",
+                "rel_err", "budget", "passed"]
+        print(pd.DataFrame(records, columns=cols).to_string(index=False, float_format="%.2e"))
+        print(f"{len(records) - failed} passed, {failed} failed")
+    return 1 if failed else 0
