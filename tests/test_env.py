@@ -1,0 +1,28 @@
+"""environment.yml lists exactly the packages of pyproject.toml (dependencies and extras)."""
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[ ;]", requirement.strip(), maxsplit=1)[0].lower()
+
+
+def test_environment_matches_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {_name(r) for r in project["dependencies"]}
+    for extra in project["optional-dependencies"].values():
+        wanted |= {_name(r) for r in extra}
+    text = (ROOT / "environment.yml").read_text()
+    pip_section = text.split("- pip:", 1)[1]
+    listed = {_name(m) for m in re.findall(r"^\s+- (\S.*)$", pip_section, flags=re.M) if not m.startswith("-e")}
+    assert listed == wanted
+
+
+def test_readme_validation_block_is_generated_from_the_record():
+    from fusedlib import report
+    readme = (ROOT / "README.md").read_text()
+    summary = report.validation_summary(ROOT / "results" / "h100" / "validation.json")
+    assert report.render_readme(readme, summary) == readme, "run `python -m fusedlib report`"

@@ -1,0 +1,84 @@
+"""The reference models reproduce KernelBench level 2 problems 84 and 33/39 exactly."""
+import pytest
+import torch
+from torch import nn
+
+from fusedlib.reference import (PRESETS, GemmBatchNormScalingSoftmax, GemmScaleBatchNorm, Shape, get_inputs,
+                                make_reference, parse_shape, problem_kind)
+
+
+class Upstream84(nn.Module):  # KernelBench/level2/84_Gemm_BatchNorm_Scaling_Softmax.py
+    def __init__(self, in_features, out_features, bn_eps=1e-5, bn_momentum=0.1, scale_shape=(1,)):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.bn = nn.BatchNorm1d(out_features, eps=bn_eps, momentum=bn_momentum)
+        self.scale = nn.Parameter(torch.ones(scale_shape))
+        self.softmax = nn.Softmax(dim=1)
+
+    def forward(self, x):
+        return self.softmax(self.scale * self.bn(self.gemm(x)))
+
+
+class Upstream33(nn.Module):  # KernelBench/level2/33_Gemm_Scale_BatchNorm.py (= 39)
+    def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.scale = nn.Parameter(torch.randn(scale_shape))
+        self.bn = nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
+
+    def forward(self, x):
+        return self.bn(self.gemm(x) * self.scale)
+
+
+@pytest.mark.parametrize("ours,theirs,args", [
+    (GemmBatchNormScalingSoftmax, Upstream84, (40, 24)),
+    (GemmScaleBatchNorm, Upstream33, (40, 24, (24,))),
+])
+def test_same_seed_gives_bit_identical_parameters_and_outputs(ours, theirs, args):
+    torch.manual_seed(7)
+    a = ours(*args)
+    torch.manual_seed(7)
+    b = theirs(*args)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb)
+    for key in sa:
+        assert torch.equal(sa[key], sb[key]), key
+    x = torch.rand(16, 40)
+    assert torch.equal(a(x), b(x))
+
+
+def test_make_reference_matches_kernelbench_init():
+    model = make_reference("39", 64, 32, seed=3)
+    torch.manual_seed(3)
+    upstream = Upstream33(64, 32, (32,))
+    assert torch.equal(model.scale, upstream.scale)
+    assert model.bn.eps == 1e-5 and model.bn.momentum == 0.1
+
+
+def test_presets():
+    assert PRESETS["84"] == Shape(1024, 8192, 8192)
+    assert PRESETS["33"] == Shape(1024, 8192, 8192)
+    assert PRESETS["39"] == Shape(16384, 4096, 4096)
+    assert PRESETS["v0"] == Shape(128, 1024, 512)
+    assert problem_kind("39") == "33" and problem_kind(84) == "84"
+
+
+def test_parse_shape():
+    assert parse_shape("257x1000->999") == Shape(257, 1000, 999)
+    assert str(parse_shape("v0")) == "128x1024->512"
+    for bad in ("12x3", "0x4->5", "axb->c"):
+        with pytest.raises(ValueError, match="shape"):
+            parse_shape(bad)
+    with pytest.raises(ValueError, match="problem"):
+        problem_kind("85")
+
+
+def test_inputs():
+    g = torch.Generator().manual_seed(0)
+    x = get_inputs("7x33->65", "rand", g)
+    assert x.shape == (7, 33) and x.min() >= 0 and x.max() < 1
+    z = get_inputs("300x64->8", "offset", g) @ torch.randn(8, 64, generator=g).t()
+    ratio = (z.mean(0).abs() / z.std(0)).median()
+    assert 1e2 < ratio < 1e4  # |mean|/std ≈ 1e3
+    with pytest.raises(ValueError, match="kind"):
+        get_inputs("2x3->4", "uniform")
