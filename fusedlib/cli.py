@@ -1,4 +1,4 @@
-"""Command line: ``python -m fusedlib {info,check,report}``.
+"""Command line: ``python -m fusedlib {info,check,bench,report}``.
 
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and
 ``main(args) -> int`` (the exit status); this file only dispatches, importing the
@@ -14,6 +14,7 @@ import sys
 COMMANDS = {
     "info": ("fusedlib.info", "python, torch, CUDA device and capability, nvcc, build cache"),
     "check": ("fusedlib.check", "compare stages with a float64 reference; exit 1 on any failure"),
+    "bench": ("fusedlib.bench", "time stages and peers on the GPU into results/<gpu>/bench.csv"),
     "report": ("fusedlib.report", "regenerate the README's result sections from committed results"),
 }
 

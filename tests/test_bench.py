@@ -1,0 +1,53 @@
+"""Benchmark harness parts that run without a GPU: CSV contract, rows, scoped TF32."""
+import csv
+
+import pytest
+import torch
+
+from fusedlib import bench
+from fusedlib.reference import parse_shape
+
+ENV = {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0", "cuda": "13.0", "commit": "abc1234"}
+
+
+def test_gpu_slug():
+    assert bench.gpu_slug("NVIDIA H100 80GB HBM3") == "h100"
+    assert bench.gpu_slug("NVIDIA H200") == "h200"
+    assert bench.gpu_slug("Tesla V100-SXM2") == "teslav100sxm2"
+
+
+def test_row_follows_contract_and_cost_model(tmp_path):
+    shape = parse_shape("84")
+    row = bench.make_row("84", shape, "train", "tf32", "fused", (0.5, 0.45, 0.6), 50, 3e-4, ENV)
+    assert list(row) == bench.COLUMNS
+    assert row["tflops"] == pytest.approx(137.5e9 / 0.5e-3 / 1e12, rel=0.01)  # ≈ 137.5 GFLOP in 0.5 ms
+    assert row["gbytes_per_s"] > 0 and row["median_ms"] == 0.5 and row["iters"] == 50
+    path = tmp_path / "bench.csv"
+    bench.append_row(path, row)
+    bench.append_row(path, {**row, "impl": "eager"})
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["impl"] for r in rows] == ["fused", "eager"]
+    assert list(rows[0]) == bench.COLUMNS
+    assert path.read_text().count("median_ms") == 1  # one header
+    with pytest.raises(ValueError, match="columns"):
+        bench.append_row(path, {"problem": "84"})
+
+
+def test_peer_precision_is_scoped_and_restored():
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    with bench.peer_precision("tf32"):
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    with pytest.raises(RuntimeError):
+        with bench.peer_precision("tf32"):
+            raise RuntimeError("boom")
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+
+
+def test_bench_without_gpu_exits_2(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    from fusedlib import cli
+    assert cli.main(["bench", "--problem", "84"]) == 2
+    assert "CUDA" in capsys.readouterr().err
