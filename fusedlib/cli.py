@@ -1,4 +1,4 @@
-"""Command line: ``python -m fusedlib {info,check,bench,report}``.
+"""Command line: ``python -m fusedlib {info,check,bench,figures,report}``.
 
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and
 ``main(args) -> int`` (the exit status); this file only dispatches, importing the
@@ -15,6 +15,7 @@ COMMANDS = {
     "info": ("fusedlib.info", "python, torch, CUDA device and capability, nvcc, build cache"),
     "check": ("fusedlib.check", "compare stages with a float64 reference; exit 1 on any failure"),
     "bench": ("fusedlib.bench", "time stages and peers on the GPU into results/<gpu>/bench.csv"),
+    "figures": ("fusedlib.figures", "draw the roofline, throughput and breakdown figures from committed CSVs"),
     "report": ("fusedlib.report", "regenerate the README's result sections from committed results"),
 }
 
