@@ -1,9 +1,10 @@
 """``python -m fusedlib report``: README sections generated from committed GPU results.
 
-The block between ``<!-- validation:begin -->`` and ``<!-- validation:end -->`` in
-README.md is the summary of ``results/<gpu>/validation.json`` made by
-:func:`validation_summary`; a test keeps the README in step with the record, so every
-number the README shows comes from a committed result.
+Between ``<!-- validation:begin -->`` and ``<!-- validation:end -->``: the summary of
+``results/<gpu>/validation.json`` (:func:`validation_summary`); between
+``<!-- results-table:begin -->`` and ``<!-- results-table:end -->``: the timing table of
+``results/<gpu>/bench.csv`` (:func:`results_table`). Tests keep the README in step with
+the records, so every number the README shows comes from a committed result.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- validation:begin -->", "<!-- validation:end -->"
+TABLE_BEGIN, TABLE_END = "<!-- results-table:begin -->", "<!-- results-table:end -->"
 
 
 def validation_summary(path: Path) -> str:
@@ -52,12 +54,33 @@ def validation_summary(path: Path) -> str:
     return "\n".join(lines)
 
 
-def render_readme(readme: str, summary: str) -> str:
-    """Replace the text between the validation markers. Raises ValueError if they are missing."""
-    if BEGIN not in readme or END not in readme:
-        raise ValueError(f"README.md: markers {BEGIN} and {END} not found")
-    head, rest = readme.split(BEGIN, 1)
-    return f"{head}{BEGIN}\n{summary}\n{END}{rest.split(END, 1)[1]}"
+def results_table(bench) -> str:
+    """Markdown table from a bench.csv DataFrame (:data:`fusedlib.bench.COLUMNS`): for each
+    problem@shape, mode and precision, every implementation's median ms, speedup against
+    eager and against torch.compile (default) at the same precision (fp32 peers for 3xtf32,
+    which the peers lack), ratio to GEMM-only, and relative error. Latest row per key wins."""
+    key = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl"]
+    df = bench.drop_duplicates(key, keep="last")
+    lines = ["| problem @shape | mode | precision | impl | median ms | vs eager | vs compile | / GEMM-only | rel. error |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (problem, n, k, m, mode, precision), g in df.groupby(key[:-1], sort=False):
+        peers_prec = "fp32" if precision == "3xtf32" else precision
+        peers = df[(df.problem == problem) & (df.batch == n) & (df.in_features == k) & (df.out_features == m)
+                   & (df["mode"] == mode) & (df.precision == peers_prec)].set_index("impl").median_ms
+        for row in g.itertuples(index=False):
+            ratio = lambda peer: f"{peers[peer] / row.median_ms:.2f}×" if peer in peers else "–"  # noqa: E731
+            floor = f"{row.median_ms / peers['gemm_only']:.2f}" if "gemm_only" in peers else "–"
+            lines.append(f"| {problem} @{n}×{k}→{m} | {mode} | {precision} | {row.impl} | {row.median_ms:.3f} | "
+                         f"{ratio('eager')} | {ratio('compile')} | {floor} | {row.rel_err:.1e} |")
+    return "\n".join(lines)
+
+
+def render_readme(readme: str, summary: str, begin: str = BEGIN, end: str = END) -> str:
+    """Replace the text between two markers. Raises ValueError if they are missing."""
+    if begin not in readme or end not in readme:
+        raise ValueError(f"README.md: markers {begin} and {end} not found")
+    head, rest = readme.split(begin, 1)
+    return f"{head}{begin}\n{summary}\n{end}{rest.split(end, 1)[1]}"
 
 
 def add_arguments(parser) -> None:
@@ -66,7 +89,13 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     readme = ROOT / "README.md"
-    path = ROOT / "results" / args.gpu / "validation.json"
-    readme.write_text(render_readme(readme.read_text(), validation_summary(path)))
-    print(f"README.md: validation summary from {path.relative_to(ROOT)}")
+    results = ROOT / "results" / args.gpu
+    text = render_readme(readme.read_text(), validation_summary(results / "validation.json"))
+    print(f"README.md: validation summary from results/{args.gpu}/validation.json")
+    if (results / "bench.csv").exists():
+        import pandas as pd
+        table = results_table(pd.read_csv(results / "bench.csv", dtype={"problem": str}))
+        text = render_readme(text, table, TABLE_BEGIN, TABLE_END)
+        print(f"README.md: results table from results/{args.gpu}/bench.csv")
+    readme.write_text(text)
     return 0

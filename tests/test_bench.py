@@ -51,3 +51,22 @@ def test_bench_without_gpu_exits_2(capsys):
     from fusedlib import cli
     assert cli.main(["bench", "--problem", "84"]) == 2
     assert "CUDA" in capsys.readouterr().err
+
+
+def test_readme_results_table(tmp_path):
+    import pandas as pd
+
+    from fusedlib import report
+    shape = parse_shape("84")
+    path = tmp_path / "bench.csv"
+    for impl, ms in (("eager", 2.0), ("compile", 1.6), ("gemm_only", 0.8), ("fused", 1.0)):
+        bench.append_row(path, bench.make_row("84", shape, "train", "fp32", impl, (ms, ms, ms), 50, 1e-6, ENV))
+    bench.append_row(path, bench.make_row("84", shape, "train", "3xtf32", "fused", (0.5,) * 3, 50, 1e-6, ENV))
+    table = report.results_table(pd.read_csv(path, dtype={"problem": str}))
+    assert "| 84 @1024×8192→8192 | train | fp32 | fused | 1.000 | 2.00× | 1.60× | 1.25 | 1.0e-06 |" in table
+    assert "| 84 @1024×8192→8192 | train | 3xtf32 | fused | 0.500 | 4.00× | 3.20× | 0.62 | 1.0e-06 |" in table
+    readme = "a\n<!-- results-table:begin -->\nold\n<!-- results-table:end -->\nb"
+    out = report.render_readme(readme, table, report.TABLE_BEGIN, report.TABLE_END)
+    assert "old" not in out and out.startswith("a\n") and out.endswith("b") and table in out
+    with pytest.raises(ValueError, match="markers"):
+        report.render_readme("no markers", table, report.TABLE_BEGIN, report.TABLE_END)

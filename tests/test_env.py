@@ -26,3 +26,8 @@ def test_readme_validation_block_is_generated_from_the_record():
     readme = (ROOT / "README.md").read_text()
     summary = report.validation_summary(ROOT / "results" / "h100" / "validation.json")
     assert report.render_readme(readme, summary) == readme, "run `python -m fusedlib report`"
+    bench_csv = ROOT / "results" / "h100" / "bench.csv"
+    if bench_csv.exists():
+        import pandas as pd
+        table = report.results_table(pd.read_csv(bench_csv, dtype={"problem": str}))
+        assert report.render_readme(readme, table, report.TABLE_BEGIN, report.TABLE_END) == readme
