@@ -1,6 +1,7 @@
 """``python -m fusedlib figures``: the roofline, throughput and breakdown figures, drawn
 from the committed CSVs only (``results/<gpu>/bench.csv``, ``env.json``, ``profile.csv``),
-so they can be regenerated on any machine. Each figure is written as PNG, SVG and PDF.
+and the cancellation figure from the CPU algebra, so they can be regenerated on any
+machine. Each figure is written as PNG, SVG and PDF.
 """
 from __future__ import annotations
 
@@ -138,20 +139,46 @@ def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
     return paths
 
 
+def cancellation_figure(lab):
+    """Figure of a course.cancellation_lab table: variance error against |mean|/std, log-log."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, grp in lab.groupby("method"):
+        ax.loglog(grp["|mean|/std"], grp["max relative error"], marker="o", label=name)
+    ax.axhline(2 ** -24, ls=":", color="gray", label="float32 unit roundoff")
+    ax.set(xlabel="|mean| / std of the column", ylabel="relative error of the variance (float32)",
+           title="One-pass batch variance: cancellation")
+    ax.legend()
+    return fig
+
+
+def cancellation(outdir: Path) -> list[Path]:
+    """Variance error of the textbook one pass against Chan-merged partials as |mean|/std
+    grows (float32, CPU algebra: no GPU results needed); see course.cancellation_lab."""
+    from .course import cancellation_lab
+    fig = cancellation_figure(cancellation_lab())
+    paths = _save(fig, outdir, "cancellation")
+    _plt().close(fig)
+    return paths
+
+
 def make_all(results: Path, outdir: Path) -> list[Path]:
-    """All figures from ``results`` (bench.csv and env.json required, profile.csv optional).
+    """All figures: the cancellation figure always; roofline, throughput and breakdown from
+    ``results`` (bench.csv and env.json required, profile.csv optional).
 
     Raises:
-        FileNotFoundError: bench.csv or env.json is missing.
+        FileNotFoundError: bench.csv or env.json is missing (the cancellation figure is
+        written first).
     """
     import pandas as pd
+    cancel = cancellation(outdir)
     for name in ("bench.csv", "env.json"):
         if not (results / name).exists():
             raise FileNotFoundError(f"{results / name} not found: run `python -m fusedlib bench --ceilings` on a GPU first")
     bench = pd.read_csv(results / "bench.csv")
     env = json.loads((results / "env.json").read_text())
     profile = pd.read_csv(results / "profile.csv") if (results / "profile.csv").exists() else None
-    return roofline(bench, env, outdir) + throughput(bench, outdir) + breakdown(profile, bench, env, outdir)
+    return cancel + roofline(bench, env, outdir) + throughput(bench, outdir) + breakdown(profile, bench, env, outdir)
 
 
 def add_arguments(parser) -> None:
@@ -163,6 +190,7 @@ def main(args) -> int:
     try:
         paths = make_all(ROOT / "results" / args.gpu, args.out)
     except FileNotFoundError as exc:
+        print(f"wrote {args.out / 'cancellation'}.{{png,svg,pdf}}", file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print("\n".join(str(p) for p in paths))

@@ -30,8 +30,8 @@ def _synthetic_results(path):
 def test_all_figures_in_three_formats(tmp_path):
     _synthetic_results(tmp_path)
     paths = figures.make_all(tmp_path, tmp_path / "figures")
-    assert len(paths) == 9
-    for name in ("roofline", "throughput", "breakdown"):
+    assert len(paths) == 12
+    for name in ("cancellation", "roofline", "throughput", "breakdown"):
         for fmt in figures.FORMATS:
             f = tmp_path / "figures" / f"{name}.{fmt}"
             assert f in paths and f.stat().st_size > 1000
@@ -40,3 +40,12 @@ def test_all_figures_in_three_formats(tmp_path):
 def test_missing_results_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="bench.csv"):
         figures.make_all(tmp_path, tmp_path)
+    assert (tmp_path / "cancellation.svg").exists()  # drawn without GPU results
+
+
+def test_cancellation_lab_shows_the_textbook_failure():
+    from fusedlib.course import cancellation_lab
+    lab = cancellation_lab(ratios=(1, 1000))
+    err = lab.set_index(["|mean|/std", "method"])["max relative error"]
+    assert err[1000, "textbook Σz, Σz²"] > 0.1 > 1e-5 > err[1000, "Chan merge"]
+    assert err[1, "textbook Σz, Σz²"] < 1e-4
