@@ -29,3 +29,13 @@ def test_compile_error_is_reported(tmp_path):
     bad.write_text("__global__ void k() { this is not cuda; }\n")
     with pytest.raises(build.KernelBuildError, match="bad.cu"):
         build.compile_check(bad)
+
+
+def test_no_cuda_device_is_a_clear_build_error():
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(build.KernelBuildError, match="need a CUDA device"):
+        build.load_stage("fused")
+    with pytest.raises(ValueError, match="stage"):
+        build.load_stage("fastest")
