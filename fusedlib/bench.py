@@ -201,9 +201,11 @@ def profile_kernels(fn, x, calls: int = 5) -> list[tuple[str, int, float]]:
         torch.cuda.synchronize()
     rows = []
     for evt in prof.key_averages():
+        if not str(getattr(evt, "device_type", "")).endswith("CUDA"):
+            continue  # CPU-side operator entries would count their kernels twice
         device_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
         if device_us > 0 and evt.count:
-            rows.append((evt.key, evt.count // calls, device_us / calls))
+            rows.append((evt.key, max(1, evt.count // calls), device_us / calls))
     return rows
 
 
