@@ -56,7 +56,7 @@ class _FusedBase(nn.Module):
     def _init_options(self, stage: str, precision: str) -> None:
         algebra.check_stage_precision(stage, precision)
         self._stage, self._precision = stage, precision
-        self._eval_cache = None
+        self.invalidate_caches()
 
     @property
     def stage(self) -> str:
@@ -77,6 +77,15 @@ class _FusedBase(nn.Module):
     def precision(self, value: str) -> None:
         algebra.check_stage_precision(self._stage, value)
         self._precision = value
+
+    def invalidate_caches(self) -> None:
+        """Drop the CUDA path's cached eval-mode weights (W' = diag(a)·W, b') and 3xTF32 weight
+        split. They are rebuilt automatically when a parameter or buffer changes through
+        PyTorch ops (optimizer steps, ``load_state_dict``, in-place ops under ``no_grad``,
+        train steps), which bump tensor versions; writes through ``.data`` bypass the version
+        counters, so after those call this method."""
+        self._eval_cache = None
+        self._split_cache = None
 
     def bn_state(self) -> algebra.BNState:
         """The BatchNorm parameters and buffers as an :class:`algebra.BNState` (shared storage)."""
