@@ -62,11 +62,22 @@ def peer_precision(precision: str):
 
 def time_cuda(fn, x, warmup: int = 10, iters: int = 50, flush_mb: int = 256) -> tuple[float, float, float]:
     """(median, min, max) in ms of ``fn(x)`` over ``iters`` calls timed with CUDA events,
-    after ``warmup`` calls, with a ``flush_mb`` MB write before each timed call."""
+    after ``warmup`` calls, with a ``flush_mb`` MB write before each timed call. For a CPU
+    tensor (a dry run of the harness) the host clock times each call and nothing is flushed."""
+    import time
+
     import torch
-    flush = torch.empty(flush_mb * (1 << 20) // 4, device=x.device, dtype=torch.float32)
     for _ in range(warmup):
         fn(x)
+    if not x.is_cuda:
+        times = []
+        for _ in range(iters):
+            start = time.perf_counter()
+            fn(x)
+            times.append((time.perf_counter() - start) * 1e3)
+        times.sort()
+        return times[len(times) // 2], times[0], times[-1]
+    flush = torch.empty(flush_mb * (1 << 20) // 4, device=x.device, dtype=torch.float32)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for s, e in zip(starts, ends):
@@ -79,14 +90,14 @@ def time_cuda(fn, x, warmup: int = 10, iters: int = 50, flush_mb: int = 256) -> 
     return times[len(times) // 2], times[0], times[-1]
 
 
-def implementations(problem: str, shape, mode: str, precision: str, impls, seed: int = 0):
-    """Yield (impl, callable, model-state reset) for each requested implementation that
-    exists at this precision (peers have no 3xtf32; stages other than fused are fp32 only)."""
+def implementations(problem: str, shape, mode: str, precision: str, impls, seed: int = 0, device: str = "cuda"):
+    """Yield (impl, callable) for each requested implementation that exists at this
+    precision (peers have no 3xtf32; stages other than fused are fp32 only)."""
     import torch
 
     import fusedlib
     from .reference import make_reference
-    ref = make_reference(problem, shape.in_features, shape.out_features, seed=seed).cuda()
+    ref = make_reference(problem, shape.in_features, shape.out_features, seed=seed).to(device)
     ref.train(mode == "train")
     for impl in impls:
         if impl in STAGE_IMPLS:
@@ -105,10 +116,13 @@ def implementations(problem: str, shape, mode: str, precision: str, impls, seed:
             yield impl, torch.compile(copy.deepcopy(ref), mode=mode_name)
 
 
-def _environment() -> dict:
+def _environment(device: str = "cuda") -> dict:
+    import platform
+
     import torch
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    return {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+    name = torch.cuda.get_device_name() if device == "cuda" else f"cpu {platform.machine()}"
+    return {"gpu": name, "torch": torch.__version__, "cuda": torch.version.cuda or "none",
             "commit": commit.stdout.strip() or "unknown"}
 
 
@@ -187,6 +201,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fresh", action="store_true", help="start a new CSV instead of appending")
     p.add_argument("--ceilings", action="store_true", help="measure copy bandwidth and GEMM rates into env.json")
     p.add_argument("--profile", action="store_true", help="per-kernel times (torch.profiler) into profile.csv")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: a dry run of the harness on the stage algebra (host clock, --out required)")
 
 
 def profile_kernels(fn, x, calls: int = 5) -> list[tuple[str, int, float]]:
@@ -214,10 +230,13 @@ def main(args) -> int:
     from tqdm import tqdm
 
     from .reference import PRESETS, get_inputs, parse_shape
-    if not torch.cuda.is_available():
-        print("error: bench needs a CUDA device", file=sys.stderr)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("error: bench needs a CUDA device (or --device cpu --out FILE for a dry run)", file=sys.stderr)
         return 2
-    env = _environment()
+    if args.device == "cpu" and (args.out is None or args.ceilings or args.profile):
+        print("error: --device cpu is a dry run: give --out, and no --ceilings or --profile", file=sys.stderr)
+        return 2
+    env = _environment(args.device)
     outdir = ROOT / "results" / gpu_slug(env["gpu"])
     out = args.out or outdir / "bench.csv"
     if args.fresh and out.exists():
@@ -232,8 +251,8 @@ def main(args) -> int:
         plan += [(problem, parse_shape(s), mode, prec) for s in shapes for mode in modes for prec in precisions]
     gen = torch.Generator().manual_seed(0)
     for problem, shape, mode, precision in tqdm(plan, desc="bench", unit="table", file=sys.stderr):
-        x = get_inputs(shape, "randn" if shape == PRESETS["v0"] else "rand", gen).cuda()
-        for impl, fn in implementations(problem, shape, mode, precision, impls):
+        x = get_inputs(shape, "randn" if shape == PRESETS["v0"] else "rand", gen).to(args.device)
+        for impl, fn in implementations(problem, shape, mode, precision, impls, device=args.device):
             try:
                 with peer_precision(precision), torch.no_grad():
                     rel = _rel_err(fn, impl, problem, shape, mode, x)
@@ -256,7 +275,7 @@ def _rel_err(fn, impl, problem, shape, mode, x) -> float:
     import torch
 
     from .reference import make_reference
-    ref = make_reference(problem, shape.in_features, shape.out_features, seed=0).cuda().double()
+    ref = make_reference(problem, shape.in_features, shape.out_features, seed=0).to(x.device).double()
     ref.train(mode == "train")
     y64 = torch.nn.functional.linear(x.double(), ref.gemm.weight, ref.gemm.bias) if impl == "gemm_only" \
         else ref(x.double())

@@ -70,3 +70,23 @@ def test_readme_results_table(tmp_path):
     assert "old" not in out and out.startswith("a\n") and out.endswith("b") and table in out
     with pytest.raises(ValueError, match="markers"):
         report.render_readme("no markers", table, report.TABLE_BEGIN, report.TABLE_END)
+
+
+def test_dry_run_of_the_whole_harness_on_cpu(tmp_path):
+    """The bench loop end to end on the CPU algebra: every table, every impl that exists at
+    each precision, one row each, errors of the right size."""
+    import pandas as pd
+
+    from fusedlib import cli
+    out = tmp_path / "bench.csv"
+    rc = cli.main(["bench", "--device", "cpu", "--out", str(out), "--problem", "84,39", "--shape", "9x40->24",
+                   "--impl", "naive,fused,eager,gemm_only", "--iters", "3", "--warmup", "1"])
+    assert rc == 0
+    df = pd.read_csv(out, dtype={"problem": str})
+    assert list(df.columns) == bench.COLUMNS
+    # per problem and mode: fp32 (4 impls) + tf32 (fused, eager, gemm_only) + 3xtf32 (fused)
+    assert len(df) == 2 * 2 * (4 + 3 + 1)
+    fp32 = df[(df.precision != "tf32") & (df.impl != "gemm_only")]
+    assert (fp32.rel_err < 1e-5).all() and (df.median_ms > 0).all()
+    assert set(df[df.precision == "3xtf32"].impl) == {"fused"}
+    assert cli.main(["bench", "--device", "cpu"]) == 2  # a dry run needs --out
