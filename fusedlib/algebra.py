@@ -33,7 +33,10 @@ STAGES = ("naive", "fold", "sums", "fused")
 PRECISIONS = ("fp32", "tf32", "3xtf32")
 #: Rows per tile of partial statistics: the GEMM's block height (BM) in that stage's kernel.
 TILE_ROWS = {"sums": 64, "fused": 128}
-#: Columns per tile of online-softmax partials in the fused row pass.
+#: Columns per tile of online-softmax partials in this specification. The fused row kernel
+#: keeps one (max, Σexp) partial a thread over its columns and merges the 512 partials with
+#: the same ⊕ in a fixed tree order; the result differs from this left-to-right order by
+#: rounding only.
 SOFTMAX_TILE_COLS = 1024
 
 
@@ -254,7 +257,8 @@ def softmax_three_pass(v: torch.Tensor) -> torch.Tensor:
 def softmax_online(v: torch.Tensor, tile_cols: int = SOFTMAX_TILE_COLS) -> torch.Tensor:
     """Row softmax from per-column-tile partials (m_t, l_t) merged left to right:
     (m, l) ⊕ (m', l') = (M, l·e^{m−M} + l'·e^{m'−M}), M = max(m, m')
-    (Milakov & Gimelshein 2018), then Y = exp(v − M)/L."""
+    (Milakov & Gimelshein 2018), then Y = exp(v − M)/L. One read of the row yields both the
+    maximum and the sum (see :data:`SOFTMAX_TILE_COLS` for how the kernel partitions it)."""
     m_run = l_run = None
     for c0 in range(0, v.shape[1], tile_cols):
         blk = v[:, c0:c0 + tile_cols]
