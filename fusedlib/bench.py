@@ -24,11 +24,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .costmodel import IMPLS
+
 COLUMNS = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl", "median_ms",
            "min_ms", "max_ms", "iters", "tflops", "gbytes_per_s", "rel_err", "gpu", "torch", "cuda", "commit",
            "timestamp"]
-STAGE_IMPLS = ("naive", "fold", "sums", "fused")
-PEER_IMPLS = ("eager", "compile", "compile_max_autotune", "gemm_only")
+STAGE_IMPLS, PEER_IMPLS = IMPLS[:4], IMPLS[4:]
 ROOT = Path(__file__).resolve().parent.parent
 #: H100 SXM datasheet: HBM3 TB/s, dense FP32 and TF32 TFLOP/s.
 DATASHEET_H100 = {"bandwidth_gbytes_per_s": 3350.0, "fp32_tflops": 67.0, "tf32_tflops": 495.0}

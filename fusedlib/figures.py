@@ -9,9 +9,10 @@ import json
 import sys
 from pathlib import Path
 
+from .bench import PEER_IMPLS as PEERS
+from .bench import STAGE_IMPLS as STAGE_ORDER
+
 ROOT = Path(__file__).resolve().parent.parent
-STAGE_ORDER = ("naive", "fold", "sums", "fused")
-PEERS = ("eager", "compile", "compile_max_autotune", "gemm_only")
 FORMATS = ("png", "svg", "pdf")
 
 
