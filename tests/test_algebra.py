@@ -137,6 +137,28 @@ def test_eval_fold_matches_fuse_linear_bn_eval():
     assert torch.allclose(b2, torch_fused.bias, rtol=1e-12, atol=1e-12)
 
 
+def test_eval_fold_33_matches_fuse_linear_bn_eval_of_the_scaled_linear():
+    """33 in eval mode: BN(Z∘s) folds like fuse_linear_bn_eval applied to Linear(diag(s)W, s∘b)."""
+    ref = _model("33", 12, 9)
+    g = torch.Generator().manual_seed(4)
+    for _ in range(2):
+        ref(torch.randn(20, 12, generator=g, dtype=torch.float64))
+    ref.eval()
+    s = ref.scale.detach()
+    scaled = torch.nn.Linear(12, 9).double().eval()
+    with torch.no_grad():
+        scaled.weight.copy_(s[:, None] * ref.gemm.weight)
+        scaled.bias.copy_(s * ref.gemm.bias)
+    torch_fused = fuse_linear_bn_eval(scaled, ref.bn)
+    bn = algebra.BNState(ref.bn.weight, ref.bn.bias, ref.bn.running_mean, ref.bn.running_var,
+                         ref.bn.num_batches_tracked, ref.bn.momentum, ref.bn.eps)
+    a, c = algebra.eval_coefficients("33", bn, ref.scale, torch.float64)
+    w2, b2 = algebra.fold_linear(ref.gemm.weight, ref.gemm.bias, a, c)
+    assert torch.allclose(w2, torch_fused.weight, rtol=1e-12, atol=1e-15)
+    assert torch.allclose(b2, torch_fused.bias, rtol=1e-12, atol=1e-12)
+    assert torch.equal(w2[0], torch.zeros(12, dtype=torch.float64))  # s_0 = 0: column 0 is β_0 alone
+
+
 def test_cancellation_textbook_vs_chan():
     """|mean|/std ≈ 1e3: Σz/Σz² loses most digits in float32, Chan's merge does not."""
     g = torch.Generator().manual_seed(0)
