@@ -9,16 +9,24 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
 venv: $(STAMP)
 
-# CPU-only machines take the CPU build of torch (a plain `torch` would pull the CUDA stack).
+# torch first, so that `pip install -e .` finds torch>=2.11 satisfied:
+# - no NVIDIA driver: the CPU build torch==2.13.0 (a plain `torch` would pull the CUDA stack);
+# - NVIDIA driver: the system python's own CUDA torch >= 2.11 when it has one (the venv sees
+#   the system site-packages), else torch>=2.11 from the index.
+TORCH_OK := import sys, torch; v = tuple(int(p) for p in torch.__version__.split('+')[0].split('.')[:2]); sys.exit(not (v >= (2, 11) and torch.version.cuda))
+
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
 ifeq ($(HAS_GPU),1)
-	$(BIN)/python -m pip install -q "torch>=2.11"
+	if $(PYTHON) -c "$(TORCH_OK)" 2>/dev/null; then \
+		$(PYTHON) -m venv --system-site-packages $(VENV); \
+	else \
+		$(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -q "torch>=2.11"; \
+	fi
 else
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "torch==2.13.0"
 endif
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e ".[dev,notebooks]"
 	touch $(STAMP)
 
 # The unit tests, then every notebook under nbval (cells tagged gpu are skipped without CUDA).
@@ -39,9 +47,11 @@ else
 	$(BIN)/python -m pytest -q --nbval --nbval-current-env notebooks
 endif
 
-# Execute every notebook headless, in place (with a GPU the gpu cells run the kernels).
+# Notebooks hook: execute every notebook headless, in place (with a GPU the gpu cells run
+# the kernels); nothing to do while notebooks/ holds no .ipynb.
 notebooks: venv
-	$(BIN)/python notebooks/run_all.py
+	@if ls notebooks/*.ipynb >/dev/null 2>&1; then $(BIN)/python notebooks/run_all.py; \
+	else echo "notebooks: no notebooks yet"; fi
 
 # Figures (PNG, SVG, PDF) into figures/ and the README tables, from the committed results.
 figures: venv
@@ -50,7 +60,6 @@ figures: venv
 
 # reveal.js slides of the collection into slides/ (inputs of cells tagged hide-input hidden).
 slides: venv
-	$(BIN)/python -m pip install -q -e ".[notebooks]"
 	$(BIN)/python -m jupyter nbconvert --to slides --output-dir slides \
 		--TagRemovePreprocessor.remove_input_tags=hide-input notebooks/[0-9]*.ipynb
 
