@@ -1,50 +1,104 @@
 """Cost model: FLOPs and compulsory DRAM bytes of every stage and peer, pass by pass.
 
-Each implementation is a list of passes (one kernel, or one logical step of a library
-call); a pass moves the bytes it must read and write at least once (fp32, 4 bytes an
-element) and does its arithmetic. Arithmetic intensity = FLOPs / bytes (FLOP/byte), the
-x axis of the roofline (Williams, Waterman & Patterson 2009). Counts are analytic: caches
-that turn a second read into an L2 hit are not credited, which is what "compulsory" means.
+Each implementation is a list of passes, one per kernel (or per logical step of a library
+call), in launch order. A pass is charged the bytes it must read and write at least once
+(fp32, 4 bytes an element) and the arithmetic it executes. Totals give the arithmetic
+intensity, FLOPs / bytes (FLOP/byte), the x axis of the roofline (Williams, Waterman &
+Patterson 2009). "Compulsory" means a second read of the same data inside one kernel is not
+charged when the kernel keeps it on chip, and an L2 hit across kernels is not credited
+either: every pass pays for its own DRAM traffic.
 
-Shapes: X (N×K), W (M×K), Z and Y (N×M), vectors of M. GEMM FLOPs 2NKM; the useful FLOPs
-are the same for every precision (3xTF32 issues three tensor-core products for them).
-Softmax counts 5 FLOPs an element (max, subtract, exp, sum, scale), normalize + affine 4,
-a column-statistics pass 3, a plain affine 2.
+Shapes: X (N×K), W (M×K), Z, Z' and Y (N×M), vectors of M (μ, σ², γ, β, s, a, c, running
+buffers), vectors of N (softmax row max and sum). Per-(row tile, column) partials: the GEMM
+epilogues of ``sums`` and ``fused`` store two floats (mean_t, M2_t) per tile and column;
+the tile count n_t is implicit (rows per tile, last tile shorter), so T·M·2 floats with
+T = ceil(N / tile rows), tile rows 64 (sums) and 128 (fused).
+
+FLOP conventions, per element of an N×M tensor, one FLOP for each add, multiply, compare,
+divide, square root or exponential the kernel executes:
+
+* GEMM 2NKM, whatever the precision (3xTF32 issues three tensor-core products for the same
+  useful FLOPs; they are not counted three times). Bias add 1.
+* column mean 1; column variance 3 (subtract, square, add); both in a GEMM epilogue 4.
+* normalize + affine 6 as the naive kernel executes it (ε add, square root, subtract,
+  divide, multiply, add); PyTorch's (z − μ)·invstd·γ + β 4; V = a∘Z + c 2; scale 1.
+* softmax: row max 1, Σexp 3 (subtract, exp, add), normalize 3 (subtract, exp, scale):
+  7 in all; the online softmax 9 (2 more for rescaling the running sum).
+
+Where a row must be on chip. The single-kernel row softmax of ``fold`` and ``sums``
+(``affine_softmax_rows_kernel``) and the online softmax of ``fused`` keep the row in
+shared memory when 4·M bytes ≤ 200 KiB (M ≤ 51200): Z is then read once. Beyond that the
+three-pass kernel reads the row three times and the online kernel twice; the model
+charges those reads. PyTorch's softmax is charged one read (its shared-memory variant
+holds rows up to 48 KiB: M ≤ 12288).
+
+The eval-mode folded weights W' = diag(a)·W, b' (``sums``, ``fused``) and the TF32 split of
+W (3xtf32) are cached by the module and rebuilt only when a parameter or buffer changes:
+they are not charged to a call.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: Every implementation the benchmark times: the four stages, then the peers.
 IMPLS = ("naive", "fold", "sums", "fused", "eager", "compile", "compile_max_autotune", "gemm_only")
+KINDS = ("84", "33")
+MODES = ("train", "eval")
+PRECISIONS = ("fp32", "tf32", "3xtf32")
 F32 = 4
 #: Rows per statistics tile (the GEMM's block height) in the sums and fused kernels.
 TILE_ROWS = {"sums": 64, "fused": 128}
+#: A softmax row of at most this many bytes stays in shared memory (kMaxRowSmemBytes, common.cuh).
+ROW_SMEM_BYTES = 200 * 1024
+#: PyTorch's softmax keeps rows of at most this many bytes in shared memory.
+TORCH_ROW_SMEM_BYTES = 48 * 1024
+
+__all__ = ["IMPLS", "KINDS", "MODES", "PRECISIONS", "TILE_ROWS", "Pass", "Cost", "cost"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Pass:
-    """One kernel or library step: its name, DRAM bytes moved and FLOPs."""
+    """One kernel or library step: name, DRAM bytes read and written, FLOPs executed."""
 
     name: str
-    bytes: float
+    read_bytes: float
+    write_bytes: float
     flops: float
+
+    @property
+    def bytes(self) -> float:
+        """Bytes moved, read + written."""
+        return self.read_bytes + self.write_bytes
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte of this pass."""
+        return self.flops / self.bytes if self.bytes else float("inf")
 
 
 @dataclass
 class Cost:
-    """Totals of an implementation: FLOPs, compulsory DRAM bytes, intensity (FLOP/byte) and
-    the passes they add up from."""
+    """Cost of one implementation at one shape: its passes and their totals.
 
+    ``flops`` (FLOP), ``bytes`` (compulsory DRAM bytes), ``intensity`` (FLOP/byte).
+    """
+
+    kind: str
     impl: str
+    n: int
+    k: int
+    m: int
+    mode: str
+    precision: str
     passes: list[Pass] = field(default_factory=list)
 
     @property
     def flops(self) -> float:
-        return sum(p.flops for p in self.passes)
+        return float(sum(p.flops for p in self.passes))
 
     @property
     def bytes(self) -> float:
-        return sum(p.bytes for p in self.passes)
+        return float(sum(p.bytes for p in self.passes))
 
     @property
     def intensity(self) -> float:
@@ -52,104 +106,271 @@ class Cost:
 
     def time_ms(self, tflops: float, gbytes_per_s: float) -> float:
         """Predicted time in ms: each pass is a separate kernel bound by its own roof,
-        max(FLOPs / rate, bytes / bandwidth), and the passes add up (no overlap between
-        kernels). ``tflops`` in TFLOP/s for the GEMM's precision, ``gbytes_per_s`` in GB/s."""
+        max(FLOPs / rate, bytes / bandwidth), and the passes add up (kernels do not overlap).
+
+        Args:
+            tflops: compute rate in TFLOP/s (the GEMM's rate at its precision).
+            gbytes_per_s: DRAM bandwidth in GB/s (read + written).
+        """
         return sum(max(p.flops / (tflops * 1e12), p.bytes / (gbytes_per_s * 1e9)) for p in self.passes) * 1e3
+
+    def table(self) -> list[dict]:
+        """One dict a pass, for teaching tables: pass, MB read, MB written, MB, GFLOP, FLOP/byte."""
+        return [{"pass": p.name, "MB read": p.read_bytes / 1e6, "MB written": p.write_bytes / 1e6,
+                 "MB": p.bytes / 1e6, "GFLOP": p.flops / 1e9, "FLOP/byte": p.intensity} for p in self.passes]
+
+    def as_dict(self) -> dict:
+        """Totals and passes as plain data: kind, impl, n, k, m, mode, precision, flops,
+        bytes, intensity and ``passes`` (list of dicts name, read_bytes, write_bytes, flops)."""
+        return {"kind": self.kind, "impl": self.impl, "n": self.n, "k": self.k, "m": self.m,
+                "mode": self.mode, "precision": self.precision, "flops": self.flops, "bytes": self.bytes,
+                "intensity": self.intensity,
+                "passes": [{"name": p.name, "read_bytes": p.read_bytes, "write_bytes": p.write_bytes,
+                            "flops": p.flops} for p in self.passes]}
+
+
+class _Builder:
+    """Collects passes; sizes are given in fp32 elements."""
+
+    def __init__(self, kind: str, n: int, k: int, m: int, train: bool):
+        self.kind, self.n, self.k, self.m, self.train = kind, n, k, m, train
+        self.nk, self.mk, self.nm = n * k, m * k, n * m
+        self.s = 1 if kind == "84" else m  # elements of the scale parameter
+        self.passes: list[Pass] = []
+
+    def add(self, name: str, reads: float, writes: float, flops: float) -> None:
+        self.passes.append(Pass(name, F32 * reads, F32 * writes, float(flops)))
+
+    def row_reads(self, limit: int, reads_if_spilled: int) -> int:
+        """Reads of Z by a row kernel: one if a row fits on chip, else ``reads_if_spilled``."""
+        return 1 if F32 * self.m <= limit else reads_if_spilled
+
+    # Passes shared by several implementations.
+    def gemm_bias(self, name: str = "GEMM + bias") -> None:
+        self.add(name, self.nk + self.mk + self.m, self.nm, 2 * self.nk * self.m + self.nm)
+
+    def column_stats_two_kernels(self) -> None:
+        self.add("column mean", self.nm, self.m, self.nm)
+        self.add("column variance", self.nm + self.m, self.m, 3 * self.nm)
+
+    def row_softmax_one_kernel(self, name: str, affine: bool) -> None:
+        """affine_softmax_rows_kernel: V = a∘Z + c (or V = Z), max, Σexp, normalize."""
+        reads = self.row_reads(ROW_SMEM_BYTES, 3) * self.nm + (2 * self.m if affine else 0)
+        self.add(name, reads, self.nm, (9 if affine else 7) * self.nm)
+
+    def online_softmax(self, name: str, affine: bool) -> None:
+        """online_softmax_rows_kernel: one read of the row, (max, Σexp) partials merged."""
+        reads = self.row_reads(ROW_SMEM_BYTES, 2) * self.nm + (2 * self.m if affine else 0)
+        self.add(name, reads, self.nm, (11 if affine else 9) * self.nm)
+
+    def affine(self, name: str) -> None:
+        self.add(name, self.nm + 2 * self.m, self.nm, 2 * self.nm)
+
+
+def _naive(b: _Builder) -> None:
+    """Naive: one kernel per operator, each reading and writing a full tensor.
+
+    GEMM + bias reads X, W, b and writes Z. 33/39: the scale kernel reads and rewrites Z
+    before the statistics (BatchNorm sees Z∘s). Train mode: the column-mean kernel reads Z
+    and writes μ; the column-variance kernel reads Z again (and μ) and writes σ². The
+    normalize + affine kernel reads Z, μ, σ², γ, β and writes Z back (84, in place) or Y
+    (33). 84 continues with the scale kernel (read Z, write Z) and a three-kernel softmax:
+    row max (read Z, write N maxima), row Σexp (read Z and the maxima, write N sums),
+    normalize (read Z, maxima and sums, write Y). Train mode ends with the running-buffer
+    update (reads μ, σ² and both buffers, writes the buffers).
+    N×M traffic in train mode: 84 writes Z 3 times (GEMM, normalize, scale), reads it 7
+    times (mean, variance, normalize, scale, max, Σexp, softmax normalize) and writes Y;
+    33 writes Z twice (GEMM, scale), reads it 4 times and writes Y.
+    """
+    nm, m, s = b.nm, b.m, b.s
+    b.gemm_bias()
+    if b.kind == "33":
+        b.add("scale", nm + s, nm, nm)
+    if b.train:
+        b.column_stats_two_kernels()
+    b.add("normalize + affine", nm + 4 * m, nm, 6 * nm)
+    if b.kind == "84":
+        b.add("scale", nm + 1, nm, nm)
+        b.add("row max", nm, b.n, nm)
+        b.add("row sum of exp", nm + b.n, b.n, 3 * nm)
+        b.add("softmax normalize", nm + 2 * b.n, nm, 3 * nm)
+    if b.train:
+        b.add("running buffers", 4 * m, 2 * m, 6 * m)
+
+
+def _fold(b: _Builder) -> None:
+    """Fold: the scale folded into BatchNorm's per-column coefficients, V = a∘Z + c.
+
+    GEMM + bias (read X, W, b; write Z); train: mean and variance kernels as in naive (two
+    reads of Z); a tiny coefficient kernel on M-vectors (train: reads μ, σ², s, γ, β and
+    the running buffers, writes a, c and the buffers; eval: reads the running buffers,
+    s, γ, β, writes a, c); then one row pass: 33 reads Z, a, c and writes Y; 84 is a single
+    row-softmax kernel that holds the row in shared memory, so it reads Z once and writes Y
+    once. Full-tensor passes (train): GEMM write, 2 reads for the statistics, 1 read + 1
+    write of the row pass.
+    """
+    m, s = b.m, b.s
+    b.gemm_bias()
+    if b.train:
+        b.column_stats_two_kernels()
+        b.add("coefficients + running buffers", 4 * m + s + 2 * m, 4 * m, 10 * m)
+    else:
+        b.add("coefficients", 4 * m + s, 2 * m, 5 * m)
+    if b.kind == "84":
+        b.row_softmax_one_kernel("V = a∘Z + c, row softmax", affine=True)
+    else:
+        b.affine("Y = a∘Z + c")
+
+
+def _eval_folded_gemm(b: _Builder, name: str) -> None:
+    """Eval mode of sums and fused: BatchNorm and the scale live in the cached W', b'.
+    The GEMM reads X, W', b' and writes Z (84) or Y directly (33)."""
+    b.gemm_bias(name)
+
+
+def _sums(b: _Builder) -> None:
+    """Sums: the batch statistics come out of the GEMM's epilogue.
+
+    Train: the GEMM (no bias: it cancels) reads X and W and writes Z' plus its 64-row tiles'
+    partials (mean_t, M2_t): 2·T·M floats, T = ceil(N/64). A finalize kernel reads the
+    partials (merging them with Chan's formula in tile order), s, γ, β, b and the running
+    buffers, and writes a, c and the buffers. One row pass reads Z' once and writes Y
+    (84: the single-kernel row softmax, row kept in shared memory; 33: the affine).
+    Full-tensor passes (train): GEMM write, 1 read + 1 write. Eval: GEMM with the folded
+    W', b' writing Z (84, then the row softmax: 1 read, 1 write) or Y (33).
+    """
+    if not b.train:
+        _eval_folded_gemm(b, "GEMM with folded W', b'")
+        if b.kind == "84":
+            b.row_softmax_one_kernel("row softmax", affine=False)
+        return
+    m, s = b.m, b.s
+    tiles = -(-b.n // TILE_ROWS["sums"])
+    partials = 2 * tiles * m
+    b.add("GEMM + statistics epilogue", b.nk + b.mk, b.nm + partials, 2 * b.nk * m + 4 * b.nm)
+    b.add("finalize (Chan merge, coefficients, running buffers)", partials + 5 * m + s, 4 * m,
+          8 * tiles * m + 10 * m)
+    if b.kind == "84":
+        b.row_softmax_one_kernel("V = a∘Z' + c, row softmax", affine=True)
+    else:
+        b.affine("Y = a∘Z' + c")
+
+
+def _fused(b: _Builder, precision: str) -> None:
+    """Fused: one GEMM whose last block per column block finalizes the statistics.
+
+    Train: the GEMM reads X and W and writes Z' and its 128-row tiles' partials (2·T·M
+    floats, T = ceil(N/128)); the last block of each column block reads the partials back
+    and writes a, c and the running buffers (reading s, γ, β, b and the buffers) — all inside
+    the GEMM kernel. One row pass reads Z' once and writes Y: 84 the online softmax (row on
+    chip), 33 the affine. Full-tensor passes: GEMM write, 1 read + 1 write: the floor of
+    DESIGN.md §3. Eval: GEMM with the folded W', b', then (84) the online softmax.
+    3xtf32 on the Hopper path (K % 4 == 0): a split kernel reads X and writes its two TF32
+    parts (3·N·K); the GEMM then reads both parts of X and of W (W's parts are cached).
+    """
+    split = precision == "3xtf32" and b.k % 4 == 0
+    x_reads = 2 * b.nk if split else b.nk
+    w_reads = 2 * b.mk if split else b.mk
+    if split:
+        b.add("split X into TF32 parts", b.nk, 2 * b.nk, 3 * b.nk)
+    if not b.train:
+        b.add("GEMM with folded W', b'", x_reads + w_reads + b.m, b.nm, 2 * b.nk * b.m + b.nm)
+        if b.kind == "84":
+            b.online_softmax("row softmax (online)", affine=False)
+        return
+    m, s = b.m, b.s
+    tiles = -(-b.n // TILE_ROWS["fused"])
+    partials = 2 * tiles * m
+    b.add("GEMM + statistics epilogue + last-block merge", x_reads + w_reads + partials + 5 * m + s,
+          b.nm + partials + 4 * m, 2 * b.nk * m + 4 * b.nm + 8 * tiles * m + 10 * m)
+    if b.kind == "84":
+        b.online_softmax("V = a∘Z' + c, online row softmax", affine=True)
+    else:
+        b.affine("Y = a∘Z' + c")
+
+
+def _eager(b: _Builder) -> None:
+    """PyTorch eager, the reference module: one library kernel per operator.
+
+    cuBLAS GEMM with the bias in its epilogue (read X, W, b; write Z). 33: ``x * scale``
+    (read Z, s; write). BatchNorm: train mode one statistics kernel (read Z once, Welford;
+    write mean and invstd, update the running buffers), then the elementwise kernel (read Z,
+    mean, invstd, γ, β; write). 84: ``scale * x`` (read, write) and the softmax (one read of
+    each row held in shared memory, one write).
+    """
+    nm, m, s = b.nm, b.m, b.s
+    b.gemm_bias("GEMM + bias (cuBLAS)")
+    if b.kind == "33":
+        b.add("x * scale", nm + s, nm, nm)
+    if b.train:
+        b.add("BN statistics + running buffers", nm + 2 * m, 4 * m, 3 * nm + 6 * m)
+    b.add("BN normalize", nm + 4 * m, nm, 4 * nm)
+    if b.kind == "84":
+        b.add("scale * x", nm + 1, nm, nm)
+        reads = b.row_reads(TORCH_ROW_SMEM_BYTES, 3) * nm
+        b.add("softmax", reads, nm, 7 * nm)
+
+
+def _compiled(b: _Builder) -> None:
+    """torch.compile (Inductor), default and max-autotune alike: the GEMM stays a library
+    call (cuBLAS, or a Triton template under max-autotune) writing Z; in train mode one
+    column-reduction kernel reads Z once (Welford; 33 multiplies by s on the fly) and
+    updates the running buffers; then one fused kernel reads Z once and writes Y (33: scale
+    and BatchNorm; 84: BatchNorm, scale and the softmax, the row kept on chip).
+    """
+    nm, m, s = b.nm, b.m, b.s
+    b.gemm_bias("GEMM + bias")
+    if b.train:
+        b.add("fused statistics + running buffers", nm + s + 2 * m, 4 * m,
+              (4 if b.kind == "33" else 3) * nm + 6 * m)
+    if b.kind == "84":
+        b.add("fused normalize + scale + softmax", nm + 4 * m + 1, nm, 12 * nm)
+    else:
+        b.add("fused scale + normalize", nm + 4 * m + s, nm, 5 * nm)
 
 
 def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", precision: str = "fp32") -> Cost:
-    """Passes of ``impl`` for problem family ``kind`` ("84" or "33"), shape N×K→M, ``mode``
-    train or eval, GEMM ``precision``. See the module docstring for the conventions.
+    """FLOPs and compulsory DRAM bytes of ``impl`` for one call, pass by pass.
+
+    Args:
+        kind: problem family, "84" (softmax(s·BN(Z))) or "33" (BN(Z∘s), problems 33 and 39).
+        impl: one of :data:`IMPLS`.
+        n, k, m: batch N, in_features K, out_features M (all ≥ 1).
+        mode: "train" (batch statistics, running buffers updated) or "eval".
+        precision: "fp32", "tf32" or "3xtf32"; only changes the fused stage's passes
+            (3xtf32 adds the split of X on the Hopper path).
+
+    Returns:
+        :class:`Cost` with ``flops``, ``bytes``, ``intensity`` and ``passes``. The reasoning
+        for each implementation is in the docstrings of ``_naive``, ``_fold``, ``_sums``,
+        ``_fused``, ``_eager`` and ``_compiled``; GEMM-only is the GEMM + bias pass alone.
 
     Raises:
-        ValueError: unknown kind, impl or mode.
+        ValueError: unknown kind, impl, mode or precision, or a dimension < 1.
     """
-    if kind not in ("84", "33"):
+    if kind not in KINDS:
         raise ValueError(f"kind: expected '84' or '33', got {kind!r}")
     if impl not in IMPLS:
         raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
-    if mode not in ("train", "eval"):
+    if mode not in MODES:
         raise ValueError(f"mode: expected 'train' or 'eval', got {mode!r}")
-    nk, mk, nm = n * k, m * k, n * m
-    train = mode == "train"
-    gemm_flops = 2.0 * n * k * m
-    out = Cost(impl)
-    add = lambda name, elems, flops: out.passes.append(Pass(name, F32 * elems, flops))  # noqa: E731
-
-    def gemm(name="GEMM + bias", extra=0, w_elems=mk, x_elems=nk):
-        add(name, x_elems + w_elems + nm + m + extra, gemm_flops + nm)
-
-    def softmax_3pass(write_to_y=True):
-        add("row max", nm, nm)
-        add("row sum of exp", nm + n, 3 * nm)
-        add("normalize", nm + 2 * n + nm, nm)
-
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+    if min(n, k, m) < 1:
+        raise ValueError(f"shape: every dimension must be >= 1, got {n}x{k}->{m}")
+    b = _Builder(kind, n, k, m, mode == "train")
     if impl == "gemm_only":
-        gemm("GEMM + bias (cuBLAS)")
-        return out
-    if impl in ("eager", "compile", "compile_max_autotune"):
-        gemm("GEMM + bias (cuBLAS)")
-        if impl == "eager":
-            if kind == "33":
-                add("x * scale", 2 * nm + m, nm)
-            if train:
-                add("BN statistics", nm + 2 * m, 3 * nm)
-            add("BN normalize", 2 * nm + 4 * m, 4 * nm)
-            if kind == "84":
-                add("scale * x", 2 * nm, nm)
-                add("softmax", 2 * nm, 5 * nm)
-        else:  # torch.compile (inductor): one reduction over Z, one fused pointwise/softmax pass
-            if train:
-                add("fused statistics", nm + 2 * m, 3 * nm)
-            add("fused normalize" + (" + softmax" if kind == "84" else ""), 2 * nm + 4 * m,
-                (9 if kind == "84" else 4) * nm)
-        return out
-    if impl == "naive":
-        gemm()
-        if kind == "33":
-            add("scale", 2 * nm + m, nm)
-        if train:
-            add("column mean", nm + m, nm)
-            add("column variance", nm + 2 * m, 3 * nm)
-        add("normalize + affine", 2 * nm + 4 * m, 4 * nm)
-        if kind == "84":
-            add("scale", 2 * nm, nm)
-            softmax_3pass()
-        if train:
-            add("running buffers", 6 * m, 6 * m)
-        return out
-    if impl == "fold":
-        gemm()
-        if train:
-            add("column mean", nm + m, nm)
-            add("column variance", nm + 2 * m, 3 * nm)
-        add("coefficients (+ running buffers)", 10 * m if train else 8 * m, 10 * m)
-        if kind == "84":
-            add("V = a∘Z + c, row softmax", 2 * nm + 2 * m, 7 * nm)
-        else:
-            add("Y = a∘Z + c", 2 * nm + 2 * m, 2 * nm)
-        return out
-    # sums and fused
-    split = impl == "fused" and precision == "3xtf32"
-    if not train:
-        if split:
-            add("split X into TF32 parts", 3 * nk, 2 * nk)
-        gemm("GEMM with folded W', b'", w_elems=(2 * mk if split else mk), x_elems=(2 * nk if split else nk))
-        if kind == "84":
-            add("row softmax", 2 * nm, 5 * nm)
-        return out
-    tiles = -(-n // TILE_ROWS[impl])
-    partials = 2 * tiles * m
-    if split:
-        add("split X into TF32 parts", 3 * nk, 2 * nk)
-    label = "GEMM + statistics epilogue" + (" + last-block merge" if impl == "fused" else "")
-    add(label, (2 if split else 1) * (nk + mk) + nm + partials, gemm_flops + 3 * nm)
-    if impl == "sums":
-        add("finalize (Chan merge, coefficients, running buffers)", partials + 10 * m, 12 * tiles * m)
+        b.gemm_bias("GEMM + bias (cuBLAS)")
+    elif impl == "naive":
+        _naive(b)
+    elif impl == "fold":
+        _fold(b)
+    elif impl == "sums":
+        _sums(b)
+    elif impl == "fused":
+        _fused(b, precision)
+    elif impl == "eager":
+        _eager(b)
     else:
-        out.passes[-1].bytes += F32 * (partials + 10 * m)  # the last blocks read the partials back
-    if kind == "84":
-        add("V = a∘Z' + c, row softmax" + (" (online)" if impl == "fused" else ""), 2 * nm + 2 * m, 7 * nm)
-    else:
-        add("Y = a∘Z' + c", 2 * nm + 2 * m, 2 * nm)
-    return out
+        _compiled(b)
+    return Cost(kind, impl, n, k, m, mode, precision, b.passes)

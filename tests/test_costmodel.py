@@ -1,50 +1,122 @@
-"""Cost model: hand-checked counts, ordering of the stages, roofline arithmetic."""
+"""Cost model: counts checked by hand on a small shape, ordering of the stages, roofline arithmetic."""
 import pytest
 
 from fusedlib.costmodel import IMPLS, cost
 
+N, K, M = 8, 16, 4          # small shape for hand counts
+NK, MK, NM = N * K, M * K, N * M
+GEMM_FLOPS = 2 * N * K * M
+
+
+def _bytes(c, name):
+    return next(p.bytes for p in c.passes if p.name == name)
+
 
 def test_gemm_only_counts_by_hand():
-    n, k, m = 8, 16, 4
-    c = cost("84", "gemm_only", n, k, m)
-    assert c.bytes == 4 * (n * k + m * k + n * m + m)
-    assert c.flops == 2 * n * k * m + n * m
+    c = cost("84", "gemm_only", N, K, M)
+    assert [p.name for p in c.passes] == ["GEMM + bias (cuBLAS)"]
+    assert c.bytes == 4 * (NK + MK + NM + M)            # read X, W, b; write Z
+    assert c.flops == GEMM_FLOPS + NM                    # 2NKM + the bias add
     assert c.intensity == c.flops / c.bytes
 
 
-@pytest.mark.parametrize("kind", ["84", "33"])
-@pytest.mark.parametrize("shape", [(1024, 8192, 8192), (16384, 4096, 4096), (128, 1024, 512)])
-def test_each_stage_moves_fewer_bytes(kind, shape):
-    b = {impl: cost(kind, impl, *shape).bytes for impl in IMPLS}
-    assert b["naive"] > b["fold"] > b["sums"] >= b["fused"] > b["gemm_only"]
-    assert b["eager"] > b["compile"] > b["gemm_only"]
+def test_naive_84_train_pass_by_pass():
+    c = cost("84", "naive", N, K, M, "train")
+    assert [p.name for p in c.passes] == [
+        "GEMM + bias", "column mean", "column variance", "normalize + affine", "scale", "row max",
+        "row sum of exp", "softmax normalize", "running buffers"]
+    expected = {
+        "GEMM + bias": NK + MK + M + NM,
+        "column mean": NM + M,                 # read Z, write μ
+        "column variance": NM + M + M,         # read Z and μ, write σ²
+        "normalize + affine": NM + 4 * M + NM,  # read Z, μ, σ², γ, β; write Z
+        "scale": NM + 1 + NM,                  # read Z and s; write Z
+        "row max": NM + N,                     # read Z, write N maxima
+        "row sum of exp": NM + N + N,          # read Z and maxima, write N sums
+        "softmax normalize": NM + 2 * N + NM,  # read Z, maxima, sums; write Y
+        "running buffers": 6 * M,
+    }
+    for name, elems in expected.items():
+        assert _bytes(c, name) == 4 * elems, name
+    assert c.bytes == 4 * sum(expected.values())
+    # FLOPs: GEMM + bias, mean 1, variance 3, normalize 6, scale 1, softmax 1 + 3 + 3 per element
+    assert c.flops == GEMM_FLOPS + NM * (1 + 1 + 3 + 6 + 1 + 1 + 3 + 3) + 6 * M
 
 
-def test_naive_84_train_passes():
-    n, k, m = 4, 8, 16
-    c = cost("84", "naive", n, k, m)
-    names = [p.name for p in c.passes]
-    assert names[:3] == ["GEMM + bias", "column mean", "column variance"]
-    assert "row max" in names and "row sum of exp" in names and names[-1] == "running buffers"
+def test_naive_33_scales_before_the_statistics():
+    names = [p.name for p in cost("33", "naive", N, K, M, "train").passes]
+    assert names == ["GEMM + bias", "scale", "column mean", "column variance", "normalize + affine",
+                     "running buffers"]
+    assert [p.name for p in cost("33", "naive", N, K, M, "eval").passes] == [
+        "GEMM + bias", "scale", "normalize + affine"]
+
+
+def test_sums_and_fused_partials_by_hand():
+    n, k, m = 200, 16, 4                          # 4 tiles of 64 rows (sums), 2 of 128 (fused)
     nm = n * m
-    assert c.passes[1].bytes == 4 * (nm + m)  # mean: read Z, write μ
+    sums = cost("33", "sums", n, k, m, "train")
+    assert sums.passes[0].bytes == 4 * (n * k + m * k + nm + 2 * 4 * m)   # Z' and (mean, M2) of 4 tiles
+    assert _bytes(sums, "finalize (Chan merge, coefficients, running buffers)") == 4 * (2 * 4 * m + 6 * m + 4 * m)
+    assert sums.passes[-1].bytes == 4 * (nm + 2 * m + nm)                  # read Z', a, c; write Y
+    fused = cost("33", "fused", n, k, m, "train")
+    partials = 2 * 2 * m                                                   # written, then read back
+    assert fused.passes[0].bytes == 4 * (n * k + m * k + 2 * partials + 6 * m + nm + 4 * m)
+    assert len(fused.passes) == 2                                          # GEMM kernel + one row pass
+
+
+def test_fused_84_reads_z_once_unless_the_row_spills():
+    small = cost("84", "fused", 64, 32, 8192, "train")
+    assert small.passes[-1].read_bytes == 4 * (64 * 8192 + 2 * 8192)
+    wide = cost("84", "fused", 64, 32, 60000, "train")                    # 240 kB rows: read twice
+    assert wide.passes[-1].read_bytes == 4 * (2 * 64 * 60000 + 2 * 60000)
+
+
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("shape", [(1024, 8192, 8192), (16384, 4096, 4096), (128, 1024, 512), (257, 1000, 999)])
+def test_each_stage_moves_fewer_bytes(kind, shape):
+    b = {impl: cost(kind, impl, *shape, "train").bytes for impl in IMPLS}
+    assert b["naive"] > b["fold"] > b["sums"] > b["fused"] > b["gemm_only"]
+    assert b["eager"] > b["compile"] == b["compile_max_autotune"] > b["gemm_only"]
+    e = {impl: cost(kind, impl, *shape, "eval").bytes for impl in IMPLS}
+    assert e["naive"] > e["fold"] >= e["sums"] == e["fused"] >= e["gemm_only"]
+    for impl in IMPLS:
+        c = cost(kind, impl, *shape, "train")
+        assert c.flops >= 2 * shape[0] * shape[1] * shape[2]
+        assert c.intensity == pytest.approx(c.flops / c.bytes)
+        assert c.bytes == pytest.approx(sum(p.bytes for p in c.passes))
 
 
 def test_eval_has_no_statistics_and_3xtf32_reads_split_operands():
     train = cost("33", "fused", 256, 512, 128, "train")
     evals = cost("33", "fused", 256, 512, 128, "eval")
-    assert all("statistics" not in p.name for p in evals.passes)
+    assert [p.name for p in evals.passes] == ["GEMM with folded W', b'"]
+    assert evals.bytes == cost("33", "gemm_only", 256, 512, 128).bytes    # Y straight from the GEMM
     assert evals.bytes < train.bytes
     split = cost("33", "fused", 256, 512, 128, "train", "3xtf32")
-    assert split.bytes > train.bytes and split.passes[0].name == "split X into TF32 parts"
+    assert split.passes[0].name == "split X into TF32 parts"
+    assert split.passes[0].bytes == 4 * 3 * 256 * 512                     # read X, write two parts
+    assert split.bytes - train.bytes == 4 * (3 * 256 * 512 + 256 * 512 + 128 * 512)
+    assert split.flops - train.flops == 3 * 256 * 512                       # useful GEMM FLOPs unchanged
+    # the mma.sync path (K % 4 != 0) splits in registers: no extra traffic
+    assert cost("33", "fused", 256, 510, 128, "train", "3xtf32").bytes == cost("33", "fused", 256, 510, 128).bytes
 
 
 def test_time_adds_each_pass_at_its_roof():
     c = cost("84", "fold", 1024, 8192, 8192)
     t = c.time_ms(tflops=400.0, gbytes_per_s=3000.0)
+    expected = sum(max(p.flops / 400e12, p.bytes / 3000e9) for p in c.passes)
+    assert t == pytest.approx(expected * 1e3)
     gemm = c.passes[0]
-    expected = max(gemm.flops / 400e12, gemm.bytes / 3000e9) + sum(p.bytes / 3000e9 for p in c.passes[1:])
-    assert t == pytest.approx(expected * 1e3, rel=1e-3)
+    assert gemm.flops / 400e12 > gemm.bytes / 3000e9                       # the GEMM is compute-bound
+
+
+def test_table_and_dict_views():
+    c = cost("84", "sums", 1024, 8192, 8192)
+    rows = c.table()
+    assert [r["pass"] for r in rows] == [p.name for p in c.passes]
+    assert sum(r["MB"] for r in rows) == pytest.approx(c.bytes / 1e6)
+    d = c.as_dict()
+    assert d["flops"] == c.flops and d["bytes"] == c.bytes and len(d["passes"]) == len(c.passes)
 
 
 def test_errors():
@@ -54,3 +126,7 @@ def test_errors():
         cost("39", "fused", 1, 1, 1)
     with pytest.raises(ValueError, match="mode"):
         cost("84", "fused", 1, 1, 1, mode="infer")
+    with pytest.raises(ValueError, match="precision"):
+        cost("84", "fused", 1, 1, 1, precision="fp16")
+    with pytest.raises(ValueError, match="shape"):
+        cost("84", "fused", 0, 1, 1)
