@@ -1,16 +1,30 @@
 """``python -m fusedlib bench``: time every stage and peer in one process on the GPU.
 
-Method (DESIGN.md §6): CUDA events around each call; ``--warmup`` calls first (≥ 10);
-a 256 MB write before every timed call flushes L2; ``--iters`` timed calls (≥ 50);
-median (quoted), min and max in ms. Peers: PyTorch eager (the reference module),
-``torch.compile`` modes ``default`` and ``max-autotune-no-cudagraphs``, and GEMM-only
-(``F.linear``) — at fp32, and at tf32 through a scoped setting restored afterwards.
-Each implementation's normwise relative error against a float64 reference is measured on
-a separate call. Every row is appended to the CSV as soon as it is measured.
+Method (DESIGN.md §6, as KernelBench times its models): for each table (problem, shape,
+mode, precision) every implementation runs in this process: ``--warmup`` untimed calls
+(≥ 10), then ``--iters`` timed calls (≥ 50), each preceded by a 256 MiB write that flushes
+the L2 cache and timed with a pair of CUDA events, the device synchronized after each
+call; the median (quoted), minimum and maximum are recorded in ms. Before the timed calls
+the module state is reset (the table's saved ``state_dict``) and one separate call is
+compared with a float64 reference of the same model, input and mode:
+rel_err = ‖y − y64‖_F / ‖y64‖_F.
 
-CSV contract (``results/<gpu>/bench.csv``): :data:`COLUMNS`. ``tflops`` and
-``gbytes_per_s`` divide the cost model's useful FLOPs and compulsory bytes
-(:mod:`fusedlib.costmodel`) by the median time.
+Implementations (the ``impl`` column, :data:`fusedlib.costmodel.IMPLS`): the stages
+``naive``, ``fold``, ``sums``, ``fused`` (:func:`fusedlib.from_reference`; CUDA kernels on
+CUDA tensors); the peers ``eager`` (the reference module), ``compile``
+(``torch.compile`` mode "default"), ``compile_max_autotune`` (mode
+"max-autotune-no-cudagraphs"), both static-shape and compiled afresh for each table, and
+``gemm_only`` (``F.linear``: the floor a fused version is judged against). Precisions: fp32
+for all; tf32 and 3xtf32 for ``fused``; tf32 for the peers through a scoped setting
+(:func:`peer_precision`); the peers have no 3xtf32.
+
+Outputs, next to each other (``results/<gpu>/`` unless ``--out`` names another CSV):
+``bench.csv`` (:data:`COLUMNS`, one row appended as soon as it is measured), ``env.json``
+(``--ceilings``: device, driver, clocks, measured copy bandwidth and cuBLAS GEMM rates,
+datasheet values) and ``profile.csv`` (``--profile``: per-kernel device time from
+torch.profiler, :data:`PROFILE_COLUMNS`; with ``--ncu`` also DRAM bytes and SM throughput
+measured by Nsight Compute). ``tflops`` and ``gbytes_per_s`` divide the cost model's FLOPs
+and compulsory bytes (:mod:`fusedlib.costmodel`) by the median time.
 """
 from __future__ import annotations
 
@@ -20,26 +34,46 @@ import copy
 import csv
 import datetime
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from .costmodel import IMPLS
+from .costmodel import IMPLS, MODES, PRECISIONS
+from .reference import PRESETS, PROBLEMS, Shape, parse_shape, problem_kind
 
+#: The bench.csv contract, in order.
 COLUMNS = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl", "median_ms",
            "min_ms", "max_ms", "iters", "tflops", "gbytes_per_s", "rel_err", "gpu", "torch", "cuda", "commit",
            "timestamp"]
+#: The profile.csv contract: torch.profiler's device time per kernel and call; the last two
+#: columns are Nsight Compute's DRAM bytes per call and SM throughput (% of peak), empty
+#: unless measured (``--ncu``).
+PROFILE_COLUMNS = ["problem", "shape", "mode", "precision", "impl", "kernel", "calls", "cuda_time_us_per_call",
+                   "dram_bytes_per_call", "sm_throughput_pct"]
 STAGE_IMPLS, PEER_IMPLS = IMPLS[:4], IMPLS[4:]
+COMPILE_MODES = {"compile": "default", "compile_max_autotune": "max-autotune-no-cudagraphs"}
 ROOT = Path(__file__).resolve().parent.parent
-#: H100 SXM datasheet: HBM3 TB/s, dense FP32 and TF32 TFLOP/s.
-DATASHEET_H100 = {"bandwidth_gbytes_per_s": 3350.0, "fp32_tflops": 67.0, "tf32_tflops": 495.0}
-#: Size sweeps (--sweep): batch at 4096→4096, features (K = M) at batch 1024.
-SWEEPS = {"batch": [f"{b}x4096->4096" for b in (256, 1024, 4096, 16384)],
-          "features": [f"1024x{f}->{f}" for f in (1024, 2048, 4096, 8192)]}
+#: H100 SXM datasheet: HBM3 bandwidth (GB/s), dense FP32 and TF32 rates (TFLOP/s).
+DATASHEET_H100 = {"device": "H100 SXM", "bandwidth_gbytes_per_s": 3350.0, "fp32_tflops": 67.0, "tf32_tflops": 495.0}
+#: The method's minimums (DESIGN.md §6) and the L2 flush size.
+MIN_WARMUP, MIN_ITERS, FLUSH_MB = 10, 50, 256
+#: Size sweeps: batch at BATCH_SWEEP_FEATURES→BATCH_SWEEP_FEATURES, and features (K = M) at
+#: FEATURE_SWEEP_BATCH rows; the sizes are overridable (--batches, --features).
+SWEEP_BATCHES = (256, 1024, 4096)
+SWEEP_FEATURES = (1024, 2048, 4096, 8192)
+BATCH_SWEEP_FEATURES, FEATURE_SWEEP_BATCH = 4096, 1024
+NCU_METRICS = ("dram__bytes.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed")
 
+
+# --------------------------------------------------------------------------- selection
 
 def gpu_slug(name: str) -> str:
-    """``results/<slug>`` for a device name: h100, h200, a100, else its letters and digits."""
+    """Results folder name of a device: ``h100`` if the name contains H100, ``h200`` for H200,
+    ``a100`` for A100, else its lower-case letters and digits (``gpu`` if none)."""
     low = name.lower()
     for slug in ("h100", "h200", "a100"):
         if slug in low:
@@ -47,249 +81,712 @@ def gpu_slug(name: str) -> str:
     return "".join(ch for ch in low if ch.isalnum()) or "gpu"
 
 
+def parse_list(text: str, choices, groups: dict | None = None, what: str = "value") -> list[str]:
+    """Split a comma list, expand ``all`` and the named groups, keep the order of ``choices``.
+
+    Raises:
+        ValueError: an entry is neither a choice nor a group.
+    """
+    groups = {"all": tuple(choices), **(groups or {})}
+    wanted: set[str] = set()
+    for item in (t.strip() for t in str(text).split(",")):
+        if not item:
+            continue
+        if item in groups:
+            wanted.update(groups[item])
+        elif item in choices:
+            wanted.add(item)
+        else:
+            raise ValueError(f"{what}: expected a comma list of {list(choices)} or {sorted(groups)}, got {item!r}")
+    return [c for c in choices if c in wanted]
+
+
+def available(impl: str, precision: str) -> bool:
+    """Whether ``impl`` runs at ``precision``: stages other than fused are fp32 only; the
+    peers have fp32 and tf32 (PyTorch has no 3xTF32 mode)."""
+    if impl in STAGE_IMPLS:
+        return precision == "fp32" or impl == "fused"
+    return precision != "3xtf32"
+
+
+@dataclass(frozen=True)
+class Table:
+    """Implementations timed together: one problem, shape, mode and precision."""
+
+    problem: str
+    shape: Shape
+    mode: str
+    precision: str
+    impls: tuple[str, ...]
+
+
+def sweep_shapes(kind: str, batches=SWEEP_BATCHES, features=SWEEP_FEATURES) -> list[Shape]:
+    """Shapes of a size sweep: ``batch`` (N in ``batches`` at 4096→4096) or ``features``
+    (K = M in ``features`` at batch 1024).
+
+    Raises:
+        ValueError: unknown sweep kind.
+    """
+    if kind == "batch":
+        return [Shape(b, BATCH_SWEEP_FEATURES, BATCH_SWEEP_FEATURES) for b in batches]
+    if kind == "features":
+        return [Shape(FEATURE_SWEEP_BATCH, f, f) for f in features]
+    raise ValueError(f"sweep: expected 'batch' or 'features', got {kind!r}")
+
+
+def plan_tables(problems, shapes, modes, precisions, impls) -> list[Table]:
+    """Every table to time, in order problem, shape, mode, precision.
+
+    Args:
+        problems: problem ids ("84", "33", "39").
+        shapes: dict problem → list of :class:`Shape`.
+        modes, precisions, impls: selections (see :func:`available` for what runs where).
+
+    A table whose problem family ("84" or "33") and shape were already planned is skipped:
+    problems 33 and 39 are the same model, so 39 at 33's shape would repeat 33's table.
+    Tables left with no implementation are dropped.
+    """
+    seen, tables = set(), []
+    for problem in problems:
+        for shape in shapes[problem]:
+            for mode in modes:
+                for precision in precisions:
+                    key = (problem_kind(problem), shape, mode, precision)
+                    todo = tuple(i for i in impls if available(i, precision))
+                    if key in seen or not todo:
+                        continue
+                    seen.add(key)
+                    tables.append(Table(problem, shape, mode, precision, todo))
+    return tables
+
+
+# --------------------------------------------------------------------------- timing
+
 @contextlib.contextmanager
 def peer_precision(precision: str):
-    """Scoped TF32 switch for the PyTorch peers: on for "tf32", off otherwise; the previous
-    flags are restored on exit, also after an exception."""
+    """Scoped TF32 switch for the PyTorch peers: ``torch.backends.cuda.matmul.allow_tf32``
+    and ``torch.backends.cudnn.allow_tf32`` on for "tf32", off otherwise; both flags are
+    restored on exit, also after an exception. Only these two (legacy) flags are read and
+    written: mixing them with ``torch.set_float32_matmul_precision`` or the
+    ``fp32_precision`` attributes leaves backends in states PyTorch refuses to read."""
     import torch
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     flag = precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = flag
+    torch.backends.cuda.matmul.allow_tf32 = flag
+    torch.backends.cudnn.allow_tf32 = flag
     try:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-def time_cuda(fn, x, warmup: int = 10, iters: int = 50, flush_mb: int = 256) -> tuple[float, float, float]:
-    """(median, min, max) in ms of ``fn(x)`` over ``iters`` calls timed with CUDA events,
-    after ``warmup`` calls, with a ``flush_mb`` MB write before each timed call. For a CPU
-    tensor (a dry run of the harness) the host clock times each call and nothing is flushed."""
+def time_cuda(fn, x, warmup: int = MIN_WARMUP, iters: int = MIN_ITERS, flush_mb: int = FLUSH_MB
+              ) -> tuple[float, float, float]:
+    """Time ``fn(x)``: (median, min, max) in ms over ``iters`` calls.
+
+    CUDA tensor: ``warmup`` untimed calls, then for each timed call a ``flush_mb`` MiB
+    ``zero_()`` (L2 flush; 0 skips it), a CUDA event before and after the call and a device
+    synchronize (KernelBench's timing loop). CPU tensor (a dry run of the harness): the host
+    clock around each call, no flush.
+
+    Raises:
+        ValueError: ``iters`` < 1.
+    """
     import time
 
     import torch
+    if iters < 1:
+        raise ValueError(f"iters: expected >= 1, got {iters}")
     for _ in range(warmup):
         fn(x)
+    times = []
     if not x.is_cuda:
-        times = []
         for _ in range(iters):
             start = time.perf_counter()
             fn(x)
             times.append((time.perf_counter() - start) * 1e3)
-        times.sort()
-        return times[len(times) // 2], times[0], times[-1]
-    flush = torch.empty(flush_mb * (1 << 20) // 4, device=x.device, dtype=torch.float32)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for s, e in zip(starts, ends):
-        flush.zero_()
-        s.record()
-        fn(x)
-        e.record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    else:
+        flush = torch.empty(flush_mb * (1 << 20) // 4, device=x.device, dtype=torch.float32) if flush_mb else None
+        torch.cuda.synchronize(x.device)
+        for _ in range(iters):
+            if flush is not None:
+                flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(x)
+            end.record()
+            torch.cuda.synchronize(x.device)
+            times.append(start.elapsed_time(end))
+    times.sort()
     return times[len(times) // 2], times[0], times[-1]
 
 
-def implementations(problem: str, shape, mode: str, precision: str, impls, seed: int = 0, device: str = "cuda"):
-    """Yield (impl, callable) for each requested implementation that exists at this
-    precision (peers have no 3xtf32; stages other than fused are fp32 only)."""
+def rel_err(y, y64) -> float:
+    """Normwise relative error ‖y − y64‖_F / ‖y64‖_F in float64 (NaN if y has NaN/inf)."""
+    import torch
+    return (torch.linalg.vector_norm(y.double() - y64) / torch.linalg.vector_norm(y64)).item()
+
+
+def build_impl(impl: str, ref, precision: str):
+    """(callable, module whose state to reset or None) for one implementation, built from the
+    reference model ``ref`` (its device, parameters and train/eval mode).
+
+    Stages: :func:`fusedlib.from_reference`. eager: a copy of ``ref``. compile peers: a copy
+    of ``ref`` under ``torch.compile(mode=..., dynamic=False)``, after ``torch._dynamo.reset()``
+    so that each table compiles afresh (no recompile limit, no dynamic-shape reuse).
+    gemm_only: ``F.linear`` with ``ref``'s weight and bias.
+    """
     import torch
 
-    import fusedlib
-    from .reference import make_reference
-    ref = make_reference(problem, shape.in_features, shape.out_features, seed=seed).to(device)
-    ref.train(mode == "train")
-    for impl in impls:
-        if impl in STAGE_IMPLS:
-            if precision != "fp32" and impl != "fused":
-                continue
-            yield impl, fusedlib.from_reference(ref, stage=impl, precision=precision)
-        elif precision == "3xtf32":
-            continue
-        elif impl == "eager":
-            yield impl, copy.deepcopy(ref)
-        elif impl == "gemm_only":
-            w, b = ref.gemm.weight, ref.gemm.bias
-            yield impl, lambda x, w=w, b=b: torch.nn.functional.linear(x, w, b)
-        else:
-            mode_name = "default" if impl == "compile" else "max-autotune-no-cudagraphs"
-            yield impl, torch.compile(copy.deepcopy(ref), mode=mode_name)
+    from .modules import from_reference
+    if impl in STAGE_IMPLS:
+        module = from_reference(ref, stage=impl, precision=precision)
+        return module, module
+    if impl == "gemm_only":
+        w, b = ref.gemm.weight, ref.gemm.bias
+        return (lambda x: torch.nn.functional.linear(x, w, b)), None
+    module = copy.deepcopy(ref)
+    if impl == "eager":
+        return module, module
+    torch._dynamo.reset()
+    return torch.compile(module, mode=COMPILE_MODES[impl], dynamic=False), module
 
+
+# --------------------------------------------------------------------------- CSV
 
 def _environment(device: str = "cuda") -> dict:
+    """gpu (device name), torch, cuda (torch's CUDA version) and commit (short HEAD or "unknown")."""
     import platform
 
     import torch
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    try:
+        proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+        commit = proc.stdout.strip() if proc.returncode == 0 else ""
+    except OSError:
+        commit = ""
     name = torch.cuda.get_device_name() if device == "cuda" else f"cpu {platform.machine()}"
     return {"gpu": name, "torch": torch.__version__, "cuda": torch.version.cuda or "none",
-            "commit": commit.stdout.strip() or "unknown"}
+            "commit": commit or "unknown"}
 
 
-def make_row(problem: str, shape, mode: str, precision: str, impl: str, times, iters: int, rel_err: float,
-             env: dict) -> dict:
-    """One CSV row (:data:`COLUMNS`), throughput from the cost model at the median time."""
+def make_row(problem: str, shape: Shape, mode: str, precision: str, impl: str, times, iters: int,
+             rel_error: float, env: dict) -> dict:
+    """One bench.csv row (:data:`COLUMNS`). ``times`` = (median, min, max) in ms; ``tflops``
+    (TFLOP/s) and ``gbytes_per_s`` (GB/s) are the cost model's FLOPs and compulsory bytes of
+    ``impl`` divided by the median; ``timestamp`` is ISO-8601 UTC."""
     from .costmodel import cost
-    from .reference import problem_kind
     median, lo, hi = times
     c = cost(problem_kind(problem), impl, shape.batch, shape.in_features, shape.out_features, mode, precision)
-    return {"problem": problem, "batch": shape.batch, "in_features": shape.in_features,
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return {"problem": str(problem), "batch": shape.batch, "in_features": shape.in_features,
             "out_features": shape.out_features, "mode": mode, "precision": precision, "impl": impl,
-            "median_ms": median, "min_ms": lo, "max_ms": hi, "iters": iters,
-            "tflops": c.flops / (median * 1e-3) / 1e12, "gbytes_per_s": c.bytes / (median * 1e-3) / 1e9,
-            "rel_err": rel_err, "gpu": env["gpu"], "torch": env["torch"], "cuda": env["cuda"],
-            "commit": env["commit"], "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            "median_ms": _sig(median), "min_ms": _sig(lo), "max_ms": _sig(hi), "iters": iters,
+            "tflops": _sig(c.flops / (median * 1e-3) / 1e12), "gbytes_per_s": _sig(c.bytes / (median * 1e-3) / 1e9),
+            "rel_err": _sig(rel_error, 3), "gpu": env["gpu"], "torch": env["torch"], "cuda": env["cuda"],
+            "commit": env["commit"], "timestamp": now}
 
 
-def append_row(path: Path, row: dict) -> None:
-    """Append one row to the CSV at ``path`` (header first if the file is new).
+def _sig(value: float, digits: int = 6) -> float:
+    """``value`` rounded to ``digits`` significant digits (keeps the CSV readable)."""
+    return float(f"{value:.{digits}g}")
+
+
+def check_header(path: Path, columns=COLUMNS) -> None:
+    """Raise ValueError if ``path`` exists, is not empty and its header is not ``columns``."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open(newline="") as f:
+        header = next(csv.reader(f), [])
+    if header != list(columns):
+        raise ValueError(f"{path}: has the columns {header}, expected {list(columns)}; "
+                         "start a new file with --fresh or write elsewhere with --out")
+
+
+def append_rows(path: Path, rows: list[dict], columns=COLUMNS) -> None:
+    """Append rows to the CSV at ``path``, writing the header first if the file is new.
 
     Raises:
-        ValueError: the row's keys are not exactly :data:`COLUMNS`.
+        ValueError: a row's keys are not exactly ``columns`` (in order), or the file's
+        header differs (:func:`check_header`).
     """
-    if list(row) != COLUMNS:
-        raise ValueError(f"row: expected the columns {COLUMNS}, got {list(row)}")
+    for row in rows:
+        if list(row) != list(columns):
+            raise ValueError(f"row: expected the columns {list(columns)}, got {list(row)}")
+    check_header(path, columns)
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists() or path.stat().st_size == 0
     with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=list(columns))
         if new:
             writer.writeheader()
-        writer.writerow(row)
+        writer.writerows(rows)
 
 
-def measure_ceilings(copy_mb: int = 1024, gemm: int = 8192) -> dict:
-    """Device ceilings measured now: device-to-device copy bandwidth in GB/s (bytes read +
-    written) and cuBLAS GEMM TFLOP/s at gemm³ in fp32 and tf32 (scoped); datasheet beside."""
+def append_row(path: Path, row: dict) -> None:
+    """Append one bench.csv row (:data:`COLUMNS`); see :func:`append_rows`."""
+    append_rows(path, [row], COLUMNS)
+
+
+# --------------------------------------------------------------------------- ceilings
+
+def measure_ceilings(copy_mib: int = 1024, gemm: int = 8192) -> dict:
+    """Device ceilings measured now, on the current CUDA device.
+
+    Returns:
+        ``copy_gbytes_per_s``: device-to-device copy of ``copy_mib`` MiB, bytes read +
+        written per second (GB/s, median of 20); ``gemm_fp32_tflops`` and
+        ``gemm_tf32_tflops``: cuBLAS ``torch.mm`` of two ``gemm``² fp32 matrices, 2·gemm³ FLOPs
+        over the median of 10 (TFLOP/s), TF32 scoped by :func:`peer_precision`; and the
+        sizes used.
+    """
     import torch
-    src = torch.rand(copy_mb * (1 << 20) // 4, device="cuda")
+    src = torch.rand(copy_mib * (1 << 20) // 4, device="cuda")
     dst = torch.empty_like(src)
-    ms, _, _ = time_cuda(lambda s: dst.copy_(s), src, warmup=3, iters=20, flush_mb=1)
-    out = {"copy_gbytes_per_s": 2 * src.numel() * 4 / (ms * 1e-3) / 1e9}
+    ms, _, _ = time_cuda(lambda s: dst.copy_(s), src, warmup=3, iters=20, flush_mb=0)
+    out = {"copy_gbytes_per_s": 2 * src.numel() * 4 / (ms * 1e-3) / 1e9, "copy_bytes": src.numel() * 4}
+    del src, dst
     a, b = torch.rand(gemm, gemm, device="cuda"), torch.rand(gemm, gemm, device="cuda")
     for precision in ("fp32", "tf32"):
         with peer_precision(precision):
-            ms, _, _ = time_cuda(lambda x: x @ b, a, warmup=3, iters=10, flush_mb=1)
+            ms, _, _ = time_cuda(lambda x: torch.mm(x, b), a, warmup=3, iters=10, flush_mb=0)
         out[f"gemm_{precision}_tflops"] = 2 * gemm ** 3 / (ms * 1e-3) / 1e12
-    del src, dst, a, b
+    out["gemm_size"] = gemm
     return out
 
 
-def write_env(path: Path, ceilings: dict) -> None:
-    """``results/<gpu>/env.json``: device, driver, clocks, SM count, L2, measured ceilings, datasheet."""
+def parse_nvidia_smi(text: str) -> dict:
+    """Parse one line of ``nvidia-smi --query-gpu=driver_version,clocks.max.sm,clocks.max.mem
+    --format=csv,noheader`` (e.g. ``580.95.05, 1980 MHz, 2619 MHz``) into ``driver``,
+    ``sm_clock_max_mhz`` and ``mem_clock_max_mhz`` (None where missing or unreadable)."""
+    fields = [f.strip() for f in text.strip().split(",")] if text.strip() else []
+
+    def mhz(i):
+        try:
+            return int(fields[i].split()[0])
+        except (IndexError, ValueError):
+            return None
+    return {"driver": fields[0] if fields else None, "sm_clock_max_mhz": mhz(1), "mem_clock_max_mhz": mhz(2)}
+
+
+def write_env(path: Path, ceilings: dict) -> dict:
+    """Write ``env.json``: device name, capability, driver and max clocks (nvidia-smi, where
+    available), torch, CUDA, commit, SM count, L2 and memory size (bytes), the measured
+    ceilings (:func:`measure_ceilings`) and the H100 SXM datasheet values. Returns the dict."""
     import torch
-    props = torch.cuda.get_device_properties(0)
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,clocks.max.mem",
-                          "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-    env = {**_environment(), "driver_clocks": smi, "sm_count": props.multi_processor_count,
-           "l2_bytes": getattr(props, "L2_cache_size", None), "memory_bytes": props.total_memory,
-           "measured": ceilings, "datasheet": DATASHEET_H100}
+    index = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    smi = ""
+    if shutil.which("nvidia-smi"):
+        proc = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,clocks.max.mem",
+                               "--format=csv,noheader", f"--id={index}"], capture_output=True, text=True)
+        smi = proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else ""
+    env = {**_environment(), "capability": f"{props.major}.{props.minor}", **parse_nvidia_smi(smi),
+           "sm_count": props.multi_processor_count, "l2_bytes": getattr(props, "L2_cache_size", None),
+           "memory_bytes": props.total_memory, "measured": ceilings, "datasheet": DATASHEET_H100,
+           "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(env, indent=1) + "\n")
+    return env
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--problem", default="84,33,39", help="comma list of 84, 33, 39")
-    p.add_argument("--shape", action="append", help="preset or NxK->M, repeatable (default: the problem's KernelBench shape and v0)")
-    p.add_argument("--sweep", choices=sorted(SWEEPS), help="size sweep instead of --shape")
-    p.add_argument("--mode", default="train,eval")
-    p.add_argument("--precision", default="fp32,tf32,3xtf32")
-    p.add_argument("--impl", default=",".join(STAGE_IMPLS + PEER_IMPLS))
-    p.add_argument("--iters", type=int, default=50)
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--out", type=Path, help="CSV path (default results/<gpu>/bench.csv)")
-    p.add_argument("--fresh", action="store_true", help="start a new CSV instead of appending")
-    p.add_argument("--ceilings", action="store_true", help="measure copy bandwidth and GEMM rates into env.json")
-    p.add_argument("--profile", action="store_true", help="per-kernel times (torch.profiler) into profile.csv")
-    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
-                   help="cpu: a dry run of the harness on the stage algebra (host clock, --out required)")
+# --------------------------------------------------------------------------- profiles
 
-
-def profile_kernels(fn, x, calls: int = 5) -> list[tuple[str, int, float]]:
-    """(kernel name, calls, mean µs per call) of the CUDA kernels one call of ``fn`` runs."""
+def profile_kernels(fn, x, calls: int = 5, flush_mb: int = FLUSH_MB) -> list[tuple[str, int, float]]:
+    """Device kernels of one call of ``fn(x)``: (kernel name, launches per call, device µs
+    per call), from ``torch.profiler`` over ``calls`` calls, each after the same L2 flush as
+    :func:`time_cuda`. The flush's own kernels are left out (found by profiling the flush
+    alone; the models launch no fill kernels), and CPU-side operator entries are skipped
+    so that no kernel is counted twice."""
     import torch
     from torch.profiler import ProfilerActivity, profile
+    flush = torch.empty(flush_mb * (1 << 20) // 4, device=x.device, dtype=torch.float32)
+
+    def device_events(prof):
+        for evt in prof.key_averages():
+            if str(getattr(evt, "device_type", "")).endswith("CUDA") and evt.count:
+                yield evt
+
     fn(x)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        flush.zero_()
+        torch.cuda.synchronize()
+    flush_names = {evt.key for evt in device_events(prof)}
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
+            flush.zero_()
             fn(x)
         torch.cuda.synchronize()
     rows = []
-    for evt in prof.key_averages():
-        if not str(getattr(evt, "device_type", "")).endswith("CUDA"):
-            continue  # CPU-side operator entries would count their kernels twice
+    for evt in device_events(prof):
         device_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
-        if device_us > 0 and evt.count:
-            rows.append((evt.key, max(1, evt.count // calls), device_us / calls))
+        if evt.key not in flush_names and device_us > 0:
+            rows.append((evt.key, max(1, round(evt.count / calls)), device_us / calls))
     return rows
 
 
-def main(args) -> int:
-    import torch
-    from tqdm import tqdm
+def kernel_base(name: str) -> str:
+    """A kernel's bare function name, as both torch.profiler's demangled names and Nsight
+    Compute's ``function`` names reduce to it: no return type, template arguments,
+    parameter list or namespaces (``void fl::k<64>(fl::Problem)`` → ``k``)."""
+    text = name.replace("(anonymous namespace)", "")
+    depth, out = 0, []
+    for ch in text:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            if ch == "(":
+                break
+            out.append(ch)
+    words = "".join(out).split()
+    return words[-1].split("::")[-1] if words else name
 
-    from .reference import PRESETS, get_inputs, parse_shape
+
+def parse_ncu_csv(text: str) -> dict[str, dict]:
+    """Per kernel base name (:func:`kernel_base`): ``dram_bytes`` summed over its launches
+    and ``sm_throughput_pct`` averaged, from Nsight Compute's ``--csv --print-units base``
+    output (a header with "ID", "Kernel Name", "Metric Name", "Metric Value"; lines before
+    it, such as ``==PROF==`` messages, are skipped; thousands separators are removed)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"') and "Metric Name" in line), None)
+    if start is None:
+        return {}
+    per_kernel: dict[str, dict] = {}
+    for rec in csv.DictReader(lines[start:]):
+        try:
+            value = float(rec["Metric Value"].replace(",", ""))
+        except (KeyError, ValueError, AttributeError):
+            continue
+        entry = per_kernel.setdefault(kernel_base(rec.get("Kernel Name", "")), {"dram_bytes": 0.0, "sm": []})
+        if rec.get("Metric Name") == NCU_METRICS[0]:
+            entry["dram_bytes"] += value
+        elif rec.get("Metric Name") == NCU_METRICS[1]:
+            entry["sm"].append(value)
+    return {k: {"dram_bytes": v["dram_bytes"], "sm_throughput_pct": sum(v["sm"]) / len(v["sm"]) if v["sm"] else None}
+            for k, v in per_kernel.items()}
+
+
+def profile_rows(table: Table, impl: str, kernels, ncu: dict | None = None) -> list[dict]:
+    """profile.csv rows (:data:`PROFILE_COLUMNS`) of one implementation. Nsight Compute's
+    numbers (``ncu``, from :func:`parse_ncu_csv`) go to the first kernel with the same base
+    name; the ncu columns stay empty elsewhere."""
+    used, rows = set(), []
+    for name, calls, us in kernels:
+        base = kernel_base(name)
+        hit = (ncu or {}).get(base) if base not in used else None
+        used.add(base)
+        rows.append({"problem": table.problem, "shape": str(table.shape), "mode": table.mode,
+                     "precision": table.precision, "impl": impl, "kernel": name, "calls": calls,
+                     "cuda_time_us_per_call": round(us, 3),
+                     "dram_bytes_per_call": "" if hit is None else round(hit["dram_bytes"]),
+                     "sm_throughput_pct": "" if hit is None or hit["sm_throughput_pct"] is None
+                     else round(hit["sm_throughput_pct"], 1)})
+    return rows
+
+
+def ncu_command(ncu: str, log: Path, table: Table, impl: str, seed: int = 0) -> list[str]:
+    """Nsight Compute command that profiles one call of ``impl`` (:func:`_ncu_target`):
+    clocks left alone (``--clock-control none``), profiling only between
+    cudaProfilerStart/Stop, the two metrics of :data:`NCU_METRICS`, CSV in base units."""
+    code = (f"from fusedlib.bench import _ncu_target; _ncu_target({table.problem!r}, {str(table.shape)!r}, "
+            f"{table.mode!r}, {table.precision!r}, {impl!r}, {seed})")
+    return [ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(NCU_METRICS),
+            "--csv", "--print-units", "base", "--log-file", str(log), sys.executable, "-c", code]
+
+
+def run_ncu(table: Table, impl: str, seed: int = 0, timeout_s: int = 600) -> dict:
+    """Run :func:`ncu_command` in a child process; returns :func:`parse_ncu_csv`'s dict.
+
+    Raises:
+        RuntimeError: ncu is not on PATH, failed, or timed out (message holds its output's end).
+    """
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        raise RuntimeError("ncu (Nsight Compute) is not on PATH")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "ncu.csv"
+        try:
+            proc = subprocess.run(ncu_command(ncu, log, table, impl, seed), capture_output=True, text=True,
+                                  cwd=ROOT, env=env, timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"ncu timed out after {timeout_s} s") from exc
+        text = log.read_text() if log.exists() else ""
+    result = parse_ncu_csv(text)
+    if proc.returncode != 0 or not result:
+        tail = (text + proc.stdout + proc.stderr)[-1500:]
+        raise RuntimeError(f"ncu returned {proc.returncode} with no metrics:\n{tail}")
+    return result
+
+
+def _ncu_target(problem: str, shape: str, mode: str, precision: str, impl: str, seed: int = 0) -> None:
+    """The child process of :func:`run_ncu`: build ``impl`` as the benchmark does, warm it up
+    (build, compile, caches), then run one call between cudaProfilerStart and Stop."""
+    import torch
+
+    from .reference import get_inputs, make_reference
+    s = parse_shape(shape)
+    ref = make_reference(problem, s.in_features, s.out_features, seed=seed).cuda().train(mode == "train")
+    x = get_inputs(s, "randn" if s == PRESETS["v0"] else "rand", torch.Generator().manual_seed(seed)).cuda()
+    fn, _ = build_impl(impl, ref, precision)
+    with peer_precision(precision if impl in PEER_IMPLS else "fp32"), torch.no_grad():
+        for _ in range(3):
+            fn(x)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        fn(x)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+
+
+# --------------------------------------------------------------------------- the run
+
+def estimate_seconds(tables: list[Table], warmup: int, iters: int, profile: bool) -> float:
+    """Rough wall time of a run on an H100 (s): each timed call at the cost model's roofs
+    (GEMM rates measured for cuBLAS and for this project's kernels, 2.5 TB/s) plus 0.15 ms
+    of flush and launch; 10 s per torch.compile, 30 s more per max-autotune of a new GEMM
+    shape and precision; 1.5 s per profiled implementation; 60 s to build the kernels on a
+    fresh machine; 10 s start-up."""
+    from .costmodel import cost
+    rates = {("stage", "fp32"): 20.0, ("fused", "fp32"): 26.0, ("fused", "tf32"): 300.0,
+             ("fused", "3xtf32"): 100.0, ("peer", "fp32"): 50.0, ("peer", "tf32"): 330.0}
+    total = 10.0 + (60.0 if any(i in STAGE_IMPLS for t in tables for i in t.impls) else 0.0)
+    tuned = set()
+    for t in tables:
+        s = t.shape
+        total += 2 * s.batch * s.in_features * s.out_features / 40e12 + 1.0  # float64 reference, set-up
+        for impl in t.impls:
+            group = "fused" if impl == "fused" else ("stage" if impl in STAGE_IMPLS else "peer")
+            c = cost(problem_kind(t.problem), impl, s.batch, s.in_features, s.out_features, t.mode, t.precision)
+            call_ms = c.time_ms(rates[group, t.precision], 2500.0) + 0.15
+            calls = warmup + iters + 1 + (6 if profile else 0)
+            total += calls * call_ms / 1e3 + (1.5 if profile else 0.0)
+            if impl in COMPILE_MODES:
+                total += 10.0
+                key = (s, t.precision)
+                if impl == "compile_max_autotune" and key not in tuned:
+                    tuned.add(key)
+                    total += 30.0
+    return total
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--problem", default="all", help="comma list of 84, 33, 39, or all (default)")
+    p.add_argument("--shape", action="append", metavar="SHAPE",
+                   help="preset (84, 33, 39, v0) or NxK->M; repeatable. Default: each problem's "
+                        "KernelBench shape and v0 (unless --sweep is given)")
+    p.add_argument("--sweep", action="append", choices=("batch", "features"),
+                   help="size sweep (repeatable): batch N at 4096->4096, or features K = M at batch 1024")
+    p.add_argument("--batches", default=",".join(map(str, SWEEP_BATCHES)), help="batch sizes of --sweep batch")
+    p.add_argument("--features", default=",".join(map(str, SWEEP_FEATURES)), help="K = M of --sweep features")
+    p.add_argument("--mode", default="all", help="train, eval or all (default; comma list)")
+    p.add_argument("--precision", default="all", help="fp32, tf32, 3xtf32 or all (default; comma list)")
+    p.add_argument("--stage", help="stages to time: comma list of naive, fold, sums, fused, or all")
+    p.add_argument("--impl", help="implementations: comma list of stages and peers "
+                   f"({', '.join(IMPLS)}) or the groups all, stages, peers. Default (neither "
+                   "--stage nor --impl): all; with both, their union")
+    p.add_argument("--iters", type=int, default=MIN_ITERS, help=f"timed calls (method: >= {MIN_ITERS})")
+    p.add_argument("--warmup", type=int, default=MIN_WARMUP, help=f"untimed calls first (method: >= {MIN_WARMUP})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model parameters and inputs")
+    p.add_argument("--out", type=Path, help="bench.csv to write (default results/<gpu>/bench.csv); "
+                   "env.json and profile.csv go next to it")
+    p.set_defaults(fresh=False)
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--append", dest="fresh", action="store_false", help="append to existing CSVs (default)")
+    group.add_argument("--fresh", action="store_true", help="start new bench.csv (and profile.csv with --profile)")
+    p.add_argument("--ceilings", action="store_true", help="measure copy bandwidth and cuBLAS GEMM rates into env.json")
+    p.add_argument("--profile", action="store_true", help="per-kernel device times (torch.profiler) into profile.csv")
+    p.add_argument("--profile-only", action="store_true", help="with --profile: profile without timing (no bench.csv rows)")
+    p.add_argument("--ncu", action="store_true", help="with --profile, if ncu is on PATH: DRAM bytes and SM "
+                   "throughput per kernel from Nsight Compute (one child process per implementation: slow)")
+    p.add_argument("--list", action="store_true", help="print the tables and an estimated run time, run nothing")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: a dry run of the harness on the stage algebra (host clock; needs --out)")
+
+
+def _selection(args) -> tuple[list[str], dict, list[str], list[str], list[str]]:
+    """Problems, shapes per problem, modes, precisions and implementations from the options.
+
+    Raises:
+        ValueError: an unknown name or size.
+    """
+    problems = parse_list(args.problem, tuple(PROBLEMS), what="problem")
+    modes = parse_list(args.mode, MODES, what="mode")
+    precisions = parse_list(args.precision, PRECISIONS, what="precision")
+    if args.stage is None and args.impl is None:
+        impls = list(IMPLS)
+    else:
+        chosen = set(parse_list(args.stage, STAGE_IMPLS, what="stage")) if args.stage else set()
+        if args.impl:
+            chosen |= set(parse_list(args.impl, IMPLS, {"stages": STAGE_IMPLS, "peers": PEER_IMPLS}, what="impl"))
+        impls = [i for i in IMPLS if i in chosen]
+    try:
+        batches = [int(v) for v in args.batches.split(",") if v.strip()]
+        features = [int(v) for v in args.features.split(",") if v.strip()]
+    except ValueError as exc:
+        raise ValueError(f"--batches/--features: expected comma lists of integers ({exc})") from None
+    shapes = {}
+    for problem in problems:
+        listed = [parse_shape(s) for s in (args.shape or [])]
+        if not args.shape and not args.sweep:
+            listed = [PRESETS[problem], PRESETS["v0"]]
+        for sweep in args.sweep or []:
+            listed += sweep_shapes(sweep, batches, features)
+        shapes[problem] = list(dict.fromkeys(listed))
+    return problems, shapes, modes, precisions, impls
+
+
+def main(args) -> int:
+    try:
+        tables = plan_tables(*_selection(args))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.list:
+        for t in tables:
+            print(f"{t.problem:>3} {str(t.shape):>18} {t.mode:5} {t.precision:6} {','.join(t.impls)}")
+        n = sum(len(t.impls) for t in tables)
+        est = estimate_seconds(tables, args.warmup, args.iters, args.profile)
+        print(f"{len(tables)} tables, {n} measurements, about {est / 60:.1f} min on an H100")
+        return 0
+    import torch
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: bench needs a CUDA device (or --device cpu --out FILE for a dry run)", file=sys.stderr)
         return 2
     if args.device == "cpu" and (args.out is None or args.ceilings or args.profile):
         print("error: --device cpu is a dry run: give --out, and no --ceilings or --profile", file=sys.stderr)
         return 2
+    if (args.profile_only or args.ncu) and not args.profile:
+        print("error: --profile-only and --ncu go with --profile", file=sys.stderr)
+        return 2
+    if args.device == "cuda" and (args.warmup < MIN_WARMUP or args.iters < MIN_ITERS):
+        print(f"warning: --warmup {args.warmup} --iters {args.iters} is below the method's "
+              f"{MIN_WARMUP} warm-ups and {MIN_ITERS} timed calls", file=sys.stderr)
     env = _environment(args.device)
-    outdir = ROOT / "results" / gpu_slug(env["gpu"])
-    out = args.out or outdir / "bench.csv"
-    if args.fresh and out.exists():
-        out.unlink()
+    out = args.out or ROOT / "results" / gpu_slug(env["gpu"]) / "bench.csv"
+    profile_csv = out.parent / "profile.csv"
+    if args.fresh:
+        for path in [out] + ([profile_csv] if args.profile else []):
+            path.unlink(missing_ok=True)
+    try:
+        check_header(out, COLUMNS)
+        check_header(profile_csv, PROFILE_COLUMNS)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.ncu and shutil.which("ncu") is None:
+        print("warning: ncu is not on PATH: profile.csv gets no Nsight Compute columns", file=sys.stderr)
+        args.ncu = False
     if args.ceilings:
-        write_env(outdir / "env.json", measure_ceilings())
-    problems = args.problem.split(",")
-    modes, precisions, impls = args.mode.split(","), args.precision.split(","), args.impl.split(",")
-    plan = []
-    for problem in problems:
-        shapes = SWEEPS[args.sweep] if args.sweep else (args.shape or [problem, "v0"])
-        plan += [(problem, parse_shape(s), mode, prec) for s in shapes for mode in modes for prec in precisions]
-    gen = torch.Generator().manual_seed(0)
-    for problem, shape, mode, precision in tqdm(plan, desc="bench", unit="table", file=sys.stderr):
-        x = get_inputs(shape, "randn" if shape == PRESETS["v0"] else "rand", gen).to(args.device)
-        for impl, fn in implementations(problem, shape, mode, precision, impls, device=args.device):
-            try:
-                with peer_precision(precision), torch.no_grad():
-                    rel = _rel_err(fn, impl, problem, shape, mode, x)
-                    times = time_cuda(fn, x, args.warmup, args.iters)
-                    if args.profile:
-                        _append_profile(outdir / "profile.csv", problem, shape, mode, precision, impl,
-                                        profile_kernels(fn, x))
-            except Exception as exc:  # e.g. a torch.compile failure: keep the rest of the run
-                print(f"warning: {impl} {problem} {shape} {mode} {precision} failed: {exc}", file=sys.stderr)
-                continue
-            append_row(out, make_row(problem, shape, mode, precision, impl, times, args.iters, rel, env))
-    print(f"wrote {out}")
+        env_json = write_env(out.parent / "env.json", measure_ceilings())
+        m = env_json["measured"]
+        print(f"ceilings: copy {m['copy_gbytes_per_s']:.0f} GB/s, cuBLAS fp32 {m['gemm_fp32_tflops']:.1f} "
+              f"and tf32 {m['gemm_tf32_tflops']:.1f} TFLOP/s -> {out.parent / 'env.json'}", file=sys.stderr)
+    if args.device == "cuda":
+        broken = _prebuild({i for t in tables for i in t.impls if i in STAGE_IMPLS})
+        tables = [Table(t.problem, t.shape, t.mode, t.precision, tuple(i for i in t.impls if i not in broken))
+                  for t in tables]
+    failures = _run(tables, args, env, out, profile_csv)
+    print(f"wrote {out}" + (f" and {profile_csv}" if args.profile else "") +
+          (f"; {failures} measurement(s) failed (see the warnings)" if failures else ""))
     return 0
 
 
-def _rel_err(fn, impl, problem, shape, mode, x) -> float:
-    """Normwise relative error of one call against the float64 reference model (same seed,
-    same mode, fresh state; in train mode both use the batch statistics of x). GEMM-only is
-    compared with the float64 Linear."""
+def _prebuild(stages) -> set[str]:
+    """Build the stages' kernels in parallel child processes (each stage is one nvcc
+    build, about 40 s; minutes when done one after another); the run then loads them from
+    the cache. Returns the stages whose build failed (reported here)."""
+    if not stages:
+        return set()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    procs = {s: subprocess.Popen([sys.executable, "-c", f"from fusedlib.build import load_stage; load_stage({s!r})"],
+                                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for s in sorted(stages)}
+    failed = set()
+    for stage, proc in procs.items():
+        output, _ = proc.communicate()
+        if proc.returncode != 0:
+            failed.add(stage)
+            print(f"warning: building the {stage} kernels failed; its rows are skipped:\n{output[-1500:]}",
+                  file=sys.stderr)
+    return failed
+
+
+def _run(tables: list[Table], args, env: dict, out: Path, profile_csv: Path) -> int:
+    """Time every table, appending each row as soon as it is measured; returns the number
+    of failed measurements (each reported as a warning)."""
+    import gc
+
     import torch
+    from tqdm import tqdm
 
-    from .reference import make_reference
-    ref = make_reference(problem, shape.in_features, shape.out_features, seed=0).to(x.device).double()
-    ref.train(mode == "train")
-    y64 = torch.nn.functional.linear(x.double(), ref.gemm.weight, ref.gemm.bias) if impl == "gemm_only" \
-        else ref(x.double())
-    y = fn(x)
-    return ((y.double() - y64).norm() / y64.norm()).item()
+    from .reference import get_inputs, make_reference
+    failures = 0
+    ref = state0 = x = y64 = z64 = None
+    ref_key = x_key = y_key = None
+    # On a terminal the bar redraws every second; in a log file every 30 s, to keep it short.
+    bar = tqdm(total=sum(len(t.impls) for t in tables), desc="bench", unit="impl", file=sys.stderr,
+               mininterval=1.0 if sys.stderr.isatty() else 30.0)
+    for table in tables:
+        shape, problem = table.shape, table.problem
+        if ref_key != (problem, shape):
+            ref = y64 = z64 = None
+            gc.collect()
+            ref = make_reference(problem, shape.in_features, shape.out_features, seed=args.seed).to(args.device)
+            state0 = {k: v.clone() for k, v in ref.state_dict().items()}
+            ref_key = (problem, shape)
+        if x_key != shape:
+            gen = torch.Generator().manual_seed(args.seed)
+            x = get_inputs(shape, "randn" if shape == PRESETS["v0"] else "rand", gen).to(args.device)
+            x_key = shape
+        ref.load_state_dict(state0)
+        ref.train(table.mode == "train")
+        if y_key != (problem, shape, table.mode):
+            y64 = z64 = None
+            with torch.no_grad():
+                ref64 = copy.deepcopy(ref).double()
+                x64 = x.double()
+                y64 = ref64(x64)
+                z64 = torch.nn.functional.linear(x64, ref64.gemm.weight, ref64.gemm.bias)
+                del ref64, x64
+            y_key = (problem, shape, table.mode)
+        for impl in table.impls:
+            bar.set_postfix_str(f"{problem} {shape} {table.mode} {table.precision} {impl}", refresh=False)
+            try:
+                _measure(table, impl, ref, state0, x, z64 if impl == "gemm_only" else y64, args, env, out,
+                         profile_csv)
+            except Exception as exc:  # e.g. a torch.compile failure: warn, skip the row, go on
+                failures += 1
+                tqdm.write(f"warning: {impl} at {problem} {shape} {table.mode} {table.precision} failed: "
+                           f"{type(exc).__name__}: {str(exc)[:800]}", file=sys.stderr)
+            bar.update(1)
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    bar.close()
+    return failures
 
 
-def _append_profile(path: Path, problem, shape, mode, precision, impl, kernels) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with path.open("a", newline="") as f:
-        w = csv.writer(f)
-        if new:
-            w.writerow(["problem", "shape", "mode", "precision", "impl", "kernel", "calls", "cuda_time_us_per_call"])
-        for name, calls, us in kernels:
-            w.writerow([problem, str(shape), mode, precision, impl, name, calls, f"{us:.3f}"])
+def _measure(table: Table, impl: str, ref, state0: dict, x, y64, args, env: dict, out: Path,
+             profile_csv: Path) -> None:
+    """Error call, timing and (``--profile``) profile of one implementation in one table;
+    the bench row is appended before profiling starts."""
+    import torch
+    fn, module = build_impl(impl, ref, table.precision)
+    with peer_precision(table.precision if impl in PEER_IMPLS else "fp32"), torch.no_grad():
+        if module is not None:
+            module.load_state_dict(state0)  # every implementation's error call starts from one state
+        error = rel_err(fn(x), y64)
+        if not args.profile_only:
+            times = time_cuda(fn, x, args.warmup, args.iters)
+            append_row(out, make_row(table.problem, table.shape, table.mode, table.precision, impl, times,
+                                     args.iters, error, env))
+        if args.profile:
+            ncu = None
+            if args.ncu:
+                try:
+                    ncu = run_ncu(table, impl, args.seed)
+                except RuntimeError as exc:
+                    print(f"\nwarning: ncu for {impl} at {table.problem} {table.shape}: {exc}", file=sys.stderr)
+            append_rows(profile_csv, profile_rows(table, impl, profile_kernels(fn, x), ncu), PROFILE_COLUMNS)

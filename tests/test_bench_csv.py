@@ -1,0 +1,243 @@
+"""Benchmark harness parts that run without a GPU: CSV contracts, rows, plans, scoped TF32,
+Nsight Compute parsing, and a dry run of the whole loop on the CPU stage algebra."""
+import argparse
+import csv
+
+import pytest
+import torch
+
+from fusedlib import bench, cli
+from fusedlib.reference import PRESETS, Shape, parse_shape
+
+ENV = {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0", "cuda": "13.0", "commit": "abc1234"}
+
+
+def _args(*argv):
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_columns_are_the_contract():
+    assert bench.COLUMNS == ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl",
+                             "median_ms", "min_ms", "max_ms", "iters", "tflops", "gbytes_per_s", "rel_err",
+                             "gpu", "torch", "cuda", "commit", "timestamp"]
+    assert bench.PROFILE_COLUMNS[:8] == ["problem", "shape", "mode", "precision", "impl", "kernel", "calls",
+                                         "cuda_time_us_per_call"]
+
+
+def test_gpu_slug():
+    assert bench.gpu_slug("NVIDIA H100 80GB HBM3") == "h100"
+    assert bench.gpu_slug("NVIDIA H200") == "h200"
+    assert bench.gpu_slug("Tesla V100-SXM2") == "teslav100sxm2"
+
+
+def test_row_follows_contract_and_cost_model(tmp_path):
+    from fusedlib.costmodel import cost
+    shape = parse_shape("84")
+    row = bench.make_row("84", shape, "train", "tf32", "fused", (0.5, 0.45, 0.6), 50, 3e-4, ENV)
+    assert list(row) == bench.COLUMNS
+    c = cost("84", "fused", 1024, 8192, 8192, "train", "tf32")
+    assert row["tflops"] == pytest.approx(c.flops / 0.5e-3 / 1e12, rel=1e-5)      # ≈ 275 TFLOP/s
+    assert row["gbytes_per_s"] == pytest.approx(c.bytes / 0.5e-3 / 1e9, rel=1e-5)
+    assert (row["median_ms"], row["min_ms"], row["max_ms"], row["iters"]) == (0.5, 0.45, 0.6, 50)
+    assert row["rel_err"] == 3e-4 and row["commit"] == "abc1234" and row["timestamp"].endswith("+00:00")
+
+
+def test_append_keeps_one_header_and_validates(tmp_path):
+    row = bench.make_row("84", parse_shape("84"), "train", "fp32", "fused", (1.0, 1.0, 1.0), 50, 1e-6, ENV)
+    path = tmp_path / "bench.csv"
+    bench.append_row(path, row)
+    bench.append_row(path, {**row, "impl": "eager"})
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["impl"] for r in rows] == ["fused", "eager"]
+    assert list(rows[0]) == bench.COLUMNS
+    assert path.read_text().count("median_ms") == 1
+    with pytest.raises(ValueError, match="columns"):
+        bench.append_row(path, {"problem": "84"})
+    with pytest.raises(ValueError, match="columns"):       # right keys, wrong order
+        bench.append_row(path, dict(reversed(list(row.items()))))
+    old = tmp_path / "old.csv"
+    old.write_text("problem,impl,ms\n84,fused,1.0\n")
+    with pytest.raises(ValueError, match="--fresh"):        # an older contract is not appended to
+        bench.append_row(old, row)
+
+
+def test_peer_precision_is_scoped_and_restored():
+    def flags():
+        return (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    before = flags()
+    with bench.peer_precision("tf32"):
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert flags() == before
+    with bench.peer_precision("fp32"):
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    assert flags() == before
+    with pytest.raises(RuntimeError):
+        with bench.peer_precision("tf32"):
+            raise RuntimeError("boom")
+    assert flags() == before
+    torch.backends.cuda.matmul.allow_tf32 = True            # a caller that had TF32 on keeps it
+    try:
+        with bench.peer_precision("fp32"):
+            assert not torch.backends.cuda.matmul.allow_tf32
+        assert torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before[0]
+
+
+def test_what_runs_at_each_precision():
+    assert [i for i in bench.IMPLS if bench.available(i, "fp32")] == list(bench.IMPLS)
+    assert [i for i in bench.IMPLS if bench.available(i, "tf32")] == [
+        "fused", "eager", "compile", "compile_max_autotune", "gemm_only"]
+    assert [i for i in bench.IMPLS if bench.available(i, "3xtf32")] == ["fused"]
+
+
+def test_default_plan_covers_the_kernelbench_shapes():
+    tables = bench.plan_tables(*bench._selection(_args()))
+    keys = {(t.problem, t.shape, t.mode, t.precision) for t in tables}
+    for problem in ("84", "33", "39"):
+        for mode in ("train", "eval"):
+            for precision in ("fp32", "tf32", "3xtf32"):
+                assert (problem, PRESETS[problem], mode, precision) in keys
+    # 33 and 39 are one model: v0 is timed once for them
+    assert ("33", PRESETS["v0"], "train", "fp32") in keys and ("39", PRESETS["v0"], "train", "fp32") not in keys
+    fp32 = next(t for t in tables if t.precision == "fp32")
+    assert fp32.impls == bench.IMPLS
+    assert next(t for t in tables if t.precision == "3xtf32").impls == ("fused",)
+
+
+def test_selection_options():
+    problems, shapes, modes, precisions, impls = bench._selection(
+        _args("--problem", "84", "--mode", "train", "--precision", "fp32,tf32", "--stage", "fused",
+              "--impl", "peers", "--shape", "v0", "--shape", "257x1000->999"))
+    assert problems == ["84"] and modes == ["train"] and precisions == ["fp32", "tf32"]
+    assert impls == ["fused", "eager", "compile", "compile_max_autotune", "gemm_only"]
+    assert shapes["84"] == [PRESETS["v0"], Shape(257, 1000, 999)]
+    _, shapes, *_ = bench._selection(_args("--problem", "33", "--sweep", "batch", "--sweep", "features",
+                                           "--batches", "128,512"))
+    assert shapes["33"] == [Shape(128, 4096, 4096), Shape(512, 4096, 4096), Shape(1024, 1024, 1024),
+                            Shape(1024, 2048, 2048), Shape(1024, 4096, 4096), Shape(1024, 8192, 8192)]
+    assert bench._selection(_args("--problem", "all", "--mode", "all"))[0] == ["84", "33", "39"]
+    for bad in (("--problem", "85"), ("--impl", "cublas"), ("--precision", "fp16"), ("--batches", "x")):
+        with pytest.raises(ValueError):
+            bench._selection(_args(*bad))
+    assert _args().fresh is False and _args("--fresh").fresh is True and _args("--append").fresh is False
+
+
+def test_list_prints_the_plan_without_a_gpu(capsys):
+    assert cli.main(["bench", "--list", "--problem", "39", "--shape", "39", "--mode", "train", "--precision",
+                     "3xtf32"]) == 0
+    out = capsys.readouterr().out
+    assert "16384x4096->4096 train 3xtf32 fused" in out and "1 tables, 1 measurements" in out
+
+
+def test_nvidia_smi_line():
+    assert bench.parse_nvidia_smi("580.95.05, 1980 MHz, 2619 MHz") == {
+        "driver": "580.95.05", "sm_clock_max_mhz": 1980, "mem_clock_max_mhz": 2619}
+    assert bench.parse_nvidia_smi("") == {"driver": None, "sm_clock_max_mhz": None, "mem_clock_max_mhz": None}
+    assert bench.parse_nvidia_smi("580.95.05, [N/A], 2619 MHz")["sm_clock_max_mhz"] is None
+
+
+def test_kernel_names_reduce_to_their_function():
+    assert bench.kernel_base("void fl::simt_gemm_kernel<64, 64, 16, 4, 4, 1>(fl::Problem, float const*, "
+                             "float const*, float*)") == "simt_gemm_kernel"
+    assert bench.kernel_base("simt_gemm_kernel") == "simt_gemm_kernel"
+    assert bench.kernel_base("void (anonymous namespace)::softmax_warp_forward<float, float, float, 10>"
+                             "(float*, float const*, int)") == "softmax_warp_forward"
+    assert bench.kernel_base("triton_red_fused_native_batch_norm_0") == "triton_red_fused_native_batch_norm_0"
+
+
+NCU_OUTPUT = '''==PROF== Connected to process 1234 (/usr/bin/python3)
+==PROF== Profiling "simt_gemm_kernel" - 0: 0%....50%....100% - 3 passes
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1234","python3","127.0.0.1","simt_gemm_kernel","1","7","(256, 1, 1)","(64, 16, 1)","0","9.0","Command line profiler metrics","dram__bytes.sum","byte","402,653,184"
+"0","1234","python3","127.0.0.1","simt_gemm_kernel","1","7","(256, 1, 1)","(64, 16, 1)","0","9.0","Command line profiler metrics","sm__throughput.avg.pct_of_peak_sustained_elapsed","%","61.5"
+"1","1234","python3","127.0.0.1","affine_kernel","1","7","(256, 1, 1)","(2112, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes.sum","byte","67,200,000"
+"1","1234","python3","127.0.0.1","affine_kernel","1","7","(256, 1, 1)","(2112, 1, 1)","0","9.0","Command line profiler metrics","sm__throughput.avg.pct_of_peak_sustained_elapsed","%","12.0"
+'''
+
+
+def test_ncu_csv_merges_into_profile_rows():
+    ncu = bench.parse_ncu_csv(NCU_OUTPUT)
+    assert ncu["simt_gemm_kernel"] == {"dram_bytes": 402653184.0, "sm_throughput_pct": 61.5}
+    assert ncu["affine_kernel"]["dram_bytes"] == 67200000.0
+    assert bench.parse_ncu_csv("==PROF== nothing profiled\n") == {}
+    table = bench.Table("33", parse_shape("33"), "train", "fp32", ("sums",))
+    kernels = [("void fl::simt_gemm_kernel<64, 64, 16, 4, 4, 1>(fl::Problem, float const*, float const*, float*)",
+                1, 7000.0),
+               ("fl::sums_finalize_kernel(fl::Problem)", 1, 5.0),
+               ("fl::affine_kernel(float const*, float const*, float*, int, int)", 1, 25.1234)]
+    rows = bench.profile_rows(table, "sums", kernels, ncu)
+    assert all(list(r) == bench.PROFILE_COLUMNS for r in rows)
+    assert [r["dram_bytes_per_call"] for r in rows] == [402653184, "", 67200000]
+    assert [r["sm_throughput_pct"] for r in rows] == [61.5, "", 12.0]
+    assert rows[2]["cuda_time_us_per_call"] == 25.123 and rows[0]["shape"] == "1024x8192->8192"
+    plain = bench.profile_rows(table, "sums", kernels)
+    assert {r["dram_bytes_per_call"] for r in plain} == {""}
+
+
+def test_ncu_command_profiles_one_call_with_clocks_untouched(tmp_path):
+    table = bench.Table("84", parse_shape("84"), "train", "fp32", ("fused",))
+    cmd = bench.ncu_command("ncu", tmp_path / "log.csv", table, "fused")
+    assert cmd[:3] == ["ncu", "--clock-control", "none"]
+    assert "--profile-from-start" in cmd and "--csv" in cmd
+    assert "dram__bytes.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed" in cmd
+    assert "_ncu_target('84', '1024x8192->8192', 'train', 'fp32', 'fused', 0)" in cmd[-1]
+
+
+def test_estimate_grows_with_compile_peers():
+    tables = bench.plan_tables(*bench._selection(_args("--impl", "stages,eager,gemm_only")))
+    with_compile = bench.plan_tables(*bench._selection(_args()))
+    assert 0 < bench.estimate_seconds(tables, 10, 50, False) < bench.estimate_seconds(with_compile, 10, 50, False)
+
+
+def test_bench_without_gpu_exits_2(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert cli.main(["bench", "--problem", "84"]) == 2
+    assert "CUDA" in capsys.readouterr().err
+
+
+def test_readme_results_table(tmp_path):
+    import pandas as pd
+
+    from fusedlib import report
+    shape = parse_shape("84")
+    path = tmp_path / "bench.csv"
+    for impl, ms in (("eager", 2.0), ("compile", 1.6), ("gemm_only", 0.8), ("fused", 1.0)):
+        bench.append_row(path, bench.make_row("84", shape, "train", "fp32", impl, (ms, ms, ms), 50, 1e-6, ENV))
+    bench.append_row(path, bench.make_row("84", shape, "train", "3xtf32", "fused", (0.5,) * 3, 50, 1e-6, ENV))
+    table = report.results_table(pd.read_csv(path, dtype={"problem": str}))
+    assert "| 84 @1024×8192→8192 | train | fp32 | fused | 1.000 | 2.00× | 1.60× | 1.25 | 1.0e-06 |" in table
+    assert "| 84 @1024×8192→8192 | train | 3xtf32 | fused | 0.500 | 4.00× | 3.20× | 0.62 | 1.0e-06 |" in table
+    readme = "a\n<!-- results-table:begin -->\nold\n<!-- results-table:end -->\nb"
+    out = report.render_readme(readme, table, report.TABLE_BEGIN, report.TABLE_END)
+    assert "old" not in out and out.startswith("a\n") and out.endswith("b") and table in out
+    with pytest.raises(ValueError, match="markers"):
+        report.render_readme("no markers", table, report.TABLE_BEGIN, report.TABLE_END)
+
+
+def test_dry_run_of_the_whole_harness_on_cpu(tmp_path):
+    """The bench loop end to end on the CPU algebra: every table, every impl that exists at
+    each precision, one row each, errors of the right size, appended across runs."""
+    import pandas as pd
+    out = tmp_path / "bench.csv"
+    argv = ["bench", "--device", "cpu", "--out", str(out), "--problem", "84,39", "--shape", "9x40->24",
+            "--impl", "naive,fused,eager,gemm_only", "--iters", "3", "--warmup", "1"]
+    assert cli.main(argv) == 0
+    df = pd.read_csv(out, dtype={"problem": str})
+    assert list(df.columns) == bench.COLUMNS
+    # per problem and mode: fp32 (4 impls) + tf32 (fused, eager, gemm_only) + 3xtf32 (fused)
+    assert len(df) == 2 * 2 * (4 + 3 + 1)
+    fp32 = df[(df.precision != "tf32") & (df.impl != "gemm_only")]
+    assert (fp32.rel_err < 1e-5).all() and (df.median_ms > 0).all() and (df.iters == 3).all()
+    tf32_fused = df[(df.precision == "tf32") & (df.impl == "fused")]
+    assert (tf32_fused.rel_err > 1e-5).all() and (tf32_fused.rel_err < 5e-3).all()
+    assert set(df[df.precision == "3xtf32"].impl) == {"fused"}
+    assert cli.main(argv + ["--mode", "eval", "--precision", "fp32"]) == 0          # appends
+    assert len(pd.read_csv(out)) == 32 + 2 * 4 and out.read_text().count("median_ms") == 1
+    assert cli.main(argv + ["--fresh", "--mode", "eval", "--precision", "fp32"]) == 0
+    assert len(pd.read_csv(out)) == 2 * 4
+    assert cli.main(["bench", "--device", "cpu"]) == 2  # a dry run needs --out
