@@ -9,6 +9,7 @@ the records, so every number the README shows comes from a committed result.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,31 +55,91 @@ def validation_summary(path: Path) -> str:
     return "\n".join(lines)
 
 
-def results_table(bench) -> str:
-    """Markdown table from a bench.csv DataFrame (:data:`fusedlib.bench.COLUMNS`): for each
-    problem@shape, mode and precision, every implementation's median ms, speedup against
-    eager and against torch.compile (default) at the same precision (fp32 peers for 3xtf32,
-    which the peers lack), ratio to GEMM-only, and relative error. Latest row per key wins."""
+#: Order of the table's rows.
+_PROBLEM_ORDER, _MODE_ORDER = ("84", "33", "39"), ("train", "eval")
+
+
+def results_table(bench, presets_only: bool = True) -> str:
+    """Markdown timing table from a bench.csv DataFrame (:data:`fusedlib.bench.COLUMNS`).
+
+    One row per problem@shape, mode, precision and implementation (the latest measurement
+    of each): median ms; speedup against PyTorch eager and against torch.compile (default)
+    = peer median / this median; ratio to GEMM-only = this median / F.linear's median; the
+    normwise relative error against float64. Peers are taken at the same precision, except
+    for 3xtf32 rows, which are compared with the fp32 peers (the same accuracy class; the
+    peers have no 3xTF32). ``presets_only`` keeps the KernelBench shapes (each problem's own
+    and v0) and leaves the size sweeps to the figures. Rows are ordered by problem (84, 33,
+    39), shape (own preset, v0, others), mode, precision, implementation.
+    """
+    from .bench import COLUMNS
+    from .costmodel import IMPLS, PRECISIONS
+    from .reference import PRESETS
+    missing = [c for c in COLUMNS if c not in bench.columns]
+    if missing:
+        raise ValueError(f"bench.csv: missing columns {missing}")
     key = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl"]
-    df = bench.drop_duplicates(key, keep="last")
-    lines = ["| problem @shape | mode | precision | impl | median ms | vs eager | vs compile | / GEMM-only | rel. error |",
+    df = bench.assign(problem=bench.problem.astype(str)).drop_duplicates(key, keep="last")
+
+    def shape_rank(row):
+        s = (row.batch, row.in_features, row.out_features)
+        own = PRESETS.get(row.problem)
+        if own is not None and s == (own.batch, own.in_features, own.out_features):
+            return 0
+        v0 = PRESETS["v0"]
+        return 1 if s == (v0.batch, v0.in_features, v0.out_features) else 2
+
+    df = df.assign(_shape=[shape_rank(r) for r in df.itertuples(index=False)])
+    if presets_only:
+        df = df[df._shape < 2]
+    orders = {"problem": _PROBLEM_ORDER, "mode": _MODE_ORDER, "precision": PRECISIONS, "impl": IMPLS}
+
+    def rank(col):  # position in the column's order; unknown values last
+        order = orders.get(col.name)
+        return col if order is None else col.map({v: i for i, v in enumerate(order)}).fillna(len(order))
+
+    df = df.sort_values(["problem", "_shape", "batch", "in_features", "out_features", "mode", "precision", "impl"],
+                        key=rank)
+    lines = ["Speedup = peer time / this time at the same precision (3xtf32 rows: against the fp32 peers); "
+             "/ GEMM-only = this time / `F.linear` time; rel. error = ‖y − y64‖/‖y64‖ against float64.", "",
+             "| problem @shape | mode | precision | impl | median ms | vs eager | vs compile | / GEMM-only | rel. error |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for (problem, n, k, m, mode, precision), g in df.groupby(key[:-1], sort=False):
-        peers_prec = "fp32" if precision == "3xtf32" else precision
-        peers = df[(df.problem == problem) & (df.batch == n) & (df.in_features == k) & (df.out_features == m)
-                   & (df["mode"] == mode) & (df.precision == peers_prec)].set_index("impl").median_ms
-        for row in g.itertuples(index=False):
-            ratio = lambda peer: f"{peers[peer] / row.median_ms:.2f}×" if peer in peers else "–"  # noqa: E731
-            floor = f"{row.median_ms / peers['gemm_only']:.2f}" if "gemm_only" in peers else "–"
-            lines.append(f"| {problem} @{n}×{k}→{m} | {mode} | {precision} | {row.impl} | {row.median_ms:.3f} | "
-                         f"{ratio('eager')} | {ratio('compile')} | {floor} | {row.rel_err:.1e} |")
+    for row in df.itertuples(index=False):
+        peers_prec = "fp32" if row.precision == "3xtf32" else row.precision
+        peers = df[(df.problem == row.problem) & (df.batch == row.batch) & (df.in_features == row.in_features)
+                   & (df.out_features == row.out_features) & (df["mode"] == row.mode)
+                   & (df.precision == peers_prec)].set_index("impl").median_ms
+        speedup = lambda peer: f"{peers[peer] / row.median_ms:.2f}×" if peer in peers else "–"  # noqa: E731
+        floor = f"{row.median_ms / peers['gemm_only']:.2f}" if "gemm_only" in peers else "–"
+        lines.append(f"| {row.problem} @{row.batch}×{row.in_features}→{row.out_features} | {row.mode} | "
+                     f"{row.precision} | {row.impl} | {row.median_ms:.3f} | {speedup('eager')} | "
+                     f"{speedup('compile')} | {floor} | {row.rel_err:.1e} |")
     return "\n".join(lines)
 
 
+def update_results_table(readme: Path, bench) -> bool:
+    """Replace the text between :data:`TABLE_BEGIN` and :data:`TABLE_END` in ``readme`` with
+    :func:`results_table` of ``bench``. Returns whether the file changed.
+
+    Raises:
+        FileNotFoundError: no such README. ValueError: the markers are missing.
+    """
+    readme = Path(readme)
+    old = readme.read_text()
+    new = render_readme(old, results_table(bench), TABLE_BEGIN, TABLE_END)
+    if new != old:
+        readme.write_text(new)
+    return new != old
+
+
 def render_readme(readme: str, summary: str, begin: str = BEGIN, end: str = END) -> str:
-    """Replace the text between two markers. Raises ValueError if they are missing."""
-    if begin not in readme or end not in readme:
-        raise ValueError(f"README.md: markers {begin} and {end} not found")
+    """Replace the text between two markers (each kept, on its own line).
+
+    Raises:
+        ValueError: a marker is missing, or ``end`` comes before ``begin``.
+    """
+    if begin not in readme or end not in readme or readme.index(end) < readme.index(begin):
+        raise ValueError(f"README.md: markers {begin} and {end} not found (in that order); "
+                         "add them where the generated text belongs")
     head, rest = readme.split(begin, 1)
     return f"{head}{begin}\n{summary}\n{end}{rest.split(end, 1)[1]}"
 
@@ -90,12 +151,16 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     readme = ROOT / "README.md"
     results = ROOT / "results" / args.gpu
-    text = render_readme(readme.read_text(), validation_summary(results / "validation.json"))
-    print(f"README.md: validation summary from results/{args.gpu}/validation.json")
-    if (results / "bench.csv").exists():
-        import pandas as pd
-        table = results_table(pd.read_csv(results / "bench.csv", dtype={"problem": str}))
-        text = render_readme(text, table, TABLE_BEGIN, TABLE_END)
-        print(f"README.md: results table from results/{args.gpu}/bench.csv")
+    try:
+        text = render_readme(readme.read_text(), validation_summary(results / "validation.json"))
+        print(f"README.md: validation summary from results/{args.gpu}/validation.json")
+        if (results / "bench.csv").exists():
+            import pandas as pd
+            table = results_table(pd.read_csv(results / "bench.csv", dtype={"problem": str}))
+            text = render_readme(text, table, TABLE_BEGIN, TABLE_END)
+            print(f"README.md: results table from results/{args.gpu}/bench.csv")
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     readme.write_text(text)
     return 0
