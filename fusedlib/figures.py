@@ -1,7 +1,9 @@
-"""``python -m fusedlib figures``: the roofline, throughput and breakdown figures, drawn
-from the committed CSVs only (``results/<gpu>/bench.csv``, ``env.json``, ``profile.csv``),
-and the cancellation figure from the CPU algebra, so they can be regenerated on any
-machine. Each figure is written as PNG, SVG and PDF.
+"""``python -m fusedlib figures``: the roofline, throughput and breakdown figures and the
+README results table, drawn from the committed results only (``results/<gpu>/bench.csv``,
+``env.json`` and, if present, ``profile.csv``), so they can be regenerated on any machine
+without a GPU; plus the cancellation figure, computed on the CPU. Each figure is written
+as PNG, SVG and PDF into ``figures/``. matplotlib (Agg backend) and pandas are imported
+only when a figure is drawn.
 """
 from __future__ import annotations
 
@@ -9,11 +11,14 @@ import json
 import sys
 from pathlib import Path
 
-from .bench import PEER_IMPLS as PEERS
-from .bench import STAGE_IMPLS as STAGE_ORDER
+from .bench import COLUMNS, PEER_IMPLS, PROFILE_COLUMNS, STAGE_IMPLS
 
 ROOT = Path(__file__).resolve().parent.parent
 FORMATS = ("png", "svg", "pdf")
+#: Kept for callers that name them so.
+STAGE_ORDER, PEERS = STAGE_IMPLS, PEER_IMPLS
+PRECISION_MARKERS = {"fp32": "o", "tf32": "s", "3xtf32": "^"}
+PRECISION_LINES = {"fp32": "-", "tf32": "--", "3xtf32": ":"}
 
 
 def _plt():
@@ -23,121 +28,213 @@ def _plt():
     return plt
 
 
+def _impl_color(impl: str):
+    from matplotlib import colormaps
+    order = list(STAGE_IMPLS) + list(PEER_IMPLS)
+    return colormaps["tab10"](order.index(impl) % 10) if impl in order else "gray"
+
+
 def _save(fig, outdir: Path, name: str) -> list[Path]:
     outdir.mkdir(parents=True, exist_ok=True)
     paths = [outdir / f"{name}.{fmt}" for fmt in FORMATS]
+    no_dates = {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "png": None}  # reproducible files
     for path in paths:
-        fig.savefig(path, bbox_inches="tight", dpi=150)
+        fig.savefig(path, bbox_inches="tight", dpi=150, metadata=no_dates[path.suffix[1:]])
+    _plt().close(fig)
     return paths
 
 
-def _kb_rows(df, problem: str):
+def _preset_rows(df, problem: str):
+    """Rows of ``problem`` at its KernelBench shape."""
     from .reference import PRESETS
     s = PRESETS[problem]
     return df[(df.problem.astype(str) == problem) & (df.batch == s.batch) & (df.in_features == s.in_features)
               & (df.out_features == s.out_features)]
 
 
+def _no_data(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=8, color="gray")
+
+
 def roofline(bench, env: dict, outdir: Path) -> list[Path]:
-    """Log-log roofline: arithmetic intensity (FLOP/byte, cost model) vs achieved TFLOP/s,
-    memory roof from measured copy and datasheet bandwidth, compute roofs for fp32 and tf32
-    (measured cuBLAS and datasheet); one point per stage and peer at each problem's
-    KernelBench shape (train mode), arrows naive → fold → sums → fused."""
+    """``roofline.{png,svg,pdf}``: log-log arithmetic intensity (cost model, FLOP/byte)
+    against achieved TFLOP/s (cost-model FLOPs / median time), one panel per problem at
+    its KernelBench shape in train mode: one point per stage and peer and precision (the
+    latest row; colour: implementation, marker: precision), arrows naive → fold → sums →
+    fused (fp32). Roofs: memory from the measured copy bandwidth (solid) and the datasheet
+    (dotted); compute for fp32 and tf32 from the measured cuBLAS GEMM (solid) and the
+    datasheet (dotted).
+
+    Raises:
+        KeyError: env.json lacks ``measured`` or ``datasheet`` values.
+    """
     import numpy as np
+
+    from .costmodel import cost
+    from .reference import PRESETS, problem_kind
     plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(16, 5), sharey=True)
+    measured, sheet = env["measured"], env["datasheet"]
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.5), sharey=True, layout="constrained")
     ai = np.logspace(0, 4, 200)
+    top = max(sheet["tf32_tflops"], measured["gemm_tf32_tflops"]) * 1.6
+    train = bench[bench["mode"] == "train"]
+    lowest = train.tflops[train.tflops > 0].min() if (train.tflops > 0).any() else 1.0
+    impl_handles = {}
     for ax, problem in zip(axes, ("84", "33", "39")):
-        rows = _kb_rows(bench[bench["mode"] == "train"], problem)
-        for label, bw, style in (("copy (measured)", env["measured"]["copy_gbytes_per_s"], "-"),
-                                 ("HBM datasheet", env["datasheet"]["bandwidth_gbytes_per_s"], ":")):
-            ax.plot(ai, ai * bw / 1e3, style, color="gray", lw=1, label=f"{label} {bw / 1e3:.2f} TB/s")
+        for label, bw, style in (("copy, measured", measured["copy_gbytes_per_s"], "-"),
+                                 (f"{sheet.get('device', 'HBM')} datasheet", sheet["bandwidth_gbytes_per_s"], ":")):
+            ax.plot(ai, np.minimum(ai * bw / 1e3, top), style, color="gray", lw=1,
+                    label=f"memory roof, {label}: {bw / 1e3:.2f} TB/s")
         for prec, color in (("fp32", "tab:blue"), ("tf32", "tab:orange")):
-            for peak, style, what in ((env["measured"][f"gemm_{prec}_tflops"], "-", "cuBLAS"),
-                                      (env["datasheet"][f"{prec}_tflops"], ":", "datasheet")):
-                ax.axhline(peak, ls=style, color=color, lw=1, label=f"{prec} {what} {peak:.0f} TFLOP/s")
-        for prec, marker in (("fp32", "o"), ("tf32", "s"), ("3xtf32", "^")):
-            sub = rows[rows.precision == prec].drop_duplicates("impl", keep="last")  # latest measurement
-            if sub.empty:
-                continue
-            intensity = sub.tflops * 1e3 / sub.gbytes_per_s
-            ax.scatter(intensity, sub.tflops, marker=marker, label=f"{prec} runs", zorder=3)
-            for (_, r), x in zip(sub.iterrows(), intensity):
-                ax.annotate(r.impl, (x, r.tflops), fontsize=7, xytext=(3, 3), textcoords="offset points")
-            stages = sub.set_index("impl").reindex([s for s in STAGE_ORDER if s in set(sub.impl)])
-            pts = list(zip(stages.tflops * 1e3 / stages.gbytes_per_s, stages.tflops))
-            for a, b in zip(pts, pts[1:]):
-                ax.annotate("", xy=b, xytext=a, arrowprops=dict(arrowstyle="->", color="black", lw=0.8))
-        ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", title=f"problem {problem}")
-    axes[0].set_ylabel("TFLOP/s")
+            for peak, style, what in ((measured[f"gemm_{prec}_tflops"], "-", "cuBLAS, measured"),
+                                      (sheet[f"{prec}_tflops"], ":", "datasheet")):
+                ax.axhline(peak, ls=style, color=color, lw=1, label=f"{prec} roof, {what}: {peak:.0f} TFLOP/s")
+        rows = _preset_rows(train, problem).drop_duplicates(["impl", "precision"], keep="last")
+        s = PRESETS[problem]
+        if rows.empty:
+            _no_data(ax, "no train-mode rows at this shape")
+        points = {}
+        for row in rows.itertuples(index=False):
+            x = cost(problem_kind(problem), row.impl, s.batch, s.in_features, s.out_features, "train",
+                     row.precision).intensity
+            points[row.impl, row.precision] = (x, row.tflops)
+            dot = ax.scatter([x], [row.tflops], marker=PRECISION_MARKERS.get(row.precision, "o"),
+                             color=_impl_color(row.impl), s=40, zorder=3, edgecolor="black", linewidth=0.4)
+            impl_handles.setdefault(row.impl, dot)
+        chain = [points[stage, "fp32"] for stage in STAGE_IMPLS if (stage, "fp32") in points]
+        for a, b in zip(chain, chain[1:]):
+            ax.annotate("", xy=b, xytext=a, arrowprops=dict(arrowstyle="->", color="black", lw=0.8))
+        ax.set(xscale="log", yscale="log", xlim=(3, 3000), ylim=(min(1.0, lowest / 2), top),
+               xlabel="arithmetic intensity (FLOP/byte, cost model)", title=f"problem {problem} @{s}")
+        ax.grid(True, which="major", lw=0.3)
+    axes[0].set_ylabel("achieved TFLOP/s")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=5, bbox_to_anchor=(0.5, -0.08))
-    fig.suptitle(f"Roofline, {env['gpu']}, train mode, KernelBench shapes")
-    paths = _save(fig, outdir, "roofline")
-    plt.close(fig)
-    return paths
+    for impl in [i for i in list(STAGE_IMPLS) + list(PEER_IMPLS) if i in impl_handles]:
+        handles.append(plt.Line2D([], [], marker="o", ls="", color=_impl_color(impl), markeredgecolor="black"))
+        labels.append(impl)
+    for prec, marker in PRECISION_MARKERS.items():
+        handles.append(plt.Line2D([], [], marker=marker, ls="", color="white", markeredgecolor="black"))
+        labels.append(prec)
+    fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncol=6)
+    fig.suptitle(f"Roofline on {env.get('gpu', 'the GPU')}, train mode, KernelBench shapes "
+                 "(arrows: naive → fold → sums → fused at fp32)")
+    return _save(fig, outdir, "roofline")
 
 
 def throughput(bench, outdir: Path) -> list[Path]:
-    """Time and TFLOP/s against batch (at 4096→4096) and against features (K = M, batch
-    1024) for problems 84 and 33, every stage and peer (train mode, fp32 and tf32)."""
+    """``throughput.{png,svg,pdf}``: median time and TFLOP/s against the batch size (N at
+    4096→4096) and against the features (K = M at batch 1024), for problem 84 and problems
+    33/39 (one model), every stage and peer and precision, train mode. Rows of other
+    shapes are ignored; a panel without sweep rows says so."""
+    from .bench import BATCH_SWEEP_FEATURES, FEATURE_SWEEP_BATCH
     plt = _plt()
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    train = bench[bench["mode"] == "train"]
-    sweeps = (("batch", train[(train.in_features == 4096) & (train.out_features == 4096)]),
-              ("in_features", train[(train.batch == 1024) & (train.in_features == train.out_features)]))
-    for col, (xname, sweep) in enumerate(sweeps):
-        for problem in ("84", "33"):
-            sub = sweep[sweep.problem.astype(str).isin([problem] if problem == "84" else ["33", "39"])]
-            for (impl, prec), g in sub.groupby(["impl", "precision"]):
+    train = bench[bench["mode"] == "train"].copy()
+    train["family"] = train.problem.astype(str).map({"84": "84", "33": "33/39", "39": "33/39"})
+    sweeps = (("batch", f"batch N (at {BATCH_SWEEP_FEATURES}→{BATCH_SWEEP_FEATURES})",
+               train[(train.in_features == BATCH_SWEEP_FEATURES) & (train.out_features == BATCH_SWEEP_FEATURES)]),
+              ("in_features", f"features K = M (at batch {FEATURE_SWEEP_BATCH})",
+               train[(train.batch == FEATURE_SWEEP_BATCH) & (train.in_features == train.out_features)]))
+    from matplotlib.ticker import FixedLocator, NullLocator
+    fig, axes = plt.subplots(4, 2, figsize=(13, 16), sharex="col", layout="constrained")
+    handles = {}
+    for col, (xname, xlabel, sweep) in enumerate(sweeps):
+        for f, family in enumerate(("84", "33/39")):
+            sub = sweep[sweep.family == family]
+            ax_t, ax_r = axes[2 * f][col], axes[2 * f + 1][col]
+            drawn = False
+            for (impl, prec), g in sub.groupby(["impl", "precision"], sort=False):
                 g = g.drop_duplicates(xname, keep="last").sort_values(xname)
                 if g[xname].nunique() < 2:
                     continue
-                ls = "-" if problem == "84" else "--"
-                axes[0][col].plot(g[xname], g.median_ms, ls, marker=".", label=f"{problem} {impl} {prec}")
-                axes[1][col].plot(g[xname], g.tflops, ls, marker=".")
-        for row, ylabel in enumerate(("median time (ms)", "TFLOP/s")):
-            axes[row][col].set(xscale="log", yscale="log", xlabel=xname, ylabel=ylabel)
-    axes[0][1].legend(fontsize=6, ncol=2)
-    fig.suptitle("Throughput against batch size and features (train mode)")
-    paths = _save(fig, outdir, "throughput")
-    plt.close(fig)
-    return paths
+                style = dict(ls=PRECISION_LINES.get(prec, "-"), marker=".", color=_impl_color(impl))
+                (line,) = ax_t.plot(g[xname], g.median_ms, **style)
+                ax_r.plot(g[xname], g.tflops, **style)
+                handles.setdefault(f"{impl} {prec}", line)
+                drawn = True
+            for ax, ylabel in ((ax_t, "median time (ms)"), (ax_r, "TFLOP/s")):
+                ax.set(xscale="log", yscale="log", ylabel=f"{family}: {ylabel}")
+                ax.grid(True, which="major", lw=0.3)
+                if not drawn:
+                    _no_data(ax, f"no {xname} sweep in bench.csv")
+            ax_t.set_title(f"problem {family}, against {'batch' if xname == 'batch' else 'features'}")
+        ticks = sorted(sweep[xname].unique())
+        if ticks:
+            axes[-1][col].xaxis.set_major_locator(FixedLocator(ticks))
+            axes[-1][col].xaxis.set_minor_locator(NullLocator())
+            axes[-1][col].set_xticks(ticks, [str(t) for t in ticks])
+        axes[-1][col].set_xlabel(xlabel)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), fontsize=7, loc="outside lower center", ncol=6)
+    fig.suptitle("Throughput against batch size and features (train mode; line style: precision)")
+    return _save(fig, outdir, "throughput")
+
+
+def _short_kernel(name: str) -> str:
+    """Legend label of a kernel: its bare function name, cut to 40 characters."""
+    from .bench import kernel_base
+    base = kernel_base(name)
+    return base if len(base) <= 40 else base[:37] + "..."
 
 
 def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
-    """Stacked per-kernel time of each stage (84 and 39 at their KernelBench shapes, train,
-    fp32; fused also tf32/3xtf32) from profile.csv; without it, the cost model's passes at
-    the measured bandwidth and GEMM rate, labelled "predicted"."""
-    import pandas as pd
-    plt = _plt()
+    """``breakdown.{png,svg,pdf}``: stacked per-kernel time of each stage (fp32; fused also
+    tf32 and 3xtf32) at the KernelBench shapes of 84, 33 and 39, train mode, from
+    profile.csv (µs per call, latest profile of each kernel), with the bench.csv median
+    marked on each bar. Without profile.csv: the cost model's passes, each at its roof
+    (measured GEMM rate of the precision, 3xtf32 at a third of tf32's; measured copy
+    bandwidth), titled "predicted".
+
+    Raises:
+        KeyError: the fallback needs env.json's ``measured`` values.
+    """
     from .costmodel import cost
-    from .reference import PRESETS
-    fig, axes = plt.subplots(1, 2, figsize=(14, 5))
-    for ax, problem in zip(axes, ("84", "39")):
+    from .reference import PRESETS, problem_kind
+    plt = _plt()
+    bars = [(s, "fp32") for s in STAGE_IMPLS] + [("fused", "tf32"), ("fused", "3xtf32")]
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.5), layout="constrained")
+    colors: dict[str, tuple] = {}
+    cmap = plt.get_cmap("tab20")
+    for ax, problem in zip(axes, ("84", "33", "39")):
         shape = PRESETS[problem]
-        bars = []
-        for impl, prec in [(s, "fp32") for s in STAGE_ORDER] + [("fused", "tf32"), ("fused", "3xtf32")]:
+        for i, (impl, prec) in enumerate(bars):
             if profile is not None:
                 sel = profile[(profile.problem.astype(str) == problem) & (profile["shape"] == str(shape))
                               & (profile["mode"] == "train") & (profile.precision == prec) & (profile.impl == impl)]
                 sel = sel.drop_duplicates("kernel", keep="last")
-                parts = {k: v / 1e3 for k, v in zip(sel.kernel, sel.cuda_time_us_per_call)}
+                parts = [(_short_kernel(k), us / 1e3) for k, us in zip(sel.kernel, sel.cuda_time_us_per_call)]
             else:
-                kind = "84" if problem == "84" else "33"
-                rate = env["measured"][f"gemm_{'fp32' if prec == 'fp32' else 'tf32'}_tflops"] / (3 if prec == "3xtf32" else 1)
-                c = cost(kind, impl, shape.batch, shape.in_features, shape.out_features, "train", prec)
-                bw = env["measured"]["copy_gbytes_per_s"]
-                parts = {p.name: max(p.flops / (rate * 1e12), p.bytes / (bw * 1e9)) * 1e3 for p in c.passes}
-            bars.append((f"{impl}\n{prec}", parts))
-        table = pd.DataFrame({label: parts for label, parts in bars}).fillna(0.0).T
-        table.plot.bar(stacked=True, ax=ax, legend=False, rot=0)
-        ax.set(ylabel="ms per call", title=f"problem {problem} {shape}" + ("" if profile is not None else " (predicted)"))
-        ax.legend(fontsize=6, loc="upper right")
-    fig.suptitle("Per-kernel time of each stage (train mode)")
-    paths = _save(fig, outdir, "breakdown")
-    plt.close(fig)
-    return paths
+                m = env["measured"]
+                rate = m["gemm_fp32_tflops"] if prec == "fp32" else m["gemm_tf32_tflops"] / (3 if prec == "3xtf32" else 1)
+                c = cost(problem_kind(problem), impl, shape.batch, shape.in_features, shape.out_features, "train", prec)
+                parts = [(p.name, max(p.flops / (rate * 1e12), p.bytes / (m["copy_gbytes_per_s"] * 1e9)) * 1e3)
+                         for p in c.passes]
+            bottom = 0.0
+            for label, ms in parts:
+                color = colors.setdefault(label, cmap(len(colors) % 20))
+                ax.bar(i, ms, bottom=bottom, color=color, edgecolor="white", linewidth=0.3,
+                       label=label if label not in ax.get_legend_handles_labels()[1] else None)
+                bottom += ms
+            if bottom > 0:
+                ax.annotate(f"{bottom:.2f}", (i, bottom), ha="center", va="bottom", fontsize=7,
+                            xytext=(0, 2), textcoords="offset points")
+            timed = _preset_rows(bench, problem)
+            timed = timed[(timed["mode"] == "train") & (timed.impl == impl) & (timed.precision == prec)]
+            if len(timed):
+                ax.plot([i - 0.4, i + 0.4], [timed.median_ms.iloc[-1]] * 2, color="black", lw=1.2)
+        ax.set_xticks(range(len(bars)), [f"{impl}\n{prec}" for impl, prec in bars], fontsize=8)
+        ax.set(ylabel="ms per call", title=f"problem {problem} @{shape}" + ("" if profile is not None else " (predicted)"))
+        if not ax.get_legend_handles_labels()[0]:
+            _no_data(ax, "no profile rows at this shape")
+    handles = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), fontsize=7, loc="outside right upper")
+    source = ("torch.profiler kernel times (profile.csv); black tick: bench.csv median" if profile is not None
+              else "predicted: cost-model passes at the measured ceilings (no profile.csv); black tick: bench.csv median")
+    fig.suptitle(f"Where the time goes, train mode: {source}")
+    return _save(fig, outdir, "breakdown")
 
 
 def cancellation_figure(lab):
@@ -157,42 +254,76 @@ def cancellation(outdir: Path) -> list[Path]:
     """Variance error of the textbook one pass against Chan-merged partials as |mean|/std
     grows (float32, CPU algebra: no GPU results needed); see course.cancellation_lab."""
     from .course import cancellation_lab
-    fig = cancellation_figure(cancellation_lab())
-    paths = _save(fig, outdir, "cancellation")
-    _plt().close(fig)
-    return paths
+    return _save(cancellation_figure(cancellation_lab()), outdir, "cancellation")
+
+
+def load_results(results: Path):
+    """(bench DataFrame, env dict, profile DataFrame or None) from a results folder.
+
+    Raises:
+        FileNotFoundError: bench.csv or env.json is missing.
+        ValueError: a CSV's columns are not its contract (bench.COLUMNS, bench.PROFILE_COLUMNS).
+    """
+    import pandas as pd
+    for name in ("bench.csv", "env.json"):
+        if not (results / name).exists():
+            raise FileNotFoundError(f"{results / name} not found: run `python -m fusedlib bench --ceilings` "
+                                    "on a GPU and commit results/<gpu>/")
+    bench = pd.read_csv(results / "bench.csv", dtype={"problem": str})
+    if list(bench.columns) != COLUMNS:
+        raise ValueError(f"{results / 'bench.csv'}: columns {list(bench.columns)}, expected {COLUMNS}")
+    env = json.loads((results / "env.json").read_text())
+    profile = None
+    if (results / "profile.csv").exists():
+        profile = pd.read_csv(results / "profile.csv", dtype={"problem": str})
+        if list(profile.columns) != PROFILE_COLUMNS:
+            raise ValueError(f"{results / 'profile.csv'}: columns {list(profile.columns)}, expected {PROFILE_COLUMNS}")
+    return bench, env, profile
 
 
 def make_all(results: Path, outdir: Path) -> list[Path]:
-    """All figures: the cancellation figure always; roofline, throughput and breakdown from
-    ``results`` (bench.csv and env.json required, profile.csv optional).
+    """All figures: the cancellation figure always (first); roofline, throughput and
+    breakdown from ``results`` (bench.csv and env.json required, profile.csv optional).
+    Returns the paths written.
 
     Raises:
-        FileNotFoundError: bench.csv or env.json is missing (the cancellation figure is
-        written first).
+        FileNotFoundError, ValueError: see :func:`load_results`.
     """
-    import pandas as pd
-    cancel = cancellation(outdir)
-    for name in ("bench.csv", "env.json"):
-        if not (results / name).exists():
-            raise FileNotFoundError(f"{results / name} not found: run `python -m fusedlib bench --ceilings` on a GPU first")
-    bench = pd.read_csv(results / "bench.csv")
-    env = json.loads((results / "env.json").read_text())
-    profile = pd.read_csv(results / "profile.csv") if (results / "profile.csv").exists() else None
-    return cancel + roofline(bench, env, outdir) + throughput(bench, outdir) + breakdown(profile, bench, env, outdir)
+    paths = cancellation(outdir)
+    bench, env, profile = load_results(results)
+    return paths + roofline(bench, env, outdir) + throughput(bench, outdir) + breakdown(profile, bench, env, outdir)
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--gpu", default="h100", help="results/<gpu> to read")
-    parser.add_argument("--out", type=Path, default=ROOT / "figures", help="output folder")
+    parser.add_argument("--gpu", default="h100", help="read results/<gpu>/ (default h100)")
+    parser.add_argument("--results", type=Path, help="results folder to read instead of results/<gpu>/")
+    parser.add_argument("--out", type=Path, default=ROOT / "figures", help="output folder (default figures/)")
+    parser.add_argument("--readme", type=Path, default=ROOT / "README.md", help="README whose results table to regenerate")
+    parser.add_argument("--no-readme", action="store_true", help="do not touch the README's results table")
 
 
 def main(args) -> int:
+    from . import report
+    results = args.results or ROOT / "results" / args.gpu
+    if not args.no_readme:  # fail before drawing if the table has nowhere to go
+        try:
+            report.render_readme(args.readme.read_text(), "", report.TABLE_BEGIN, report.TABLE_END)
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"error: {exc} (or pass --no-readme)", file=sys.stderr)
+            return 2
     try:
-        paths = make_all(ROOT / "results" / args.gpu, args.out)
-    except FileNotFoundError as exc:
-        print(f"wrote {args.out / 'cancellation'}.{{png,svg,pdf}}", file=sys.stderr)
-        print(f"error: {exc}", file=sys.stderr)
+        paths = make_all(results, args.out)
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        print(f"wrote {args.out / 'cancellation'}.{{png,svg,pdf}} only", file=sys.stderr)
+        print(f"error: {exc if not isinstance(exc, KeyError) else f'env.json lacks {exc}'}", file=sys.stderr)
         return 2
     print("\n".join(str(p) for p in paths))
+    if not args.no_readme:
+        import pandas as pd
+        try:
+            changed = report.update_results_table(args.readme, pd.read_csv(results / "bench.csv", dtype={"problem": str}))
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"{args.readme}: results table {'updated' if changed else 'unchanged'}")
     return 0

@@ -1,46 +1,121 @@
-"""Figures from a synthetic bench.csv/env.json (the CSV contract), in all three formats."""
+"""Figures and the README table from synthetic results that follow the CSV contracts."""
 import json
 
 import pytest
 
-from fusedlib import bench, figures
-from fusedlib.reference import parse_shape
+from fusedlib import bench, cli, figures
+from fusedlib.reference import PRESETS, parse_shape
 
 ENV = {"gpu": "synthetic", "torch": "x", "cuda": "x", "commit": "x"}
+FIGURES = ("roofline", "throughput", "breakdown")
+README = """# title
+
+text before
+
+<!-- results-table:begin -->
+old table
+<!-- results-table:end -->
+
+text after
+"""
 
 
-def _synthetic_results(path):
-    shapes = {"84": ["84", "v0", "1024x1024->1024", "1024x8192->8192", "256x4096->4096", "4096x4096->4096"],
-              "33": ["33", "1024x2048->2048", "1024x4096->4096"], "39": ["39", "1024x4096->4096"]}
-    for problem, plist in shapes.items():
-        for s in plist:
-            shape = parse_shape(s)
-            for impl in figures.STAGE_ORDER + figures.PEERS:
+def _synthetic_results(path, profile=True):
+    """bench.csv at the presets and on both sweeps, env.json, and (optionally) profile.csv."""
+    shapes = {"84": ["84", "v0", "1024x1024->1024", "1024x2048->2048", "256x4096->4096", "1024x4096->4096"],
+              "33": ["33", "v0", "1024x2048->2048", "256x4096->4096", "1024x4096->4096"], "39": ["39"]}
+    for problem, names in shapes.items():
+        for name in names:
+            shape = parse_shape(name)
+            for mode in ("train", "eval"):
                 for prec in ("fp32", "tf32", "3xtf32"):
-                    if (prec != "fp32" and impl in ("naive", "fold", "sums")) or (prec == "3xtf32" and impl in figures.PEERS):
-                        continue
-                    ms = 1e-9 * shape.batch * shape.in_features * shape.out_features * (1 if prec == "fp32" else 0.2)
-                    row = bench.make_row(problem, shape, "train", prec, impl, (ms, ms, ms), 50, 1e-6, ENV)
-                    bench.append_row(path / "bench.csv", row)
+                    for impl in bench.IMPLS:
+                        if not bench.available(impl, prec):
+                            continue
+                        ms = 1e-9 * shape.batch * shape.in_features * shape.out_features * (1 if prec == "fp32" else 0.2)
+                        row = bench.make_row(problem, shape, mode, prec, impl, (ms, ms, ms), 50, 1e-6, ENV)
+                        bench.append_row(path / "bench.csv", row)
     (path / "env.json").write_text(json.dumps({
         "gpu": "synthetic", "measured": {"copy_gbytes_per_s": 3000, "gemm_fp32_tflops": 51, "gemm_tf32_tflops": 412},
         "datasheet": bench.DATASHEET_H100}))
+    if profile:
+        rows = []
+        for problem in ("84", "33", "39"):
+            table = bench.Table(problem, PRESETS[problem], "train", "fp32", ())
+            for impl in bench.STAGE_IMPLS:
+                kernels = [(f"void fl::gemm_{impl}<64>(fl::Problem)", 1, 2000.0), ("fl::row_pass(float const*)", 1, 30.0)]
+                rows += bench.profile_rows(table, impl, kernels)
+        bench.append_rows(path / "profile.csv", rows, bench.PROFILE_COLUMNS)
 
 
-def test_all_figures_in_three_formats(tmp_path):
-    _synthetic_results(tmp_path)
+@pytest.mark.parametrize("profile", [True, False])
+def test_figures_in_three_formats(tmp_path, profile):
+    _synthetic_results(tmp_path, profile)
     paths = figures.make_all(tmp_path, tmp_path / "figures")
-    assert len(paths) == 12
-    for name in ("cancellation", "roofline", "throughput", "breakdown"):
+    for name in FIGURES + ("cancellation",):
         for fmt in figures.FORMATS:
             f = tmp_path / "figures" / f"{name}.{fmt}"
             assert f in paths and f.stat().st_size > 1000
+    assert len(paths) == 12
+    svg = (tmp_path / "figures" / "breakdown.svg").read_text()
+    assert ("predicted" in svg) != profile
 
 
-def test_missing_results_is_a_clear_error(tmp_path):
+def test_missing_results_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="bench.csv"):
         figures.make_all(tmp_path, tmp_path)
     assert (tmp_path / "cancellation.svg").exists()  # drawn without GPU results
+    rc = cli.main(["figures", "--results", str(tmp_path), "--out", str(tmp_path / "f"), "--no-readme"])
+    assert rc == 2 and "bench.csv not found" in capsys.readouterr().err
+
+
+def test_wrong_columns_are_refused(tmp_path):
+    _synthetic_results(tmp_path, profile=False)
+    (tmp_path / "bench.csv").write_text("problem,impl,ms\n84,fused,1.0\n")
+    with pytest.raises(ValueError, match="columns"):
+        figures.load_results(tmp_path)
+
+
+def test_figures_command_regenerates_the_readme_table(tmp_path, capsys):
+    _synthetic_results(tmp_path, profile=False)
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    argv = ["figures", "--results", str(tmp_path), "--out", str(tmp_path / "f"), "--readme", str(readme)]
+    assert cli.main(argv) == 0
+    for name in FIGURES:
+        assert (tmp_path / "f" / f"{name}.png").stat().st_size > 0
+    text = readme.read_text()
+    assert "old table" not in text and text.startswith("# title") and text.endswith("text after\n")
+    # synthetic times: fp32 at 84's shape all 68.7 ms, tf32 a fifth of that
+    assert "| 84 @1024×8192→8192 | train | fp32 | fused | 68.719 | 1.00× | 1.00× | 1.00 | 1.0e-06 |" in text
+    assert "| 84 @1024×8192→8192 | train | tf32 | fused | 13.744 | 1.00× | 1.00× | 1.00 |" in text
+    assert "| 84 @1024×8192→8192 | train | 3xtf32 | fused | 13.744 | 5.00× | 5.00× | 0.20 |" in text
+    assert "256×4096→4096" not in text                       # sweeps stay in the figures
+    lines = [line for line in text.splitlines() if line.startswith("| 84 @1024×8192→8192 | train | fp32")]
+    assert [line.split("|")[4].strip() for line in lines] == list(bench.IMPLS)
+    import pandas as pd
+
+    from fusedlib import report
+    assert not report.update_results_table(readme, pd.read_csv(tmp_path / "bench.csv", dtype={"problem": str}))
+    readme.write_text("no markers here\n")
+    capsys.readouterr()
+    assert cli.main(argv) == 2 and "markers" in capsys.readouterr().err     # refused before drawing
+    assert readme.read_text() == "no markers here\n"
+
+
+def test_speedups_against_hand_made_rows(tmp_path):
+    import pandas as pd
+
+    from fusedlib import report
+    path = tmp_path / "bench.csv"
+    shape = parse_shape("39")
+    for impl, ms, prec in (("eager", 11.5, "fp32"), ("compile", 11.4, "fp32"), ("gemm_only", 10.8, "fp32"),
+                           ("eager", 2.1, "tf32"), ("compile", 1.7, "tf32"), ("gemm_only", 1.55, "tf32"),
+                           ("fused", 1.7, "tf32"), ("fused", 4.6, "3xtf32")):
+        bench.append_row(path, bench.make_row("39", shape, "train", prec, impl, (ms,) * 3, 50, 2e-6, ENV))
+    table = report.results_table(pd.read_csv(path, dtype={"problem": str}))
+    assert "| 39 @16384×4096→4096 | train | tf32 | fused | 1.700 | 1.24× | 1.00× | 1.10 | 2.0e-06 |" in table
+    assert "| 39 @16384×4096→4096 | train | 3xtf32 | fused | 4.600 | 2.50× | 2.48× | 0.43 | 2.0e-06 |" in table
 
 
 def test_cancellation_lab_shows_the_textbook_failure():
