@@ -4,9 +4,10 @@ Each implementation is a list of passes, one per kernel (or per logical step of 
 call), in launch order. A pass is charged the bytes it must read and write at least once
 (fp32, 4 bytes an element) and the arithmetic it executes. Totals give the arithmetic
 intensity, FLOPs / bytes (FLOP/byte), the x axis of the roofline (Williams, Waterman &
-Patterson 2009). "Compulsory" means a second read of the same data inside one kernel is not
-charged when the kernel keeps it on chip, and an L2 hit across kernels is not credited
-either: every pass pays for its own DRAM traffic.
+Patterson 2009). "Compulsory" is counted per kernel: a kernel pays once for each distinct
+element it reads or writes (a re-read inside the kernel, served from shared memory or L2,
+is not charged), and every kernel pays for its own traffic (an L2 hit on data a previous
+kernel touched is not credited). So fusing two passes into one kernel is what saves bytes.
 
 Shapes: X (N×K), W (M×K), Z, Z' and Y (N×M), vectors of M (μ, σ², γ, β, s, a, c, running
 buffers), vectors of N (softmax row max and sum). Per-(row tile, column) partials: the GEMM
@@ -25,12 +26,10 @@ divide, square root or exponential the kernel executes:
 * softmax: row max 1, Σexp 3 (subtract, exp, add), normalize 3 (subtract, exp, scale):
   7 in all; the online softmax 9 (2 more for rescaling the running sum).
 
-Where a row must be on chip. The single-kernel row softmax of ``fold`` and ``sums``
-(``affine_softmax_rows_kernel``) and the online softmax of ``fused`` keep the row in
-shared memory when 4·M bytes ≤ 200 KiB (M ≤ 51200): Z is then read once. Beyond that the
-three-pass kernel reads the row three times and the online kernel twice; the model
-charges those reads. PyTorch's softmax is charged one read (its shared-memory variant
-holds rows up to 48 KiB: M ≤ 12288).
+Single-kernel softmaxes (``fold``, ``sums``: ``affine_softmax_rows_kernel``; ``fused``:
+the online softmax; PyTorch's softmax kernel) read each row of Z once: they hold it in
+shared memory (rows up to 200 KiB, M ≤ 51200, in this project's kernels) and otherwise
+re-read it from L2, which the per-kernel count above does not charge.
 
 The eval-mode folded weights W' = diag(a)·W, b' (``sums``, ``fused``) and the TF32 split of
 W (3xtf32) are cached by the module and rebuilt only when a parameter or buffer changes:
@@ -48,10 +47,6 @@ PRECISIONS = ("fp32", "tf32", "3xtf32")
 F32 = 4
 #: Rows per statistics tile (the GEMM's block height) in the sums and fused kernels.
 TILE_ROWS = {"sums": 64, "fused": 128}
-#: A softmax row of at most this many bytes stays in shared memory (kMaxRowSmemBytes, common.cuh).
-ROW_SMEM_BYTES = 200 * 1024
-#: PyTorch's softmax keeps rows of at most this many bytes in shared memory.
-TORCH_ROW_SMEM_BYTES = 48 * 1024
 
 __all__ = ["IMPLS", "KINDS", "MODES", "PRECISIONS", "TILE_ROWS", "Pass", "Cost", "cost"]
 
@@ -141,10 +136,6 @@ class _Builder:
     def add(self, name: str, reads: float, writes: float, flops: float) -> None:
         self.passes.append(Pass(name, F32 * reads, F32 * writes, float(flops)))
 
-    def row_reads(self, limit: int, reads_if_spilled: int) -> int:
-        """Reads of Z by a row kernel: one if a row fits on chip, else ``reads_if_spilled``."""
-        return 1 if F32 * self.m <= limit else reads_if_spilled
-
     # Passes shared by several implementations.
     def gemm_bias(self, name: str = "GEMM + bias") -> None:
         self.add(name, self.nk + self.mk + self.m, self.nm, 2 * self.nk * self.m + self.nm)
@@ -155,13 +146,11 @@ class _Builder:
 
     def row_softmax_one_kernel(self, name: str, affine: bool) -> None:
         """affine_softmax_rows_kernel: V = a∘Z + c (or V = Z), max, Σexp, normalize."""
-        reads = self.row_reads(ROW_SMEM_BYTES, 3) * self.nm + (2 * self.m if affine else 0)
-        self.add(name, reads, self.nm, (9 if affine else 7) * self.nm)
+        self.add(name, self.nm + (2 * self.m if affine else 0), self.nm, (9 if affine else 7) * self.nm)
 
     def online_softmax(self, name: str, affine: bool) -> None:
         """online_softmax_rows_kernel: one read of the row, (max, Σexp) partials merged."""
-        reads = self.row_reads(ROW_SMEM_BYTES, 2) * self.nm + (2 * self.m if affine else 0)
-        self.add(name, reads, self.nm, (11 if affine else 9) * self.nm)
+        self.add(name, self.nm + (2 * self.m if affine else 0), self.nm, (11 if affine else 9) * self.nm)
 
     def affine(self, name: str) -> None:
         self.add(name, self.nm + 2 * self.m, self.nm, 2 * self.nm)
@@ -205,8 +194,7 @@ def _fold(b: _Builder) -> None:
     reads of Z); a tiny coefficient kernel on M-vectors (train: reads μ, σ², s, γ, β and
     the running buffers, writes a, c and the buffers; eval: reads the running buffers,
     s, γ, β, writes a, c); then one row pass: 33 reads Z, a, c and writes Y; 84 is a single
-    row-softmax kernel that holds the row in shared memory, so it reads Z once and writes Y
-    once. Full-tensor passes (train): GEMM write, 2 reads for the statistics, 1 read + 1
+    row-softmax kernel that holds the row on chip, so it reads Z once and writes Y once. Full-tensor passes (train): GEMM write, 2 reads for the statistics, 1 read + 1
     write of the row pass.
     """
     m, s = b.m, b.s
@@ -307,8 +295,7 @@ def _eager(b: _Builder) -> None:
     b.add("BN normalize", nm + 4 * m, nm, 4 * nm)
     if b.kind == "84":
         b.add("scale * x", nm + 1, nm, nm)
-        reads = b.row_reads(TORCH_ROW_SMEM_BYTES, 3) * nm
-        b.add("softmax", reads, nm, 7 * nm)
+        b.add("softmax", nm, nm, 7 * nm)
 
 
 def _compiled(b: _Builder) -> None:
