@@ -24,6 +24,7 @@ PRECISION_LINES = {"fp32": "-", "tf32": "--", "3xtf32": ":"}
 def _plt():
     import matplotlib
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "fusedlib"  # stable SVG ids: regenerated files diff cleanly
     import matplotlib.pyplot as plt
     return plt
 
