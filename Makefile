@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PIPQ ?= -q
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
 .PHONY: venv test demo notebooks figures slides check-gpu kernels clean
@@ -20,13 +21,13 @@ ifeq ($(HAS_GPU),1)
 	if $(PYTHON) -c "$(TORCH_OK)" 2>/dev/null; then \
 		$(PYTHON) -m venv --system-site-packages $(VENV); \
 	else \
-		$(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -q "torch>=2.11"; \
+		$(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install $(PIPQ) "torch>=2.11"; \
 	fi
 else
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install $(PIPQ) "torch==2.13.0"
 endif
-	$(BIN)/python -m pip install -q -e ".[dev,notebooks]"
+	$(BIN)/python -m pip install $(PIPQ) -e ".[dev,notebooks]"
 	touch $(STAMP)
 
 # The unit tests, then every notebook under nbval (cells tagged gpu are skipped without CUDA).
