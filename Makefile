@@ -36,16 +36,13 @@ test: venv
 	$(BIN)/python -m pytest -q --nbval --nbval-current-env notebooks
 
 # Compare every stage with a float64 reference: the CPU stage algebra here, the CUDA
-# kernels on a GPU machine (built on first use).
+# kernels on a GPU machine (built on first use). `make notebooks` executes the course.
 demo: venv
+	$(BIN)/python -m fusedlib info
 ifeq ($(HAS_GPU),1)
-	$(BIN)/python -m fusedlib info
 	$(BIN)/python -m fusedlib check --device cuda --problem all --stage all --mode all
-	$(BIN)/python notebooks/run_all.py
 else
-	$(BIN)/python -m fusedlib info
 	$(BIN)/python -m fusedlib check --device cpu --problem all --stage all --mode all
-	$(BIN)/python -m pytest -q --nbval --nbval-current-env notebooks
 endif
 
 # Notebooks hook: execute every notebook headless, in place (with a GPU the gpu cells run
