@@ -1,59 +1,93 @@
 """Helpers the notebooks share: ceilings, per-stage predictions, kernel sources and the
 committed measurements, so that every number a notebook prints comes from the cost model
-or from a committed result."""
+or from a committed result (``results/<gpu>/``).
+
+Every reader of a committed file returns ``None`` when the file is absent; the notebooks
+then print :data:`NO_RESULTS` and skip the table or plot. ``FUSEDLIB_RESULTS`` (a folder)
+replaces ``results/<gpu>/`` — for trying the notebooks against another run.
+"""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: What the notebooks print where a committed GPU result is missing.
+NO_RESULTS = "no committed H100 results yet"
+#: The problems at their KernelBench shapes, in the order the notebooks show them.
+PROBLEMS = ("84", "33", "39")
+#: The peers each stage is compared with (bench.csv ``impl`` values).
+PEERS = ("eager", "compile", "compile_max_autotune", "gemm_only")
 
 
 def results_dir(gpu: str = "h100") -> Path:
-    return ROOT / "results" / gpu
+    """``results/<gpu>/``, or the folder named by the environment variable FUSEDLIB_RESULTS."""
+    override = os.environ.get("FUSEDLIB_RESULTS")
+    return Path(override) if override else ROOT / "results" / gpu
+
+
+def env(gpu: str = "h100") -> dict | None:
+    """The committed env.json (device, measured ceilings, datasheet), or None."""
+    path = results_dir(gpu) / "env.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def ceilings(gpu: str = "h100") -> dict:
     """Bandwidth (GB/s) and GEMM rates (TFLOP/s, fp32 and tf32) to predict with: measured on
     the GPU (results/<gpu>/env.json) when committed, else the H100 SXM datasheet."""
     from .bench import DATASHEET_H100
-    path = results_dir(gpu) / "env.json"
-    if path.exists():
-        m = json.loads(path.read_text())["measured"]
+    e = env(gpu)
+    if e is not None and "measured" in e:
+        m = e["measured"]
         return {"bandwidth": m["copy_gbytes_per_s"], "fp32": m["gemm_fp32_tflops"], "tf32": m["gemm_tf32_tflops"],
-                "source": f"measured on the GPU ({path.relative_to(ROOT)})"}
+                "source": f"measured on the {e.get('gpu', 'GPU')} (results/{gpu}/env.json)"}
     return {"bandwidth": DATASHEET_H100["bandwidth_gbytes_per_s"], "fp32": DATASHEET_H100["fp32_tflops"],
-            "tf32": DATASHEET_H100["tf32_tflops"], "source": "H100 SXM datasheet (no env.json committed)"}
+            "tf32": DATASHEET_H100["tf32_tflops"], "source": "H100 SXM datasheet (no env.json committed yet)"}
 
 
-def prediction(impl: str, problem: str, shape: str, mode: str = "train", precision: str = "fp32", gpu: str = "h100"):
-    """(passes table, predicted ms): the cost model's passes of ``impl`` with MB moved,
-    GFLOP and each pass's time at its roof, for the given problem (84/33/39) and shape."""
+def gemm_rate(precision: str, ceil: dict) -> float:
+    """TFLOP/s a GEMM of ``precision`` can reach: 3xTF32 issues three TF32 products."""
+    return ceil["fp32"] if precision == "fp32" else ceil["tf32"] / (3 if precision == "3xtf32" else 1)
+
+
+def prediction(impl: str, problem: str, shape: str | None = None, mode: str = "train", precision: str = "fp32",
+               gpu: str = "h100"):
+    """(passes table, predicted ms) of ``impl`` for ``problem`` (84/33/39) at ``shape``
+    (default: the problem's KernelBench shape). One row per pass of the cost model: MB read,
+    MB written, GFLOP, FLOP/byte, the roof that bounds it and its time at that roof (the
+    GEMM's rate for its precision, the copy bandwidth otherwise); kernels do not overlap, so
+    the predicted time is the sum."""
     import pandas as pd
 
     from .costmodel import cost
     from .reference import parse_shape, problem_kind
-    s = parse_shape(shape)
+    s = parse_shape(shape or problem)
     c = cost(problem_kind(problem), impl, s.batch, s.in_features, s.out_features, mode, precision)
     ceil = ceilings(gpu)
-    rate = ceil["fp32" if precision == "fp32" else "tf32"] / (3 if precision == "3xtf32" else 1)
-    rows = [{"pass": p.name, "MB": p.bytes / 1e6, "GFLOP": p.flops / 1e9,
-             "ms at its roof": max(p.flops / (rate * 1e12), p.bytes / (ceil["bandwidth"] * 1e9)) * 1e3}
-            for p in c.passes]
+    rate = gemm_rate(precision, ceil)
+    rows = []
+    for p in c.passes:
+        t_compute, t_memory = p.flops / (rate * 1e12), p.bytes / (ceil["bandwidth"] * 1e9)
+        rows.append({"pass": p.name, "MB read": p.read_bytes / 1e6, "MB written": p.write_bytes / 1e6,
+                     "GFLOP": p.flops / 1e9, "FLOP/byte": p.flops / p.bytes if p.bytes else float("inf"),
+                     "bound by": "compute" if t_compute > t_memory else "memory",
+                     "ms at its roof": max(t_compute, t_memory) * 1e3})
     table = pd.DataFrame(rows)
     return table, float(table["ms at its roof"].sum())
 
 
-def kernel_source(stage: str, start: str | None = None, end: str | None = None) -> str:
-    """The stage's CUDA file (or the lines from the one containing ``start`` up to the one
-    containing ``end``) as a Markdown code block."""
+def kernel_source(stage: str, start: str | None = None, end: str | None = None, after: int = 0) -> str:
+    """The stage's CUDA file (a stage name or a file in fusedlib/kernels), or the lines from
+    the first one containing ``start`` up to the next one containing ``end`` and ``after``
+    more lines, as a Markdown ```cuda block."""
     from .build import KERNEL_DIR, STAGE_FILES
     text = (KERNEL_DIR / (STAGE_FILES.get(stage, stage))).read_text()
     lines = text.splitlines()
     if start:
         i = next(k for k, line in enumerate(lines) if start in line)
         j = next((k for k, line in enumerate(lines[i + 1:], i + 1) if end and end in line), len(lines) - 1)
-        lines = lines[i:j + 1]
+        lines = lines[i:j + 1 + after]
     return "```cuda\n" + "\n".join(lines) + "\n```"
 
 
@@ -65,6 +99,183 @@ def measured(impls=None, gpu: str = "h100"):
         return None
     df = pd.read_csv(path, dtype={"problem": str})
     return df if impls is None else df[df.impl.isin(list(impls))]
+
+
+def profile(gpu: str = "h100"):
+    """The committed profile.csv (per-kernel device time) as a DataFrame, or None."""
+    import pandas as pd
+    path = results_dir(gpu) / "profile.csv"
+    return pd.read_csv(path, dtype={"problem": str}) if path.exists() else None
+
+
+def at_presets(df, mode: str = "train"):
+    """The latest row of each (problem, precision, impl) at the problem's KernelBench shape."""
+    from .reference import PRESETS
+    keep = [(r.problem in PRESETS and (r.batch, r.in_features, r.out_features)
+             == (PRESETS[r.problem].batch, PRESETS[r.problem].in_features, PRESETS[r.problem].out_features))
+            for r in df.itertuples(index=False)]
+    sel = df[keep]
+    sel = sel[sel["mode"] == mode]
+    return sel.drop_duplicates(["problem", "precision", "impl"], keep="last")
+
+
+def _peer_precision(precision: str) -> str:
+    return "fp32" if precision == "3xtf32" else precision  # the peers have no 3xTF32: same accuracy class
+
+
+def measurement_table(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100"):
+    """Median ms of ``stage`` and its peers at the KernelBench shapes, one row per problem and
+    precision, with the cost model's prediction beside them; None without bench.csv.
+    3xtf32 rows compare with the fp32 peers (same accuracy class)."""
+    import pandas as pd
+    bench = measured(gpu=gpu)
+    if bench is None:
+        return None
+    kb = at_presets(bench, mode)
+    rows = []
+    for problem in PROBLEMS:
+        for precision in precisions:
+            mine = kb[(kb.problem == problem) & (kb.impl == stage) & (kb.precision == precision)]
+            if mine.empty:
+                continue
+            peers = kb[(kb.problem == problem) & (kb.precision == _peer_precision(precision))].set_index("impl").median_ms
+            row = {"problem": problem, "precision": precision,
+                   "predicted ms": prediction(stage, problem, None, mode, precision, gpu)[1],
+                   f"{stage} ms": float(mine.median_ms.iloc[0]), "rel_err": float(mine.rel_err.iloc[0])}
+            for peer in PEERS:
+                row[f"{peer} ms"] = float(peers[peer]) if peer in peers else float("nan")
+            rows.append(row)
+    return pd.DataFrame(rows) if rows else None
+
+
+def _versus(other: float, t: float) -> str:
+    """"1.23× faster" or "1.23× slower": time ``t`` against the time ``other``."""
+    return f"{other / t:.2f}× faster" if other >= t else f"{t / other:.2f}× slower"
+
+
+def measurement_md(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100") -> str:
+    """Sentences (Markdown) about ``stage``'s committed timings: against the prediction, the
+    previous stage, eager PyTorch, torch.compile and the GEMM alone. All numbers from bench.csv."""
+    from .algebra import STAGES
+    table = measurement_table(stage, precisions, mode, gpu)
+    if table is None:
+        return f"*{NO_RESULTS} (results/{gpu}/bench.csv): the prediction above stands alone.*"
+    bench = at_presets(measured(gpu=gpu), mode)
+    previous = STAGES[STAGES.index(stage) - 1] if stage in STAGES and STAGES.index(stage) > 0 else None
+    lines = []
+    for d in table.to_dict("records"):
+        t = d[f"{stage} ms"]
+        parts = [f"**{d['problem']}**, {d['precision']}: **{t:.3f} ms** measured, {d['predicted ms']:.3f} ms "
+                 f"predicted ({t / d['predicted ms']:.2f}× the prediction)"]
+        if previous is not None:
+            prev = bench[(bench.problem == d["problem"]) & (bench.impl == previous) & (bench.precision == "fp32")]
+            if len(prev) and d["precision"] == "fp32":
+                parts.append(f"{_versus(float(prev.median_ms.iloc[0]), t)} than `{previous}`")
+        for peer, label in (("eager", "eager PyTorch"), ("compile", "torch.compile")):
+            pt = d.get(f"{peer} ms")
+            if pt == pt and pt is not None:  # not NaN
+                parts.append(f"{_versus(pt, t)} than {label} ({pt:.3f} ms)")
+        g = d.get("gemm_only ms")
+        if g == g and g is not None:
+            parts.append(f"{t / g:.2f}× the time of the {_peer_precision(d['precision'])} GEMM alone ({g:.3f} ms)")
+        parts.append(f"relative error {d['rel_err']:.1e}")
+        lines.append("- " + "; ".join(parts) + ".")
+    head = (f"Committed run on the {bench.gpu.iloc[0]} ({mode} mode, KernelBench shapes; 3xtf32 is compared "
+            f"with the fp32 peers):" if len(bench) and "gpu" in bench else "Committed run:")
+    return head + "\n\n" + "\n".join(lines)
+
+
+def profile_table(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100"):
+    """Per-kernel device time of ``stage`` at the KernelBench shapes (µs per call, share of the
+    stage's total), from the committed profile.csv; None when absent or without rows."""
+    prof = profile(gpu)
+    if prof is None:
+        return None
+    from .bench import kernel_base
+    from .reference import PRESETS
+    rows = []
+    for problem in PROBLEMS:
+        sel = prof[(prof.problem == problem) & (prof["shape"] == str(PRESETS[problem])) & (prof["mode"] == mode)
+                   & (prof.impl == stage) & prof.precision.isin(list(precisions))]
+        for precision, grp in sel.groupby("precision", sort=False):
+            grp = grp.drop_duplicates("kernel", keep="last")
+            total = grp.cuda_time_us_per_call.sum()
+            for k in grp.itertuples(index=False):
+                rows.append({"problem": problem, "precision": precision, "kernel": kernel_base(k.kernel),
+                             "calls": k.calls, "µs per call": k.cuda_time_us_per_call,
+                             "share": f"{k.cuda_time_us_per_call / total:.0%}" if total else "–"})
+    if not rows:
+        return None
+    import pandas as pd
+    return pd.DataFrame(rows)
+
+
+def stage_roofline(stage: str, precisions=("fp32",), gpu: str = "h100"):
+    """Roofline panels (84, 33, 39 at their KernelBench shapes, train mode) with ``stage``'s
+    measured points in colour, its predicted points hollow and every other implementation in
+    grey; roofs from the measured ceilings in env.json. None without bench.csv or env.json."""
+    bench, e = measured(gpu=gpu), env(gpu)
+    if bench is None or e is None or "measured" not in e:
+        return None
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from .costmodel import cost
+    from .reference import PRESETS, problem_kind
+    ceil = ceilings(gpu)
+    kb = at_presets(bench)
+    colors = {"fp32": "tab:blue", "tf32": "tab:orange", "3xtf32": "tab:green"}
+    fig, axes = plt.subplots(1, len(PROBLEMS), figsize=(15, 4.2), sharey=True)
+    ai = np.logspace(1, 3.6, 200)
+    top = ceil["tf32"] * 1.6
+    for ax, problem in zip(axes, PROBLEMS):
+        s = PRESETS[problem]
+        ax.plot(ai, np.minimum(ai * ceil["bandwidth"] / 1e3, top), color="gray", lw=1,
+                label=f"memory roof {ceil['bandwidth'] / 1e3:.2f} TB/s")
+        for prec in ("fp32", "tf32"):
+            ax.axhline(ceil[prec], color=colors[prec], lw=0.8, ls="--", label=f"{prec} GEMM roof {ceil[prec]:.0f} TFLOP/s")
+        rows = kb[kb.problem == problem]
+        for r in rows.itertuples(index=False):
+            x = cost(problem_kind(problem), r.impl, s.batch, s.in_features, s.out_features, "train", r.precision).intensity
+            if r.impl == stage and r.precision in precisions:
+                ax.scatter([x], [r.tflops], s=45, color=colors[r.precision], zorder=4, edgecolor="black",
+                           linewidth=0.5, label=f"{stage} {r.precision}, measured")
+            elif r.impl == "gemm_only":
+                ax.scatter([x], [r.tflops], s=30, marker="x", color=colors.get(r.precision, "gray"), zorder=3,
+                           label=f"GEMM alone, {r.precision}")
+            else:
+                ax.scatter([x], [r.tflops], s=12, color="0.75", zorder=2)
+        for prec in precisions:
+            c = cost(problem_kind(problem), stage, s.batch, s.in_features, s.out_features, "train", prec)
+            ms = prediction(stage, problem, None, "train", prec, gpu)[1]
+            ax.scatter([c.intensity], [c.flops / (ms * 1e-3) / 1e12], s=70, facecolor="none",
+                       edgecolor=colors[prec], zorder=3, label=f"{stage} {prec}, predicted")
+        ax.set(xscale="log", yscale="log", xlim=(10, 10 ** 3.6), ylim=(5, top), title=f"problem {problem} @{s}",
+               xlabel="arithmetic intensity (FLOP/byte, cost model)")
+        ax.grid(True, which="major", lw=0.3)
+    seen = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    fig.legend(list(seen.values()), list(seen), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    axes[0].set_ylabel("TFLOP/s (cost-model FLOPs / median time)")
+    fig.suptitle(f"Stage {stage} on the roofline: measured (filled), predicted (hollow), other stages and "
+                 "peers (grey); train mode")
+    fig.tight_layout()
+    return fig
+
+
+def errors_table(cases):
+    """The numbers of check.run_case records as a small DataFrame (errors in scientific notation)."""
+    import pandas as pd
+    df = pd.DataFrame(cases)
+    cols = ["problem", "mode", "precision", "shape", "input_kind", "max_abs_err", "rel_err", "buffer_rel_err",
+            "ref_fp32_rel_err", "budget", "passed"]
+    df = df[[c for c in cols if c in df.columns]].copy()
+    for c in ("max_abs_err", "rel_err", "buffer_rel_err", "ref_fp32_rel_err", "budget"):
+        if c in df:
+            df[c] = df[c].map("{:.1e}".format)
+    return df
 
 
 def cancellation_lab(ratios=(1, 3, 10, 30, 100, 300, 1000, 3000, 10000), rows: int = 4096, cols: int = 64,
