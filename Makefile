@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PIPQ ?= -q
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: venv test demo notebooks figures slides check-gpu kernels clean
+.PHONY: venv test demo notebooks figures slides check-gpu results kernels clean
 
 venv: $(STAMP)
 
@@ -64,6 +64,16 @@ slides: venv
 # GPU validation: writes results/<gpu>/validation.json (commit it).
 check-gpu: venv
 	$(BIN)/python -m pytest -m gpu tests/test_gpu.py -q
+
+# Every GPU result the project shows, on a GPU machine (about 40 min on an H100): the
+# validation, then one bench process for all tables (KernelBench shapes with ceilings and
+# per-kernel profile, then the size sweeps appended), the README tables, the figures and the
+# notebooks executed with the kernels. Commit results/, figures/, notebooks/ and README.md.
+results: check-gpu
+	$(BIN)/python -m fusedlib bench --fresh --ceilings --profile
+	$(BIN)/python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
+		--impl stages,eager,compile,gemm_only
+	$(MAKE) figures notebooks
 
 # Compile every kernel for sm_90a with nvcc and print ptxas's registers and spills.
 kernels: venv
