@@ -33,10 +33,10 @@ endif
 # The unit tests, then every notebook under nbval (cells tagged gpu are skipped without CUDA).
 test: venv
 	$(BIN)/python -m pytest -q
-	$(BIN)/python -m pytest -q --nbval --nbval-current-env notebooks
+	$(BIN)/python -m pytest -q --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 
-# Compare every stage with a float64 reference: the CPU stage algebra here, the CUDA
-# kernels on a GPU machine (built on first use). `make notebooks` executes the course.
+# Compare every stage with a float64 reference (the CPU algebra here, the CUDA kernels on a
+# GPU machine, built on first use), then execute every notebook headless.
 demo: venv
 	$(BIN)/python -m fusedlib info
 ifeq ($(HAS_GPU),1)
@@ -44,12 +44,17 @@ ifeq ($(HAS_GPU),1)
 else
 	$(BIN)/python -m fusedlib check --device cpu --problem all --stage all --mode all
 endif
+	$(MAKE) notebooks
 
-# Notebooks hook: execute every notebook headless, in place (with a GPU the gpu cells run
-# the kernels); nothing to do while notebooks/ holds no .ipynb.
+# Execute every notebook headless. With a GPU: in place (the gpu cells run the kernels; commit
+# the outputs). Without one: into build/notebooks/, so the committed GPU outputs stay as they
+# are (`python notebooks/run_all.py` executes in place anyway).
 notebooks: venv
-	@if ls notebooks/*.ipynb >/dev/null 2>&1; then $(BIN)/python notebooks/run_all.py; \
-	else echo "notebooks: no notebooks yet"; fi
+ifeq ($(HAS_GPU),1)
+	$(BIN)/python notebooks/run_all.py
+else
+	$(BIN)/python notebooks/run_all.py --out build/notebooks
+endif
 
 # Figures (PNG, SVG, PDF) into figures/ and the README tables, from the committed results.
 figures: venv
