@@ -89,14 +89,17 @@ class Cost:
 
     @property
     def flops(self) -> float:
+        """Total FLOPs over all passes."""
         return float(sum(p.flops for p in self.passes))
 
     @property
     def bytes(self) -> float:
+        """Total compulsory DRAM bytes (read + written) over all passes."""
         return float(sum(p.bytes for p in self.passes))
 
     @property
     def intensity(self) -> float:
+        """Arithmetic intensity of the whole implementation, FLOP/byte."""
         return self.flops / self.bytes
 
     def time_ms(self, tflops: float, gbytes_per_s: float) -> float:

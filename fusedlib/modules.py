@@ -104,6 +104,7 @@ class _FusedBase(nn.Module):
                                      self.bn_state(), self.training, self._precision)
 
     def extra_repr(self) -> str:
+        """Shown by ``print(module)``: the stage and the precision."""
         return f"stage={self._stage!r}, precision={self._precision!r}"
 
 
