@@ -298,3 +298,72 @@ def cancellation_lab(ratios=(1, 3, 10, 30, 100, 300, 1000, 3000, 10000), rows: i
             out.append({"|mean|/std": ratio, "method": name,
                         "max relative error": ((v.double() - exact).abs() / exact).max().item()})
     return pd.DataFrame(out)
+
+
+def ffma_chain_matmul(x, w, step: int | None = None):
+    """Z = X Wᵀ (N×K, M×K float32 → N×M float32) summed over K the way one thread of the
+    SIMT tile GEMM sums it: a chain of fused multiply-adds, one rounding to float32 per
+    product. With ``step``, two-level accumulation instead: the products of each K step of
+    ``step`` are summed into a fresh partial that is then added to the accumulator.
+    Emulated with float64 arithmetic (a float32 product is exact in float64) rounded to
+    float32 after every addition; this can differ from a hardware FMA by double rounding,
+    rarely and in the last bit."""
+    import numpy as np
+    import torch
+
+    xs, ws = x.double().numpy(), w.double().numpy()
+    acc = np.zeros((xs.shape[0], ws.shape[0]), np.float32)
+    part = np.zeros_like(acc)
+    k_total = xs.shape[1]
+    for k in range(k_total):
+        prod = np.outer(xs[:, k], ws[:, k])
+        if step is None:
+            acc = (acc.astype(np.float64) + prod).astype(np.float32)
+            continue
+        part = (prod if k % step == 0 else part.astype(np.float64) + prod).astype(np.float32)
+        if (k + 1) % step == 0 or k == k_total - 1:
+            acc = (acc.astype(np.float64) + part.astype(np.float64)).astype(np.float32)
+    return torch.from_numpy(acc)
+
+
+def summation_order_lab(problem: str = "84", shapes=("2x64->3", "7x33->65", "257x1000->99"), seeds=range(12),
+                        steps=(None, 16, 8)):
+    """Error of problem ``problem``'s train-mode output (third step of check.run_case's
+    sequence, ``offset`` inputs) when Z' = XWᵀ is summed as one FFMA chain over K or with
+    two-level accumulation (:func:`ffma_chain_matmul`), everything after the GEMM in float64,
+    against the float64 model; PyTorch's fp32 module beside it. Returns a DataFrame: shape,
+    seed, summation ("one FFMA chain", "two-level, step 16", ..., "PyTorch fp32"), rel_err
+    (normwise)."""
+    import copy
+
+    import pandas as pd
+    import torch
+
+    from . import algebra
+    from .check import _relerr, case_model
+    from .reference import get_inputs, parse_shape, problem_kind
+    kind = problem_kind(problem)
+    rows = []
+    for shape in shapes:
+        sh = parse_shape(shape)
+        for seed in seeds:
+            ref, gen = case_model(problem, sh, seed)
+            ref64 = copy.deepcopy(ref).double()
+            torch.randperm(sh.in_features, generator=gen)  # the draw run_case makes first
+            for _ in range(3):
+                x = get_inputs(sh, "offset", gen)
+                with torch.no_grad():
+                    y32, y64 = ref(x), ref64(x.double())
+            rows.append({"shape": shape, "seed": seed, "summation": "PyTorch fp32", "rel_err": _relerr(y32, y64)})
+            bn = ref64.bn
+            state = algebra.BNState(bn.weight.detach(), bn.bias.detach(), bn.running_mean.clone(),
+                                    bn.running_var.clone(), bn.num_batches_tracked.clone(), bn.momentum, bn.eps)
+            for step in steps:
+                z = ffma_chain_matmul(x, ref.gemm.weight.detach(), step).double()
+                mean, var = algebra.column_stats_two_pass(z)
+                a, c = algebra.train_coefficients(kind, mean, var, state, ref64.scale.detach())
+                v = a * z + c
+                y = torch.softmax(v, dim=1) if kind == "84" else v
+                name = "one FFMA chain" if step is None else f"two-level, step {step}"
+                rows.append({"shape": shape, "seed": seed, "summation": name, "rel_err": _relerr(y, y64)})
+    return pd.DataFrame(rows)

@@ -1,0 +1,44 @@
+"""The notebooks' summation-order emulation (fusedlib.course.ffma_chain_matmul)."""
+import torch
+
+from fusedlib import course
+
+
+def _xw(n=5, k=37, m=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, k, generator=g), torch.randn(m, k, generator=g)
+
+
+def test_exact_on_integers():
+    """Small integers: every partial sum is exact in float32, so any order gives X Wᵀ."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(-8, 9, (6, 50), generator=g).float()
+    w = torch.randint(-8, 9, (3, 50), generator=g).float()
+    for step in (None, 1, 4, 16):
+        assert torch.equal(course.ffma_chain_matmul(x, w, step), x @ w.T)
+
+
+def test_one_step_covering_k_is_the_chain():
+    """A K step as long as K: the partial is the whole chain, added once to zero."""
+    x, w = _xw()
+    assert torch.equal(course.ffma_chain_matmul(x, w, 37), course.ffma_chain_matmul(x, w))
+    assert torch.equal(course.ffma_chain_matmul(x, w, 64), course.ffma_chain_matmul(x, w))
+
+
+def test_rounds_to_float32_within_the_chain_bound():
+    """float32 result, error within the classic bound K·u·Σ|x||w| (u = 2⁻²⁴), and not the
+    float64 product itself (so it does round)."""
+    x, w = _xw(k=300)
+    exact = x.double() @ w.double().T
+    bound = 300 * 2.0 ** -24 * (x.double().abs() @ w.double().abs().T)
+    for step in (None, 16):
+        z = course.ffma_chain_matmul(x, w, step)
+        assert z.dtype == torch.float32
+        assert ((z.double() - exact).abs() <= bound).all()
+    assert not torch.equal(course.ffma_chain_matmul(x, w).double(), exact)
+
+
+def test_summation_order_lab_records():
+    df = course.summation_order_lab(shapes=("2x16->3",), seeds=range(2), steps=(None, 4))
+    assert set(df["summation"]) == {"PyTorch fp32", "one FFMA chain", "two-level, step 4"}
+    assert len(df) == 6 and (df.rel_err > 0).all() and (df.rel_err < 1e-3).all()
