@@ -50,7 +50,6 @@ class GemmBatchNormScalingSoftmax(nn.Module):
         self.softmax = nn.Softmax(dim=1)
 
     def forward(self, x):
-        """x: (N, in_features) -> softmax(scale · bn(gemm(x)), dim=1): (N, out_features)."""
         x = self.gemm(x)
         x = self.bn(x)
         x = self.scale * x
@@ -79,7 +78,6 @@ class GemmScaleBatchNorm(nn.Module):
         self.bn = nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
 
     def forward(self, x):
-        """x: (N, in_features) -> bn(gemm(x) * scale): (N, out_features)."""
         x = self.gemm(x)
         x = x * self.scale
         x = self.bn(x)
