@@ -23,7 +23,8 @@ Outputs, next to each other (``results/<gpu>/`` unless ``--out`` names another C
 (``--ceilings``: device, driver, clocks, measured copy bandwidth and cuBLAS GEMM rates,
 datasheet values) and ``profile.csv`` (``--profile``: per-kernel device time from
 torch.profiler, :data:`PROFILE_COLUMNS`; with ``--ncu`` also DRAM bytes and SM throughput
-measured by Nsight Compute). ``tflops`` and ``gbytes_per_s`` divide the cost model's FLOPs
+measured by Nsight Compute), and ``sources.json`` (the SHA-256 of the kernel sources the rows
+were measured on, :func:`stamp_sources`). ``tflops`` and ``gbytes_per_s`` divide the cost model's FLOPs
 and compulsory bytes (:mod:`fusedlib.costmodel`) by the median time.
 """
 from __future__ import annotations
@@ -289,6 +290,30 @@ def make_row(problem: str, shape: Shape, mode: str, precision: str, impl: str, t
 def _sig(value: float, digits: int = 6) -> float:
     """``value`` rounded to ``digits`` significant digits (keeps the CSV readable)."""
     return float(f"{value:.{digits}g}")
+
+
+def stamp_sources(out: Path) -> Path:
+    """Write ``sources.json`` beside ``out`` (bench.csv): the SHA-256 of every kernel source
+    the rows are measured on (:func:`fusedlib.build.sources_sha256`), so that a test can tell
+    when committed timings are stale. Returns its path.
+
+    Raises:
+        ValueError: ``out`` already holds rows measured on other kernel sources (or on
+            sources not recorded): one bench.csv holds one version of the kernels.
+    """
+    from .build import sources_sha256, stale_sources
+    path = out.parent / "sources.json"
+    if out.exists() and out.stat().st_size > 0:
+        if not path.exists():
+            raise ValueError(f"{out} has rows but no {path.name} beside it: the kernel sources they were measured "
+                             "on are unknown; start a new file with --fresh")
+        changed = stale_sources(json.loads(path.read_text())["sources_sha256"])
+        if changed:
+            raise ValueError(f"{out} was measured on other kernel sources (changed since: {', '.join(changed)}); "
+                             "start a new file with --fresh")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"sources_sha256": sources_sha256()}, indent=1) + "\n")
+    return path
 
 
 def check_header(path: Path, columns=COLUMNS) -> None:
@@ -591,7 +616,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=MIN_WARMUP, help=f"untimed calls first (method: >= {MIN_WARMUP})")
     p.add_argument("--seed", type=int, default=0, help="seed of the model parameters and inputs")
     p.add_argument("--out", type=Path, help="bench.csv to write (default results/<gpu>/bench.csv); "
-                   "env.json and profile.csv go next to it")
+                   "env.json, profile.csv and sources.json go next to it")
     p.set_defaults(fresh=False)
     group = p.add_mutually_exclusive_group()
     group.add_argument("--append", dest="fresh", action="store_false", help="append to existing CSVs (default)")
@@ -673,6 +698,7 @@ def main(args) -> int:
     try:
         check_header(out, COLUMNS)
         check_header(profile_csv, PROFILE_COLUMNS)
+        stamp_sources(out)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -66,6 +66,14 @@ def sources_sha256(root: Path | None = None) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in source_files()}
 
 
+def stale_sources(recorded: dict[str, str], root: Path | None = None) -> list[str]:
+    """The kernel sources whose current SHA-256 differs from ``recorded`` (a
+    :func:`sources_sha256` map saved beside GPU results), or that it does not cover, sorted.
+    Empty: the results were measured on the current kernels."""
+    current = sources_sha256(root)
+    return sorted(f for f, digest in current.items() if recorded.get(f) != digest)
+
+
 def cache_dir() -> Path:
     """Where built extensions are cached: ``$FUSEDLIB_CACHE``, else torch's extension root
     (``$TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``) / fusedlib."""

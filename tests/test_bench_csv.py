@@ -241,3 +241,29 @@ def test_dry_run_of_the_whole_harness_on_cpu(tmp_path):
     assert cli.main(argv + ["--fresh", "--mode", "eval", "--precision", "fp32"]) == 0
     assert len(pd.read_csv(out)) == 2 * 4
     assert cli.main(["bench", "--device", "cpu"]) == 2  # a dry run needs --out
+
+
+def test_sources_stamp_keeps_one_kernel_version_per_csv(tmp_path):
+    """sources.json beside bench.csv records the kernel sources; appending rows measured on
+    other sources, or to a CSV of unknown sources, is refused."""
+    import json
+
+    from fusedlib import build
+    out = tmp_path / "bench.csv"
+    stamp = bench.stamp_sources(out)                       # no rows yet: just written
+    assert json.loads(stamp.read_text())["sources_sha256"] == build.sources_sha256()
+    out.write_text(",".join(bench.COLUMNS) + "\n")
+    assert bench.stamp_sources(out) == stamp              # same sources: appending is fine
+    recorded = json.loads(stamp.read_text())
+    first = sorted(recorded["sources_sha256"])[0]
+    recorded["sources_sha256"][first] = "0" * 64
+    stamp.write_text(json.dumps(recorded))
+    with pytest.raises(ValueError, match="other kernel sources"):
+        bench.stamp_sources(out)
+    stamp.unlink()
+    with pytest.raises(ValueError, match="no sources.json"):
+        bench.stamp_sources(out)
+    argv = ["bench", "--device", "cpu", "--out", str(out), "--shape", "9x40->24", "--problem", "84",
+            "--impl", "fused", "--precision", "fp32", "--mode", "train", "--iters", "3", "--warmup", "1"]
+    assert cli.main(argv) == 2                              # refused: unknown sources
+    assert cli.main(argv + ["--fresh"]) == 0 and stamp.exists()

@@ -1,5 +1,6 @@
-"""No kernel change lands without a fresh GPU validation: every tracked kernel source must
-appear in each committed results/<gpu>/validation.json with its current SHA-256."""
+"""No kernel change lands without fresh GPU results: every tracked kernel source must appear
+with its current SHA-256 in each committed results/<gpu>/validation.json, and in the
+sources.json beside each committed bench.csv."""
 import json
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from fusedlib import build
 
 ROOT = Path(__file__).resolve().parent.parent
 VALIDATIONS = sorted(ROOT.glob("results/*/validation.json"))
+BENCHES = sorted(ROOT.glob("results/*/bench.csv"))
 
 
 def test_a_gpu_validation_is_committed():
@@ -17,16 +19,29 @@ def test_a_gpu_validation_is_committed():
 
 @pytest.mark.parametrize("path", VALIDATIONS, ids=lambda p: p.parent.name)
 def test_validation_matches_kernel_sources(path):
-    record = json.loads(path.read_text())
-    recorded = record["sources_sha256"]
     on_disk = {p.relative_to(ROOT).as_posix() for p in build.KERNEL_DIR.glob("*.cu*")}
     assert on_disk == set(build.sources_sha256(ROOT)), "a kernel file is missing from build.source_files()"
+    stale = build.stale_sources(json.loads(path.read_text())["sources_sha256"], ROOT)
+    assert not stale, (f"{path.relative_to(ROOT)} is stale: {stale} changed or not covered; "
+                       "re-run `pytest -m gpu` on the GPU and commit the new file")
+
+
+@pytest.mark.parametrize("path", BENCHES, ids=lambda p: p.parent.name)
+def test_bench_matches_kernel_sources(path):
+    """Committed timings were measured on the current kernels (sources.json beside bench.csv)."""
+    sources = path.parent / "sources.json"
+    assert sources.exists(), f"{path.relative_to(ROOT)} has no sources.json beside it"
+    stale = build.stale_sources(json.loads(sources.read_text())["sources_sha256"], ROOT)
+    assert not stale, (f"{path.relative_to(ROOT)} is stale: {stale} changed since it was measured; "
+                       "re-run `python -m fusedlib bench --fresh` on the GPU and commit the results")
+
+
+def test_stale_sources(tmp_path):
     current = build.sources_sha256(ROOT)
-    missing = sorted(set(current) - set(recorded))
-    stale = sorted(f for f in current if f in recorded and recorded[f] != current[f])
-    assert not missing and not stale, (
-        f"{path.relative_to(ROOT)} is stale: not covered {missing}, changed {stale}; "
-        "re-run `pytest -m gpu` on the GPU and commit the new file")
+    assert build.stale_sources(current, ROOT) == []
+    first = sorted(current)[0]
+    assert build.stale_sources({**current, first: "0" * 64}, ROOT) == [first]
+    assert build.stale_sources({f: d for f, d in current.items() if f != first}, ROOT) == [first]
 
 
 @pytest.mark.parametrize("path", VALIDATIONS, ids=lambda p: p.parent.name)
