@@ -312,6 +312,13 @@ def main(args) -> int:
         except (FileNotFoundError, ValueError) as exc:
             print(f"error: {exc} (or pass --no-readme)", file=sys.stderr)
             return 2
+    if not (results / "bench.csv").exists() and not (results / "env.json").exists():
+        # Nothing measured yet (a fresh clone before any GPU run): not an error.
+        paths = cancellation(args.out)
+        print("\n".join(str(p) for p in paths))
+        print(f"{results} holds no GPU results yet: roofline, throughput and breakdown are drawn once "
+              "`python -m fusedlib bench --ceilings` has run on a GPU; README table unchanged", file=sys.stderr)
+        return 0
     try:
         paths = make_all(results, args.out)
     except (FileNotFoundError, ValueError, KeyError) as exc:

@@ -65,8 +65,22 @@ def test_missing_results_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="bench.csv"):
         figures.make_all(tmp_path, tmp_path)
     assert (tmp_path / "cancellation.svg").exists()  # drawn without GPU results
+    (tmp_path / "env.json").write_text("{}")          # half a run: env.json without bench.csv
     rc = cli.main(["figures", "--results", str(tmp_path), "--out", str(tmp_path / "f"), "--no-readme"])
     assert rc == 2 and "bench.csv not found" in capsys.readouterr().err
+
+
+def test_no_gpu_results_yet_draws_what_it_can(tmp_path, capsys):
+    """Before any GPU run (no bench.csv, no env.json): the cancellation figure, a note, exit 0,
+    and the README left alone."""
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    results = tmp_path / "results"
+    results.mkdir()
+    rc = cli.main(["figures", "--results", str(results), "--out", str(tmp_path / "f"), "--readme", str(readme)])
+    assert rc == 0 and "no GPU results yet" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "f").iterdir()) == [f"cancellation.{f}" for f in sorted(figures.FORMATS)]
+    assert readme.read_text() == README
 
 
 def test_wrong_columns_are_refused(tmp_path):
