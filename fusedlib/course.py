@@ -300,14 +300,35 @@ def cancellation_lab(ratios=(1, 3, 10, 30, 100, 300, 1000, 3000, 10000), rows: i
     return pd.DataFrame(out)
 
 
-def ffma_chain_matmul(x, w, step: int | None = None):
-    """Z = X Wᵀ (N×K, M×K float32 → N×M float32) summed over K the way one thread of the
-    SIMT tile GEMM sums it: a chain of fused multiply-adds, one rounding to float32 per
-    product. With ``step``, two-level accumulation instead: the products of each K step of
-    ``step`` are summed into a fresh partial that is then added to the accumulator.
+def _to_float32(s, rounding: str):
+    """float64 array -> float32, rounded to nearest or toward zero."""
+    import numpy as np
+    f = s.astype(np.float32)
+    if rounding == "toward_zero":
+        over = np.abs(f.astype(np.float64)) > np.abs(s)
+        f[over] = np.nextafter(f[over], np.float32(0))
+    elif rounding != "nearest":
+        raise ValueError(f"rounding: expected 'nearest' or 'toward_zero', got {rounding!r}")
+    return f
+
+
+def ffma_chain_matmul(x, w, step: int | None = None, rounding: str = "nearest"):
+    """Z = X Wᵀ (N×K, M×K float32 → N×M float32) summed over K the way one thread of a tile
+    GEMM sums it: a chain of fused multiply-adds, one rounding to float32 per product.
+
+    Args:
+        step: None, one chain over K; else two-level accumulation: the products of each K
+            step of ``step`` are summed into a fresh partial (``rounding``), which is then
+            added to the accumulator with round-to-nearest (a CUDA-core FADD) — the SIMT tile's
+            per-K-step partials, or the 3xTF32 kernel's promotion windows.
+        rounding: "nearest" (FFMA) or "toward_zero": a model of the tensor cores' fp32
+            accumulation, which truncates (the real datapath aligns and truncates the
+            significands; this rounds each sum toward zero).
+
     Emulated with float64 arithmetic (a float32 product is exact in float64) rounded to
-    float32 after every addition; this can differ from a hardware FMA by double rounding,
-    rarely and in the last bit."""
+    float32 after every addition; with "nearest" this can differ from a hardware FMA by
+    double rounding, rarely and in the last bit.
+    """
     import numpy as np
     import torch
 
@@ -318,12 +339,36 @@ def ffma_chain_matmul(x, w, step: int | None = None):
     for k in range(k_total):
         prod = np.outer(xs[:, k], ws[:, k])
         if step is None:
-            acc = (acc.astype(np.float64) + prod).astype(np.float32)
+            acc = _to_float32(acc.astype(np.float64) + prod, rounding)
             continue
-        part = (prod if k % step == 0 else part.astype(np.float64) + prod).astype(np.float32)
+        part = _to_float32(prod if k % step == 0 else part.astype(np.float64) + prod, rounding)
         if (k + 1) % step == 0 or k == k_total - 1:
             acc = (acc.astype(np.float64) + part.astype(np.float64)).astype(np.float32)
     return torch.from_numpy(acc)
+
+
+def accumulation_lab(ks=(256, 512, 1024, 2048, 4096, 8192), rows: int = 32, cols: int = 32, window: int = 128,
+                     seed: int = 0):
+    """Normwise relative error of Z = X Wᵀ against float64 as K grows, for three ways of
+    accumulating (:func:`ffma_chain_matmul`): round to nearest (an FFMA chain), truncating (the
+    tensor-core model) and truncating with promotion every ``window`` products. X uniform in
+    [0, 1) like KernelBench's inputs, W uniform in ±1/√K like nn.Linear's initialisation.
+    Returns a DataFrame: K, accumulation, rel_err."""
+    import pandas as pd
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    rows_out = []
+    for k in ks:
+        x = torch.rand(rows, k, generator=g)
+        w = (2 * torch.rand(cols, k, generator=g) - 1) / k ** 0.5
+        exact = x.double() @ w.double().T
+        for name, step, rounding in (("round to nearest (FFMA chain)", None, "nearest"),
+                                     ("truncating (tensor-core model)", None, "toward_zero"),
+                                     (f"truncating, promoted every {window}", window, "toward_zero")):
+            z = ffma_chain_matmul(x, w, step, rounding).double()
+            rows_out.append({"K": k, "accumulation": name,
+                             "rel_err": ((z - exact).norm() / exact.norm()).item()})
+    return pd.DataFrame(rows_out)
 
 
 def summation_order_lab(problem: str = "84", shapes=("2x64->3", "7x33->65", "257x1000->99"), seeds=range(12),

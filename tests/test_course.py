@@ -1,4 +1,5 @@
 """The notebooks' summation-order emulation (fusedlib.course.ffma_chain_matmul)."""
+import pytest
 import torch
 
 from fusedlib import course
@@ -42,3 +43,30 @@ def test_summation_order_lab_records():
     df = course.summation_order_lab(shapes=("2x16->3",), seeds=range(2), steps=(None, 4))
     assert set(df["summation"]) == {"PyTorch fp32", "one FFMA chain", "two-level, step 4"}
     assert len(df) == 6 and (df.rel_err > 0).all() and (df.rel_err < 1e-3).all()
+
+
+def test_toward_zero_rounds_every_sum_down_in_magnitude():
+    """Truncating accumulation never exceeds the round-to-nearest result in magnitude for
+    positive products, and differs from it once sums need rounding."""
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.rand(4, 200, generator=g), torch.rand(3, 200, generator=g)
+    nearest = course.ffma_chain_matmul(x, w).double()
+    truncated = course.ffma_chain_matmul(x, w, rounding="toward_zero").double()
+    exact = x.double() @ w.double().T
+    assert (truncated <= exact).all() and not torch.equal(truncated, nearest)
+    # exact sums are left alone: integers
+    xi, wi = torch.randint(0, 5, (3, 40), generator=g).float(), torch.randint(0, 5, (2, 40), generator=g).float()
+    assert torch.equal(course.ffma_chain_matmul(xi, wi, rounding="toward_zero"), xi @ wi.T)
+    with pytest.raises(ValueError, match="rounding"):
+        course.ffma_chain_matmul(x, w, rounding="up")
+
+
+def test_accumulation_lab_growth_laws():
+    df = course.accumulation_lab(ks=(128, 2048), rows=8, cols=8, window=64)
+    errs = df.pivot(index="K", columns="accumulation", values="rel_err")
+    assert set(errs.columns) == {"round to nearest (FFMA chain)", "truncating (tensor-core model)",
+                                 "truncating, promoted every 64"} and list(errs.index) == [128, 2048]
+    growth = errs.loc[2048] / errs.loc[128]
+    assert growth["truncating (tensor-core model)"] > 8          # ~K: 16× more K
+    assert growth["truncating, promoted every 64"] < 3           # flat
+    assert (errs["round to nearest (FFMA chain)"] < errs["truncating (tensor-core model)"]).all()
