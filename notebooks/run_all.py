@@ -37,6 +37,7 @@ def main(argv=None) -> int:
         start = time.time()
         nb = nbformat.read(path, as_version=4)
         client = NotebookClient(nb, timeout=args.timeout, kernel_name="python3",
+                                extra_arguments=["--log-level=ERROR"],  # the kernel's own start-up warnings
                                 resources={"metadata": {"path": str(HERE)}})
         status = "executed"
         try:
