@@ -39,14 +39,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .algebra import PRECISIONS, TILE_ROWS
+
 #: Every implementation the benchmark times: the four stages, then the peers.
 IMPLS = ("naive", "fold", "sums", "fused", "eager", "compile", "compile_max_autotune", "gemm_only")
 KINDS = ("84", "33")
 MODES = ("train", "eval")
-PRECISIONS = ("fp32", "tf32", "3xtf32")
 F32 = 4
-#: Rows per statistics tile (the GEMM's block height) in the sums and fused kernels.
-TILE_ROWS = {"sums": 64, "fused": 128}
 
 __all__ = ["IMPLS", "KINDS", "MODES", "PRECISIONS", "TILE_ROWS", "Pass", "Cost", "cost"]
 
