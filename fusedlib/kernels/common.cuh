@@ -382,6 +382,11 @@ simt_gemm_kernel(Problem p, const float* __restrict__ x, const float* __restrict
       Bs[kk * LDB + r] = (n0 + r < p.m && k0 + kk < K) ? w[(size_t)(n0 + r) * K + k0 + kk] : 0.f;
     }
     __syncthreads();
+    // Two-level accumulation: the BK products of this K step are summed into a fresh partial,
+    // which is then added to the accumulator. A rounding error then grows with BK + K/BK
+    // additions instead of K, which keeps Z accurate on columns with a large mean (offset
+    // inputs, |mean|/std ≈ 1e3) where a single FFMA chain over K loses up to 3× more.
+    float part[TM][TN];
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
       float a[TM], b[TN];
@@ -392,8 +397,12 @@ simt_gemm_kernel(Problem p, const float* __restrict__ x, const float* __restrict
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        for (int j = 0; j < TN; ++j) part[i][j] = kk ? fmaf(a[i], b[j], part[i][j]) : a[i] * b[j];
     }
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] += part[i][j];
     __syncthreads();
   }
   // Epilogue from registers: store the tile (+ bias), then for the statistics epilogues the
