@@ -202,3 +202,7 @@ def test_fused_fp32_tile_follows_the_grid():
     assert f"constexpr int kMinGrid = {algebra.MIN_GRID};" in src
     assert "launch_simt_gemm<32, 32, 16, 2, 2, EPI>" in src and "fills_grid(p, 64)" in src
     assert algebra.FUSED_FP32_TILES == (128, 64, 32)
+    from fusedlib import check
+    from fusedlib.reference import parse_shape
+    shapes = [parse_shape(s) for s in ("84", "39") + check.CUDA_SHAPES]
+    assert {algebra.tile_rows("fused", s.batch, s.out_features) for s in shapes} == {128, 64, 32}  # GPU suite covers each
