@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = [
-    "STAGES", "PRECISIONS", "TILE_ROWS", "SOFTMAX_TILE_COLS",
+    "STAGES", "PRECISIONS", "TILE_ROWS", "FUSED_FP32_TILES", "MIN_GRID", "tile_rows", "SOFTMAX_TILE_COLS",
     "BNState", "round_tf32", "truncate_tf32", "matmul_nt", "column_stats_two_pass", "tile_partials",
     "chan_merge", "column_stats_chan", "column_stats_textbook", "train_coefficients",
     "eval_coefficients", "fold_linear", "update_running_stats", "tracked_stats", "softmax_three_pass",
@@ -31,8 +31,25 @@ __all__ = [
 STAGES = ("naive", "fold", "sums", "fused")
 #: GEMM precision modes (DESIGN.md §4). Only ``fused`` offers the tensor-core modes.
 PRECISIONS = ("fp32", "tf32", "3xtf32")
-#: Rows per tile of partial statistics: the GEMM's block height (BM) in that stage's kernel.
+#: Rows per tile of partial statistics: the GEMM's block height (BM) in that stage's kernel
+#: (the fused fp32 GEMM takes smaller tiles on small problems, see :func:`tile_rows`).
 TILE_ROWS = {"sums": 64, "fused": 128}
+#: Square tiles of the fused fp32 GEMM, largest first: it takes the largest whose grid has at
+#: least MIN_GRID tiles (the H100's SM count: fewer leave SMs idle, e.g. 4 tiles of 128 × 128
+#: at KernelBench v0), else the smallest. Fixed numbers, so that this specification picks
+#: the kernel's tile.
+FUSED_FP32_TILES, MIN_GRID = (128, 64, 32), 132
+
+
+def tile_rows(stage: str, n: int, m: int, precision: str = "fp32") -> int:
+    """Rows per statistics tile of ``stage``'s GEMM for an N × M output: TILE_ROWS[stage],
+    except the fused fp32 GEMM, whose square tile is the largest of FUSED_FP32_TILES that
+    gives at least MIN_GRID tiles (else the smallest)."""
+    if stage != "fused" or precision != "fp32":
+        return TILE_ROWS[stage]
+    return next((t for t in FUSED_FP32_TILES if -(-n // t) * -(-m // t) >= MIN_GRID), FUSED_FP32_TILES[-1])
+
+
 #: Columns per tile of online-softmax partials in this specification. The fused row kernel
 #: keeps one (max, Σexp) partial a thread over its columns and merges the 512 partials with
 #: the same ⊕ in a fixed tree order; the result differs from this left-to-right order by
@@ -346,7 +363,7 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
     # sums and fused: Z' = X Wᵀ without bias, tile partials from the GEMM epilogue,
     # Chan merge in tile order, bias only in the running mean.
     zp = matmul_nt(x, weight, precision)
-    mean_p, var = column_stats_chan(zp, TILE_ROWS[stage])
+    mean_p, var = column_stats_chan(zp, tile_rows(stage, n, weight.shape[0], precision))
     a, c = train_coefficients(kind, mean_p, var, bn, scale)
     v = a * zp + c
     if stage == "fused" and kind == "84":

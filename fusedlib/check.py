@@ -42,8 +42,9 @@ from .reference import PRESETS, get_inputs, make_reference, parse_shape
 BUDGET = {"fp32": 1e-5, "3xtf32": 1e-5, "tf32": 5e-3}
 #: Default shapes on the CPU: small and odd (no multiple of any tile), plus KernelBench v0.
 CPU_SHAPES = ("7x33->65", "2x64->3", "257x100->99", "v0")
-#: Default shapes on CUDA besides the problem's own KernelBench preset.
-CUDA_SHAPES = ("v0", "257x1000->999", "2x64->3", "7x33->65")
+#: Default shapes on CUDA besides the problem's own KernelBench preset; 640x1000->1000 takes
+#: the fused fp32 GEMM's 64×64 tile (algebra.tile_rows), v0 and the odd shapes its 32×32 one.
+CUDA_SHAPES = ("v0", "257x1000->999", "640x1000->1000", "2x64->3", "7x33->65")
 INPUT_KINDS = ("rand", "randn", "offset")
 
 

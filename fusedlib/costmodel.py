@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .algebra import PRECISIONS, TILE_ROWS
+from .algebra import PRECISIONS, TILE_ROWS, tile_rows
 
 #: Every implementation the benchmark times: the four stages, then the peers.
 IMPLS = ("naive", "fold", "sums", "fused", "eager", "compile", "compile_max_autotune", "gemm_only")
@@ -269,7 +269,7 @@ def _fused(b: _Builder, precision: str) -> None:
             b.online_softmax("row softmax (online)", affine=False)
         return
     m, s = b.m, b.s
-    tiles = -(-b.n // TILE_ROWS["fused"])
+    tiles = -(-b.n // tile_rows("fused", b.n, b.m, precision))
     partials = 2 * tiles * m
     b.add("GEMM + statistics epilogue + last-block merge", x_reads + w_reads + partials + 5 * m + s,
           b.nm + partials + 4 * m, 2 * b.nk * m + 4 * b.nm + 8 * tiles * m + 10 * m)

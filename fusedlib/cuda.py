@@ -15,7 +15,7 @@ from . import algebra
 from .build import load_stage
 
 _PRECISION_CODE = {"fp32": 0, "tf32": 1, "3xtf32": 2}
-_MIN_TILE_ROWS = 64  # smallest row tile of any stage: sizes the partials buffer
+_MIN_TILE = min(algebra.FUSED_FP32_TILES)  # smallest tile of any stage: sizes the partials and counters
 #: Fill every output and workspace buffer with NaN before each launch (correctness tests:
 #: an element the kernels fail to write then shows up as NaN).
 POISON = False
@@ -51,10 +51,10 @@ def _workspace(module, dev: torch.device, n: int, k: int, m: int):
     ws = getattr(module, "_workspace", None)
     if ws is None or ws[0] != key:
         f32 = dict(device=dev, dtype=torch.float32)
-        tiles = -(-n // _MIN_TILE_ROWS)
+        tiles = -(-n // _MIN_TILE)
         split = 2 * n * k if module.stage == "fused" and module.precision == "3xtf32" else 0
         ws = module._workspace = (key, torch.empty(n, m, **f32), torch.empty(max(2 * tiles * m, 2 * n), **f32),
-                                  torch.empty(4 * m, **f32), torch.zeros(-(-m // 64), device=dev, dtype=torch.int32),
+                                  torch.empty(4 * m, **f32), torch.zeros(-(-m // _MIN_TILE), device=dev, dtype=torch.int32),
                                   torch.empty(split, **f32))
     return ws[1:]
 

@@ -183,3 +183,26 @@ def test_batch_of_one_in_train_mode_raises_like_pytorch():
         fused(x)
     fused.eval()
     assert fused(x).shape == (1, 3)
+
+
+def test_fused_fp32_tile_follows_the_grid():
+    """The fused fp32 GEMM's tile (and so its statistics tiles): the largest square tile with
+    at least MIN_GRID tiles, else the smallest; the kernel source uses the same numbers."""
+    from pathlib import Path
+
+    from fusedlib.build import KERNEL_DIR
+    assert algebra.tile_rows("fused", 1024, 8192, "fp32") == 128      # 84: 512 tiles
+    assert algebra.tile_rows("fused", 16384, 4096, "fp32") == 128     # 39
+    assert algebra.tile_rows("fused", 256, 4096, "fp32") == 64        # 64 tiles of 128, 256 of 64
+    assert algebra.tile_rows("fused", 128, 512, "fp32") == 32         # v0: 4 tiles of 128, 16 of 64
+    assert algebra.tile_rows("fused", 2, 3, "fp32") == 32
+    assert algebra.tile_rows("fused", 128, 512, "tf32") == 128        # tensor-core paths: 128-row tiles
+    assert algebra.tile_rows("sums", 128, 512, "fp32") == 64
+    src = Path(KERNEL_DIR / "04_fused.cu").read_text()
+    assert f"constexpr int kMinGrid = {algebra.MIN_GRID};" in src
+    assert "launch_simt_gemm<32, 32, 16, 2, 2, EPI>" in src and "fills_grid(p, 64)" in src
+    assert algebra.FUSED_FP32_TILES == (128, 64, 32)
+    from fusedlib import check
+    from fusedlib.reference import parse_shape
+    shapes = [parse_shape(s) for s in ("84", "39") + check.CUDA_SHAPES]
+    assert {algebra.tile_rows("fused", s.batch, s.out_features) for s in shapes} == {128, 64, 32}  # GPU suite covers each

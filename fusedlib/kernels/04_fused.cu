@@ -14,7 +14,8 @@
 // Plain tf32 feeds the fp32 words to the tensor cores, which read their top 19 bits
 // (truncation, as cuBLAS does). Eval mode: W', b' hold BN and the scale (folded by the
 // caller), GEMM + bias, then the softmax (84).
-// Specification: algebra.stage_forward("fused"), TILE_ROWS["fused"] = 128.
+// Specification: algebra.stage_forward("fused"), algebra.tile_rows("fused", ...): 128-row tiles,
+// the fp32 GEMM 64 or 32 on small problems.
 #include <cudaTypedefs.h>  // CUtensorMap and the cuTensorMapEncodeTiled signature (no -lcuda)
 
 #include "common.cuh"
@@ -504,9 +505,20 @@ const char* launch_tc(const Problem& p, float* out, cudaStream_t st) {
   return nullptr;
 }
 
+// fp32: the largest square tile whose grid has at least kMinGrid tiles (the H100's SM count),
+// else 32×32 — KernelBench v0 gets 64 tiles of 32×32 instead of 4 of 128×128.
+// algebra.FUSED_FP32_TILES, MIN_GRID.
+constexpr int kMinGrid = 132;
+
+inline bool fills_grid(const Problem& p, int tile) { return ceil_div(p.m, tile) * ceil_div(p.n, tile) >= kMinGrid; }
+
 template <int EPI>
 const char* launch_fused_gemm(const Problem& p, float* out, cudaStream_t st) {
-  if (p.precision == FP32) return launch_simt_gemm<kBM, kBN, 8, 8, 8, EPI>(p, p.x, p.w, out, st);
+  if (p.precision == FP32) {
+    if (fills_grid(p, kBM)) return launch_simt_gemm<kBM, kBN, 8, 8, 8, EPI>(p, p.x, p.w, out, st);
+    if (fills_grid(p, 64)) return launch_simt_gemm<FL_GEMM64, EPI>(p, p.x, p.w, out, st);
+    return launch_simt_gemm<32, 32, 16, 2, 2, EPI>(p, p.x, p.w, out, st);
+  }
   if (wgmma_applicable(p)) return launch_wgmma<EPI>(p, out, st);
   const bool vec = p.k % 4 == 0 && (uintptr_t)p.x % 16 == 0 && (uintptr_t)p.w % 16 == 0;
   const bool split = p.precision == TF32X3;
