@@ -256,7 +256,9 @@ def build_impl(impl: str, ref, precision: str):
 # --------------------------------------------------------------------------- CSV
 
 def _environment(device: str = "cuda") -> dict:
-    """gpu (device name), torch, cuda (torch's CUDA version) and commit (short HEAD or "unknown")."""
+    """gpu (device name), torch, cuda (torch's CUDA version) and commit (short HEAD; else the
+    ``FUSEDLIB_COMMIT`` environment variable, for copies of the tree without ``.git``; else "unknown")."""
+    import os
     import platform
 
     import torch
@@ -267,7 +269,7 @@ def _environment(device: str = "cuda") -> dict:
         commit = ""
     name = torch.cuda.get_device_name() if device == "cuda" else f"cpu {platform.machine()}"
     return {"gpu": name, "torch": torch.__version__, "cuda": torch.version.cuda or "none",
-            "commit": commit or "unknown"}
+            "commit": commit or os.environ.get("FUSEDLIB_COMMIT") or "unknown"}
 
 
 def make_row(problem: str, shape: Shape, mode: str, precision: str, impl: str, times, iters: int,
