@@ -267,3 +267,21 @@ def test_sources_stamp_keeps_one_kernel_version_per_csv(tmp_path):
             "--impl", "fused", "--precision", "fp32", "--mode", "train", "--iters", "3", "--warmup", "1"]
     assert cli.main(argv) == 2                              # refused: unknown sources
     assert cli.main(argv + ["--fresh"]) == 0 and stamp.exists()
+
+
+@pytest.mark.parametrize("problem", ["84", "33"])
+def test_timed_input_is_independent_of_the_weights(problem):
+    """X is drawn from a stream of its own: drawn from the one that initialised W, row i of X
+    was an affine function of row i of W, X Wᵀ had an outlier diagonal and problem 84's
+    softmax rows collapsed onto one column (every relative error ≈ 1e-9)."""
+    from fusedlib.reference import make_reference
+    shape = parse_shape("256x512->256")
+    ref = make_reference(problem, shape.in_features, shape.out_features, seed=0)
+    x = bench.bench_input(shape, 0)
+    w = ref.gemm.weight.detach()
+    corr = torch.stack([torch.corrcoef(torch.stack([x[i], w[i]]))[0, 1] for i in range(16)])
+    assert corr.abs().max() < 0.2
+    if problem == "84":
+        with torch.no_grad():
+            y = ref(x)
+        assert y.max(dim=1).values.median() < 0.1  # no row is one column
