@@ -412,3 +412,60 @@ def summation_order_lab(problem: str = "84", shapes=("2x64->3", "7x33->65", "257
                 name = "one FFMA chain" if step is None else f"two-level, step {step}"
                 rows.append({"shape": shape, "seed": seed, "summation": name, "rel_err": _relerr(y, y64)})
     return pd.DataFrame(rows)
+
+
+def pass_rule_lab(problem: str = "33", shape: str = "2x64->3", seeds=range(100), step: int = 16):
+    """How often does the validation's per-case rule (:func:`fusedlib.check.run_case`: error
+    ≤ max(1e-5, 2 × the worse of PyTorch fp32's errors in two K orders)) fail an fp32 result
+    that is as good as PyTorch's own? For each seed of ``offset`` inputs (the inputs and the
+    K permutation of check.run_case's train-mode sequence), on the CPU:
+
+    * ``noise``: the rule's noise estimate (PyTorch fp32 in the natural and the permuted K order);
+    * ``pytorch_third``: PyTorch fp32 summed in a third K order (another permutation);
+    * ``two_level``: the SIMT kernel's sum (:func:`ffma_chain_matmul` with ``step``);
+    * ``one_chain``: one FFMA chain over K;
+
+    each as the normwise relative error of the train-mode output against float64 (everything
+    after the GEMM in float64 for the two emulated sums). Returns a DataFrame with one row per
+    seed and the boolean columns ``<name>_fails`` (error above the rule's budget)."""
+    import copy
+
+    import pandas as pd
+    import torch
+
+    from . import algebra
+    from .check import BUDGET, _relerr, case_model
+    from .reference import get_inputs, parse_shape, problem_kind
+    kind, sh = problem_kind(problem), parse_shape(shape)
+    rows = []
+    for seed in seeds:
+        ref, gen = case_model(problem, sh, seed)
+        ref64 = copy.deepcopy(ref).double()
+        perm = torch.randperm(sh.in_features, generator=gen)  # the draw run_case makes first
+        for _ in range(3):
+            x = get_inputs(sh, "offset", gen)
+            with torch.no_grad():
+                y32, y64 = ref(x), ref64(x.double())
+
+        def reordered(order):
+            other = copy.deepcopy(ref)
+            with torch.no_grad():
+                other.gemm.weight.copy_(ref.gemm.weight[:, order])
+                return _relerr(other(x[:, order].contiguous()), y64)
+
+        third = torch.randperm(sh.in_features, generator=torch.Generator().manual_seed(10_000 + seed))
+        row = {"seed": seed, "noise": max(_relerr(y32, y64), reordered(perm)), "pytorch_third": reordered(third)}
+        bn = ref64.bn
+        state = algebra.BNState(bn.weight.detach(), bn.bias.detach(), bn.running_mean.clone(),
+                                bn.running_var.clone(), bn.num_batches_tracked.clone(), bn.momentum, bn.eps)
+        for name, st in (("two_level", step), ("one_chain", None)):
+            z = ffma_chain_matmul(x, ref.gemm.weight.detach(), st).double()
+            mean, var = algebra.column_stats_two_pass(z)
+            a, c = algebra.train_coefficients(kind, mean, var, state, ref64.scale.detach())
+            v = a * z + c
+            row[name] = _relerr(torch.softmax(v, dim=1) if kind == "84" else v, y64)
+        budget = max(BUDGET["fp32"], 2 * row["noise"])
+        for name in ("pytorch_third", "two_level", "one_chain"):
+            row[name + "_fails"] = row[name] > budget
+        rows.append(row)
+    return pd.DataFrame(rows)
