@@ -371,6 +371,42 @@ def accumulation_lab(ks=(256, 512, 1024, 2048, 4096, 8192), rows: int = 32, cols
     return pd.DataFrame(rows_out)
 
 
+def _offset_case(problem: str, sh, seed: int):
+    """check.run_case's train-mode sequence for ``offset`` inputs on the CPU: the case's
+    model, its K permutation (run_case's first draw) and its third input. Returns
+    (ref, ref64, perm, x, y32, y64)."""
+    import copy
+
+    import torch
+
+    from .check import case_model
+    from .reference import get_inputs
+    ref, gen = case_model(problem, sh, seed)
+    ref64 = copy.deepcopy(ref).double()
+    perm = torch.randperm(sh.in_features, generator=gen)
+    for _ in range(3):
+        x = get_inputs(sh, "offset", gen)
+        with torch.no_grad():
+            y32, y64 = ref(x), ref64(x.double())
+    return ref, ref64, perm, x, y32, y64
+
+
+def _emulated_output(kind: str, ref, ref64, x, step):
+    """The train-mode output when Z' = XWᵀ is summed by :func:`ffma_chain_matmul` (``step``)
+    and everything after the GEMM is computed in float64 from ref64's BatchNorm state."""
+    import torch
+
+    from . import algebra
+    bn = ref64.bn
+    state = algebra.BNState(bn.weight.detach(), bn.bias.detach(), bn.running_mean.clone(),
+                            bn.running_var.clone(), bn.num_batches_tracked.clone(), bn.momentum, bn.eps)
+    z = ffma_chain_matmul(x, ref.gemm.weight.detach(), step).double()
+    mean, var = algebra.column_stats_two_pass(z)
+    a, c = algebra.train_coefficients(kind, mean, var, state, ref64.scale.detach())
+    v = a * z + c
+    return torch.softmax(v, dim=1) if kind == "84" else v
+
+
 def summation_order_lab(problem: str = "84", shapes=("2x64->3", "7x33->65", "257x1000->99"), seeds=range(12),
                         steps=(None, 16, 8)):
     """Error of problem ``problem``'s train-mode output (third step of check.run_case's
@@ -379,38 +415,21 @@ def summation_order_lab(problem: str = "84", shapes=("2x64->3", "7x33->65", "257
     against the float64 model; PyTorch's fp32 module beside it. Returns a DataFrame: shape,
     seed, summation ("one FFMA chain", "two-level, step 16", ..., "PyTorch fp32"), rel_err
     (normwise)."""
-    import copy
-
     import pandas as pd
-    import torch
 
-    from . import algebra
-    from .check import _relerr, case_model
-    from .reference import get_inputs, parse_shape, problem_kind
+    from .check import _relerr
+    from .reference import parse_shape, problem_kind
     kind = problem_kind(problem)
     rows = []
     for shape in shapes:
         sh = parse_shape(shape)
         for seed in seeds:
-            ref, gen = case_model(problem, sh, seed)
-            ref64 = copy.deepcopy(ref).double()
-            torch.randperm(sh.in_features, generator=gen)  # the draw run_case makes first
-            for _ in range(3):
-                x = get_inputs(sh, "offset", gen)
-                with torch.no_grad():
-                    y32, y64 = ref(x), ref64(x.double())
+            ref, ref64, _, x, y32, y64 = _offset_case(problem, sh, seed)
             rows.append({"shape": shape, "seed": seed, "summation": "PyTorch fp32", "rel_err": _relerr(y32, y64)})
-            bn = ref64.bn
-            state = algebra.BNState(bn.weight.detach(), bn.bias.detach(), bn.running_mean.clone(),
-                                    bn.running_var.clone(), bn.num_batches_tracked.clone(), bn.momentum, bn.eps)
             for step in steps:
-                z = ffma_chain_matmul(x, ref.gemm.weight.detach(), step).double()
-                mean, var = algebra.column_stats_two_pass(z)
-                a, c = algebra.train_coefficients(kind, mean, var, state, ref64.scale.detach())
-                v = a * z + c
-                y = torch.softmax(v, dim=1) if kind == "84" else v
                 name = "one FFMA chain" if step is None else f"two-level, step {step}"
-                rows.append({"shape": shape, "seed": seed, "summation": name, "rel_err": _relerr(y, y64)})
+                rows.append({"shape": shape, "seed": seed, "summation": name,
+                             "rel_err": _relerr(_emulated_output(kind, ref, ref64, x, step), y64)})
     return pd.DataFrame(rows)
 
 
@@ -433,19 +452,12 @@ def pass_rule_lab(problem: str = "33", shape: str = "2x64->3", seeds=range(100),
     import pandas as pd
     import torch
 
-    from . import algebra
-    from .check import BUDGET, _relerr, case_model
-    from .reference import get_inputs, parse_shape, problem_kind
+    from .check import BUDGET, _relerr
+    from .reference import parse_shape, problem_kind
     kind, sh = problem_kind(problem), parse_shape(shape)
     rows = []
     for seed in seeds:
-        ref, gen = case_model(problem, sh, seed)
-        ref64 = copy.deepcopy(ref).double()
-        perm = torch.randperm(sh.in_features, generator=gen)  # the draw run_case makes first
-        for _ in range(3):
-            x = get_inputs(sh, "offset", gen)
-            with torch.no_grad():
-                y32, y64 = ref(x), ref64(x.double())
+        ref, ref64, perm, x, y32, y64 = _offset_case(problem, sh, seed)
 
         def reordered(order):
             other = copy.deepcopy(ref)
@@ -455,15 +467,8 @@ def pass_rule_lab(problem: str = "33", shape: str = "2x64->3", seeds=range(100),
 
         third = torch.randperm(sh.in_features, generator=torch.Generator().manual_seed(10_000 + seed))
         row = {"seed": seed, "noise": max(_relerr(y32, y64), reordered(perm)), "pytorch_third": reordered(third)}
-        bn = ref64.bn
-        state = algebra.BNState(bn.weight.detach(), bn.bias.detach(), bn.running_mean.clone(),
-                                bn.running_var.clone(), bn.num_batches_tracked.clone(), bn.momentum, bn.eps)
         for name, st in (("two_level", step), ("one_chain", None)):
-            z = ffma_chain_matmul(x, ref.gemm.weight.detach(), st).double()
-            mean, var = algebra.column_stats_two_pass(z)
-            a, c = algebra.train_coefficients(kind, mean, var, state, ref64.scale.detach())
-            v = a * z + c
-            row[name] = _relerr(torch.softmax(v, dim=1) if kind == "84" else v, y64)
+            row[name] = _relerr(_emulated_output(kind, ref, ref64, x, st), y64)
         budget = max(BUDGET["fp32"], 2 * row["noise"])
         for name in ("pytorch_third", "two_level", "one_chain"):
             row[name + "_fails"] = row[name] > budget
