@@ -70,7 +70,7 @@ slides: venv
 check-gpu: venv
 	$(BIN)/python -m pytest -m gpu tests/test_gpu.py -q
 
-# Every GPU result the project shows, on a GPU machine (about 40 min on an H100): the
+# Every GPU result the project shows, on a GPU machine (about 25 min on an H100): the
 # validation, then one bench process for all tables (KernelBench shapes with ceilings and
 # per-kernel profile, then the size sweeps appended), the README tables, the figures and the
 # notebooks executed with the kernels. Commit results/, figures/, notebooks/ and README.md.

@@ -265,6 +265,38 @@ def stage_roofline(stage: str, precisions=("fp32",), gpu: str = "h100"):
     return fig
 
 
+#: Nsight Compute metrics shown by :func:`ncu_table` (sections SpeedOfLight, LaunchStats, Occupancy).
+NCU_SHOWN = ("Duration", "Grid Size", "Waves Per SM", "Registers Per Thread", "Theoretical Occupancy",
+             "Compute (SM) Throughput", "DRAM Throughput", "L2 Hit Rate")
+
+
+def ncu_table(name: str, gpu: str = "h100"):
+    """One Nsight Compute report committed under ``results/<gpu>/logs/`` (``ncu --csv --page
+    details``, e.g. ``run10-ncu_84_tf32.csv``: one forward of the fused stage and one F.linear)
+    as a table: rows :data:`NCU_SHOWN` (Duration in µs, throughputs and occupancy in % of peak),
+    one column per kernel (name shortened), the one-block counter increment left out.
+
+    Raises:
+        FileNotFoundError: no such report.
+    """
+    import io
+
+    import pandas as pd
+    text = (results_dir(gpu) / "logs" / name).read_text()
+    df = pd.read_csv(io.StringIO(text[text.index('"ID"'):]), dtype=str)
+    df = df[df["Metric Name"].isin(NCU_SHOWN) & ~df["Kernel Name"].str.contains("elementwise")].copy()
+    df["Metric Value"] = pd.to_numeric(df["Metric Value"].str.replace(",", ""), errors="coerce")
+    df["kernel"] = df["Kernel Name"].str.replace(r"^void ", "", regex=True).str.split("(").str[0].str.slice(0, 48)
+    out = df.pivot_table(index="Metric Name", columns="kernel", values="Metric Value", aggfunc="first")
+    out = out.reindex([m for m in NCU_SHOWN if m in out.index])
+    if "Duration" in out.index:  # ncu reports ns for these kernels
+        unit = df.loc[df["Metric Name"] == "Duration", "Metric Unit"].iloc[0]
+        scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[unit]
+        out.loc["Duration"] = out.loc["Duration"] * scale
+        out = out.rename(index={"Duration": "Duration (µs)"})
+    return out
+
+
 def errors_table(cases):
     """The numbers of check.run_case records as a small DataFrame (errors in scientific notation)."""
     import pandas as pd

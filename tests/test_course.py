@@ -89,3 +89,16 @@ def test_pass_rule_lab_reproduces_the_recorded_gpu_failure():
     assert row.noise == pytest.approx(gpu[0]["fp32_noise"], rel=0.25)  # CPU BLAS vs cuBLAS orders
     for name in ("pytorch_third", "two_level", "one_chain"):
         assert row[name + "_fails"] == (row[name] > max(1e-5, 2 * row.noise))
+
+
+def test_ncu_table_reads_the_committed_report():
+    """The committed Nsight Compute report of problem 84 in tf32: one column per kernel (the
+    counter increment left out), durations converted from ns to µs, grids as launched."""
+    t = course.ncu_table("run10-ncu_84_tf32.csv")
+    ours = [c for c in t.columns if c.startswith("fl::fused_wgmma_kernel")]
+    cublas = [c for c in t.columns if "xmma_gemm" in c]
+    assert len(ours) == 1 and len(cublas) == 1 and not any("elementwise" in c for c in t.columns)
+    assert 100 < t.loc["Duration (µs)", ours[0]] < 2000        # a 137 GFLOP tf32 GEMM, in µs
+    assert t.loc["Grid Size", cublas[0]] == 132                 # cuBLAS: one persistent wave
+    with pytest.raises(FileNotFoundError):
+        course.ncu_table("no-such-report.csv")
