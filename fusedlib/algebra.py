@@ -2,8 +2,9 @@
 specification of the CUDA kernels (``fusedlib/kernels/*.cu``).
 
 Each function below computes what the kernels compute, with the same decomposition:
-the same passes, the same per-tile partial statistics (tile heights :data:`TILE_ROWS`),
-the same merge operators applied in the same fixed order. Nothing here calls
+the same GEMM (:func:`matmul_nt` at the module's precision, in every stage), the same
+passes, the same per-tile partial statistics (tile heights :func:`tile_rows`), the same
+merge operators applied in the same fixed order. Nothing here calls
 ``nn.BatchNorm1d`` or ``F.batch_norm``; the reference modules in :mod:`fusedlib.reference`
 are only used to check the results.
 
@@ -20,34 +21,51 @@ from dataclasses import dataclass
 import torch
 
 __all__ = [
-    "STAGES", "PRECISIONS", "TILE_ROWS", "FUSED_FP32_TILES", "MIN_GRID", "tile_rows", "SOFTMAX_TILE_COLS",
-    "BNState", "round_tf32", "truncate_tf32", "matmul_nt", "column_stats_two_pass", "tile_partials",
-    "chan_merge", "column_stats_chan", "column_stats_textbook", "train_coefficients",
+    "STAGES", "PRECISIONS", "SIMT_TILES", "TC_TILE_ROWS", "MIN_GRID", "tile_rows", "SOFTMAX_TILE_COLS",
+    "check_stage_precision", "BNState", "round_tf32", "truncate_tf32", "matmul_nt", "column_stats_two_pass",
+    "tile_partials", "chan_merge", "column_stats_chan", "column_stats_textbook", "train_coefficients",
     "eval_coefficients", "fold_linear", "update_running_stats", "tracked_stats", "softmax_three_pass",
     "softmax_online", "stage_forward",
 ]
 
 #: The four optimisation stages, in teaching order.
 STAGES = ("naive", "fold", "sums", "fused")
-#: GEMM precision modes (DESIGN.md §4). Only ``fused`` offers the tensor-core modes.
+#: GEMM precision modes (DESIGN.md §4); every stage runs every one of them.
 PRECISIONS = ("fp32", "tf32", "3xtf32")
-#: Rows per tile of partial statistics: the GEMM's block height (BM) in that stage's kernel
-#: (the fused fp32 GEMM takes smaller tiles on small problems, see :func:`tile_rows`).
-TILE_ROWS = {"sums": 64, "fused": 128}
-#: Square tiles of the fused fp32 GEMM, largest first: it takes the largest whose grid has at
-#: least MIN_GRID tiles (the H100's SM count: fewer leave SMs idle, e.g. 4 tiles of 128 × 128
-#: at KernelBench v0), else the smallest. Fixed numbers, so that this specification picks
-#: the kernel's tile.
-FUSED_FP32_TILES, MIN_GRID = (128, 64, 32), 132
+#: Square tiles of the SIMT (FFMA) GEMM that runs fp32, largest first: it takes the largest
+#: whose grid has at least MIN_GRID tiles (the H100's SM count: fewer leave SMs idle, e.g. 16
+#: tiles of 64 × 64 at KernelBench v0), else the smallest. Fixed numbers (not the SM count
+#: of the device at hand), so that this specification picks the kernel's tile on any GPU.
+SIMT_TILES, MIN_GRID = (64, 32), 132
+#: Rows of every tile of the tensor-core GEMMs (mma.sync and wgmma) that run tf32 and 3xtf32.
+TC_TILE_ROWS = 128
 
 
-def tile_rows(stage: str, n: int, m: int, precision: str = "fp32") -> int:
-    """Rows per statistics tile of ``stage``'s GEMM for an N × M output: TILE_ROWS[stage],
-    except the fused fp32 GEMM, whose square tile is the largest of FUSED_FP32_TILES that
-    gives at least MIN_GRID tiles (else the smallest)."""
-    if stage != "fused" or precision != "fp32":
-        return TILE_ROWS[stage]
-    return next((t for t in FUSED_FP32_TILES if -(-n // t) * -(-m // t) >= MIN_GRID), FUSED_FP32_TILES[-1])
+def tile_rows(n: int, m: int, precision: str = "fp32") -> int:
+    """Rows per tile of the GEMM for an N × M output, hence per tile of partial statistics
+    (stages ``sums`` and ``fused`` alike: the tile depends on the precision and the shape
+    only, as every stage runs the same GEMM).
+
+    Args:
+        n: batch N (rows of the output), ≥ 1.
+        m: out_features M (columns of the output), ≥ 1.
+        precision: "fp32" (SIMT GEMM: the largest of :data:`SIMT_TILES` whose grid
+            ceil(N/t)·ceil(M/t) has at least :data:`MIN_GRID` tiles, else the smallest),
+            "tf32" or "3xtf32" (tensor cores: :data:`TC_TILE_ROWS`).
+
+    Returns:
+        64, 32 or 128.
+
+    Raises:
+        ValueError: unknown precision, or n or m < 1.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+    if n < 1 or m < 1:
+        raise ValueError(f"n, m: expected an output of at least 1 × 1, got {n} × {m}")
+    if precision != "fp32":
+        return TC_TILE_ROWS
+    return next((t for t in SIMT_TILES if -(-n // t) * -(-m // t) >= MIN_GRID), SIMT_TILES[-1])
 
 
 #: Columns per tile of online-softmax partials in this specification. The fused row kernel
@@ -58,15 +76,16 @@ SOFTMAX_TILE_COLS = 1024
 
 
 def check_stage_precision(stage: str, precision: str) -> None:
-    """Raise ``ValueError`` for an unknown stage/precision or a precision the stage lacks."""
+    """Check the names: every stage runs every precision.
+
+    Raises:
+        ValueError: ``stage`` is not one of :data:`STAGES` or ``precision`` not one of
+            :data:`PRECISIONS` (the message names the argument).
+    """
     if stage not in STAGES:
         raise ValueError(f"stage: expected one of {STAGES}, got {stage!r}")
     if precision not in PRECISIONS:
         raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
-    if precision != "fp32" and stage != "fused":
-        raise ValueError(
-            f"precision: stage {stage!r} runs fp32 only (tensor-core modes tf32/3xtf32 are for "
-            f"stage 'fused'), got {precision!r}")
 
 
 @dataclass
@@ -292,9 +311,9 @@ def softmax_online(v: torch.Tensor, tile_cols: int = SOFTMAX_TILE_COLS) -> torch
 
 # --------------------------------------------------------------------------- stages
 
-def _naive(kind, x, weight, bias, scale, bn: BNState, training):
+def _naive(kind, x, weight, bias, scale, bn: BNState, training, precision):
     # One operator at a time, each reading and writing a full tensor.
-    z = x @ weight.t() + bias                       # GEMM + bias
+    z = matmul_nt(x, weight, precision) + bias      # GEMM + bias
     dt = z.dtype
     s = _scale_vector(scale, z.shape[1], dt)
     if kind == "33":
@@ -327,14 +346,15 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
         scale: (1,) for 84, (M,) for 33.
         bn: parameters and running buffers; updated in place when ``training``.
         training: batch statistics (True) or running statistics (False).
-        precision: "fp32", or "tf32"/"3xtf32" for stage "fused" (see :func:`matmul_nt`).
+        precision: "fp32", "tf32" or "3xtf32": the GEMM's precision, in every stage and
+            mode (see :func:`matmul_nt`).
 
     Returns:
         (N, M) tensor of ``x``'s dtype.
 
     Raises:
-        ValueError: unknown stage or precision, a precision the stage lacks, or N = 1 in
-        train mode (the message PyTorch's BatchNorm raises).
+        ValueError: unknown stage or precision, or N = 1 in train mode (the message
+        PyTorch's BatchNorm raises).
     """
     check_stage_precision(stage, precision)
     n = x.shape[0]
@@ -342,19 +362,19 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
         raise ValueError(
             f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
     if stage == "naive":
-        return _naive(kind, x, weight, bias, scale, bn, training)
+        return _naive(kind, x, weight, bias, scale, bn, training, precision)
     dt = x.dtype
     if not training:
         a, c = eval_coefficients(kind, bn, scale, dt)
         if stage == "fold":                           # GEMM + bias, then one affine pass
-            return _finish(kind, a * (x @ weight.t() + bias) + c)
+            return _finish(kind, a * (matmul_nt(x, weight, precision) + bias) + c)
         w2, b2 = fold_linear(weight.to(dt), bias.to(dt), a, c)   # BN and s inside the Linear
         v = matmul_nt(x, w2, precision) + b2
         if stage == "fused" and kind == "84":
             return softmax_online(v)
         return _finish(kind, v)
     if stage == "fold":
-        z = x @ weight.t() + bias                     # GEMM + bias
+        z = matmul_nt(x, weight, precision) + bias    # GEMM + bias
         mean, var = column_stats_two_pass(z)          # mean pass, variance pass
         a, c = train_coefficients(kind, mean, var, bn, scale)
         y = _finish(kind, a * z + c)                  # one affine (+ softmax) pass
@@ -363,7 +383,7 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
     # sums and fused: Z' = X Wᵀ without bias, tile partials from the GEMM epilogue,
     # Chan merge in tile order, bias only in the running mean.
     zp = matmul_nt(x, weight, precision)
-    mean_p, var = column_stats_chan(zp, tile_rows(stage, n, weight.shape[0], precision))
+    mean_p, var = column_stats_chan(zp, tile_rows(n, weight.shape[0], precision))
     a, c = train_coefficients(kind, mean_p, var, bn, scale)
     v = a * zp + c
     if stage == "fused" and kind == "84":

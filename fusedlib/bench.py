@@ -14,9 +14,10 @@ Implementations (the ``impl`` column, :data:`fusedlib.costmodel.IMPLS`): the sta
 CUDA tensors); the peers ``eager`` (the reference module), ``compile``
 (``torch.compile`` mode "default"), ``compile_max_autotune`` (mode
 "max-autotune-no-cudagraphs"), both static-shape and compiled afresh for each table, and
-``gemm_only`` (``F.linear``: the floor a fused version is judged against). Precisions: fp32
-for all; tf32 and 3xtf32 for ``fused``; tf32 for the peers through a scoped setting
-(:func:`peer_precision`); the peers have no 3xtf32.
+``gemm_only`` (``F.linear``: the floor a fused version is judged against). Precisions: every
+stage runs fp32, tf32 and 3xtf32 (one GEMM engine under all four, :mod:`fusedlib.engine`);
+the peers run fp32 and tf32, tf32 through a scoped setting (:func:`peer_precision`), and
+have no 3xtf32.
 
 Outputs, next to each other (``results/<gpu>/`` unless ``--out`` names another CSV):
 ``bench.csv`` (:data:`COLUMNS`, one row appended as soon as it is measured), ``env.json``
@@ -103,10 +104,10 @@ def parse_list(text: str, choices, groups: dict | None = None, what: str = "valu
 
 
 def available(impl: str, precision: str) -> bool:
-    """Whether ``impl`` runs at ``precision``: stages other than fused are fp32 only; the
+    """Whether ``impl`` runs at ``precision``: the four stages run every precision; the
     peers have fp32 and tf32 (PyTorch has no 3xTF32 mode)."""
     if impl in STAGE_IMPLS:
-        return precision == "fp32" or impl == "fused"
+        return True
     return precision != "3xtf32"
 
 
@@ -572,20 +573,21 @@ def _ncu_target(problem: str, shape: str, mode: str, precision: str, impl: str, 
 
 def estimate_seconds(tables: list[Table], warmup: int, iters: int, profile: bool) -> float:
     """Rough wall time of a run on an H100 (s): each timed call at the cost model's roofs
-    (GEMM rates measured for cuBLAS and for this project's kernels, 2.5 TB/s) plus 0.15 ms
-    of flush and launch; 10 s per torch.compile, 30 s more per max-autotune of a new GEMM
-    shape and precision; 1.5 s per profiled implementation; 60 s to build the kernels on a
-    fresh machine; 10 s start-up."""
+    (GEMM rates in TFLOP/s: this project's engine, the same for every stage, 20 at fp32 on
+    the SIMT path, 300 at tf32 and 100 at 3xtf32 on tensor cores; cuBLAS 50 at fp32 and
+    330 at tf32 for the peers; 2.5 TB/s) plus 0.15 ms of flush and launch; 10 s per
+    torch.compile, 30 s more per max-autotune of a new GEMM shape and precision; 1.5 s per
+    profiled implementation; 60 s to build the kernels on a fresh machine; 10 s start-up."""
     from .costmodel import cost
-    rates = {("stage", "fp32"): 20.0, ("fused", "fp32"): 26.0, ("fused", "tf32"): 300.0,
-             ("fused", "3xtf32"): 100.0, ("peer", "fp32"): 50.0, ("peer", "tf32"): 330.0}
+    rates = {("stage", "fp32"): 20.0, ("stage", "tf32"): 300.0, ("stage", "3xtf32"): 100.0,
+             ("peer", "fp32"): 50.0, ("peer", "tf32"): 330.0}
     total = 10.0 + (60.0 if any(i in STAGE_IMPLS for t in tables for i in t.impls) else 0.0)
     tuned = set()
     for t in tables:
         s = t.shape
         total += 2 * s.batch * s.in_features * s.out_features / 40e12 + 1.0  # float64 reference, set-up
         for impl in t.impls:
-            group = "fused" if impl == "fused" else ("stage" if impl in STAGE_IMPLS else "peer")
+            group = "stage" if impl in STAGE_IMPLS else "peer"
             c = cost(problem_kind(t.problem), impl, s.batch, s.in_features, s.out_features, t.mode, t.precision)
             call_ms = c.time_ms(rates[group, t.precision], 2500.0) + 0.15
             calls = warmup + iters + 1 + (6 if profile else 0)

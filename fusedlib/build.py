@@ -1,10 +1,12 @@
 """Just-in-time build of the stage kernels with ``torch.utils.cpp_extension.load_inline``.
 
 Each stage is one CUDA file in ``fusedlib/kernels`` (``01_naive.cu`` … ``04_fused.cu``)
-plus the shared header ``common.cuh``. A stage is compiled on its first use (never at
-import), with ninja, for the current device's compute capability (``sm_90a`` on Hopper),
-into a cache directory that persists across processes. The extension's name carries a
-SHA-256 of every kernel source, so editing any of them triggers a rebuild.
+that composes the shared headers (:data:`HEADERS`: the GEMM engine's mainloops and
+epilogues, the shared passes). A stage is compiled on its first use (never at import),
+with ninja, for the current device's compute capability (``sm_90a`` on Hopper), into a
+cache directory that persists across processes. The extension's name carries a SHA-256 of
+every kernel source, so editing any of them triggers a rebuild. Every source compiles for
+each of :data:`ARCHS` (checked by ``tests/test_kernels_compile.py`` with nvcc).
 """
 from __future__ import annotations
 
@@ -14,7 +16,12 @@ import os
 from pathlib import Path
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
-HEADER = "common.cuh"
+#: Shared headers, from the bottom layer up (DESIGN.md §8).
+HEADERS = ("common.cuh", "epilogue.cuh", "gemm_simt.cuh", "gemm_mma.cuh", "gemm_wgmma.cuh", "gemm.cuh",
+           "passes.cuh")
+#: Compute capabilities every kernel source must compile for: Turing, Ampere (A100, RTX 30),
+#: Ada (L4, RTX 40), Hopper (sm_90a), Blackwell (B200, RTX 50).
+ARCHS = ((7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0))
 STAGE_FILES = {"naive": "01_naive.cu", "fold": "02_fold.cu", "sums": "03_sums.cu", "fused": "04_fused.cu"}
 
 # Host glue compiled with the stage file: unpacks flat argument lists into fl::Problem and
@@ -41,7 +48,7 @@ void forward(std::vector<int64_t> ptrs, std::vector<int64_t> ints, double eps, d
   p.wsplit = reinterpret_cast<const float*>(ptrs[14]);
   p.n = (int)ints[0]; p.k = (int)ints[1]; p.m = (int)ints[2];
   p.kind = (int)ints[3]; p.training = (int)ints[4]; p.precision = (int)ints[5]; p.scale_len = (int)ints[6];
-  p.use_wgmma = (int)ints[7];
+  p.path = (int)ints[7];
   p.eps = (float)eps; p.momentum = (float)momentum;
   const char* err = fl_STAGE_forward(&p, reinterpret_cast<cudaStream_t>(stream));
   TORCH_CHECK(err == nullptr, "fusedlib STAGE kernels: ", err ? err : "");
@@ -56,8 +63,8 @@ class KernelBuildError(RuntimeError):
 
 
 def source_files() -> list[Path]:
-    """Every kernel source: the shared header, then the stage files in stage order."""
-    return [KERNEL_DIR / HEADER] + [KERNEL_DIR / f for f in STAGE_FILES.values()]
+    """Every kernel source: the shared headers, then the stage files in stage order."""
+    return [KERNEL_DIR / h for h in HEADERS] + [KERNEL_DIR / f for f in STAGE_FILES.values()]
 
 
 def sources_sha256(root: Path | None = None) -> dict[str, str]:

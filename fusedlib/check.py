@@ -42,8 +42,11 @@ from .reference import PRESETS, get_inputs, make_reference, parse_shape
 BUDGET = {"fp32": 1e-5, "3xtf32": 1e-5, "tf32": 5e-3}
 #: Default shapes on the CPU: small and odd (no multiple of any tile), plus KernelBench v0.
 CPU_SHAPES = ("7x33->65", "2x64->3", "257x100->99", "v0")
-#: Default shapes on CUDA besides the problem's own KernelBench preset; 640x1000->1000 takes
-#: the fused fp32 GEMM's 64×64 tile (algebra.tile_rows), v0 and the odd shapes its 32×32 one.
+#: Default shapes on CUDA besides the problem's own KernelBench preset. fp32 (the SIMT GEMM,
+#: algebra.tile_rows): 640x1000->1000 takes the 64×64 tile (10·16 = 160 ≥ MIN_GRID tiles), as do
+#: the presets of 84, 33 and 39; v0 (2·8 = 16 tiles of 64) and the odd shapes take the 32×32
+#: one. tf32/3xtf32 (tensor cores): 128-row tiles everywhere; on an H100 7x33->65 (K % 4 ≠ 0)
+#: runs the mma.sync path, the other shapes the wgmma path (engine.select_path).
 CUDA_SHAPES = ("v0", "257x1000->999", "640x1000->1000", "2x64->3", "7x33->65")
 INPUT_KINDS = ("rand", "randn", "offset")
 
@@ -124,7 +127,7 @@ def run_case(problem: str, stage: str, mode: str, precision: str, shape: str, se
         Floats are Python floats.
 
     Raises:
-        ValueError: unknown problem/stage/precision/mode/shape or an illegal combination.
+        ValueError: unknown problem/stage/precision/mode/shape.
     """
     algebra.check_stage_precision(stage, precision)
     if mode not in ("train", "eval"):
@@ -161,12 +164,11 @@ def run_case(problem: str, stage: str, mode: str, precision: str, shape: str, se
 
 
 def combos(stages, precisions):
-    """(stage, precision) pairs a run covers: each stage at each requested precision it
-    supports (tf32 and 3xtf32 exist for ``fused`` only)."""
+    """(stage, precision) pairs a run covers: every stage at every requested precision,
+    stage-major (every stage runs fp32, tf32 and 3xtf32)."""
     for stage in stages:
         for precision in precisions:
-            if precision == "fp32" or stage == "fused":
-                yield stage, precision
+            yield stage, precision
 
 
 def iter_cases(problems, stages, modes, precisions, shapes, seeds, device="cpu", input_kinds=None):
@@ -174,7 +176,7 @@ def iter_cases(problems, stages, modes, precisions, shapes, seeds, device="cpu",
 
     Args:
         problems, stages, modes, precisions: lists of ids; (stage, precision) pairs follow
-            :func:`combos` (tf32 and 3xtf32 for ``fused`` only).
+            :func:`combos` (every stage at every precision).
         shapes: list of presets or ``"NxK->M"``; None takes the defaults: :data:`CPU_SHAPES`
             on cpu, the problem's KernelBench preset plus :data:`CUDA_SHAPES` on cuda.
         seeds: number of seeds, 0 … seeds−1.
@@ -212,34 +214,13 @@ def _choices(value: str, allowed, name: str) -> list[str]:
     return items
 
 
-def _check_combinations(stage_arg: str, stages, precision_arg: str, precisions) -> None:
-    """Every stage and every precision named explicitly must get at least one legal case
-    (:func:`fusedlib.algebra.check_stage_precision`); ``all`` takes the legal ones only.
-
-    Raises:
-        ValueError: e.g. ``--stage naive --precision tf32``, or ``--stage naive,fused
-        --precision tf32`` (naive has no tf32 case).
-    """
-    pairs = list(combos(stages, precisions))
-    if stage_arg != "all":
-        for stage in stages:
-            if not any(s == stage for s, _ in pairs):
-                raise ValueError(f"--stage {stage} runs fp32 only: --precision {precision_arg} "
-                                 "applies to stage 'fused' only")
-    if precision_arg != "all":
-        for precision in precisions:
-            if not any(p == precision for _, p in pairs):
-                raise ValueError(f"--precision {precision} applies to stage 'fused' only "
-                                 f"(selected stages: {', '.join(stages)})")
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu: stage algebra; cuda: kernels")
     p.add_argument("--problem", default="all", help="84, 33, 39, a comma list or all")
     p.add_argument("--stage", default="all", help="naive, fold, sums, fused, a comma list or all")
     p.add_argument("--mode", default="all", help="train, eval or all")
     p.add_argument("--precision", default="all",
-                   help="fp32, tf32, 3xtf32, a comma list or all (tf32/3xtf32 apply to stage fused)")
+                   help="fp32, tf32, 3xtf32, a comma list or all (every stage runs each)")
     p.add_argument("--shape", action="append", help="preset (84, 33, 39, v0) or NxK->M; repeatable")
     p.add_argument("--inputs", help="comma list of input kinds cycled over seeds: rand, randn, offset")
     p.add_argument("--seeds", type=int, help="seeds per case (default 2 on cpu, 5 on cuda)")
@@ -252,7 +233,6 @@ def main(args) -> int:
         stages = _choices(args.stage, algebra.STAGES, "stage")
         modes = _choices(args.mode, ("train", "eval"), "mode")
         precisions = _choices(args.precision, algebra.PRECISIONS, "precision")
-        _check_combinations(args.stage, stages, args.precision, precisions)
         shapes = [str(parse_shape(s)) for s in args.shape] if args.shape else None
         kinds = _choices(args.inputs, INPUT_KINDS, "inputs") if args.inputs else None
         if args.seeds is not None and args.seeds < 1:

@@ -15,7 +15,7 @@ COMMANDS = {
     "info": ("fusedlib.info", "python, torch, CUDA device and capability, nvcc, build cache"),
     "check": ("fusedlib.check", "compare stages with a float64 reference; exit 1 on any failure"),
     "bench": ("fusedlib.bench", "time stages and peers on the GPU into results/<gpu>/bench.csv"),
-    "figures": ("fusedlib.figures", "draw the roofline, throughput and breakdown figures from committed CSVs"),
+    "figures": ("fusedlib.figures", "draw the roofline, throughput, breakdown and ladder figures from committed CSVs"),
     "report": ("fusedlib.report", "regenerate the README's result sections from committed results"),
 }
 

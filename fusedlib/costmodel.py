@@ -13,7 +13,16 @@ Shapes: X (N×K), W (M×K), Z, Z' and Y (N×M), vectors of M (μ, σ², γ, β, 
 buffers), vectors of N (softmax row max and sum). Per-(row tile, column) partials: the GEMM
 epilogues of ``sums`` and ``fused`` store two floats (mean_t, M2_t) per tile and column;
 the tile count n_t is implicit (rows per tile, last tile shorter), so T·M·2 floats with
-T = ceil(N / tile rows), tile rows 64 (sums) and 128 (fused).
+T = ceil(N / tile rows). Every stage runs the same GEMM (:mod:`fusedlib.engine`), so the
+tile rows depend on the precision and the shape only (:func:`fusedlib.algebra.tile_rows`):
+64 or 32 on the SIMT path (fp32; 32 when 64-row tiles would give fewer than 132 tiles),
+128 on the tensor-core paths (tf32, 3xtf32).
+
+Precision changes the GEMM's passes, in every stage alike: 3xtf32 on the Hopper path
+(wgmma, taken when K % 4 == 0) first splits X into its two TF32 parts in a kernel of its
+own (read N·K, write 2·N·K floats), and the GEMM then reads both parts of X and of W. The
+mma.sync path (K % 4 ≠ 0) splits in registers: no extra traffic. tf32 moves the bytes of
+fp32. The peers run cuBLAS, whatever the precision (they have no 3xtf32).
 
 FLOP conventions, per element of an N×M tensor, one FLOP for each add, multiply, compare,
 divide, square root or exponential the kernel executes:
@@ -32,14 +41,14 @@ shared memory (rows up to 200 KiB, M ≤ 51200, in this project's kernels) and o
 re-read it from L2, which the per-kernel count above does not charge.
 
 The eval-mode folded weights W' = diag(a)·W, b' (``sums``, ``fused``) and the TF32 split of
-W (3xtf32) are cached by the module and rebuilt only when a parameter or buffer changes:
-they are not charged to a call.
+W (3xtf32, every stage) are cached by the module and rebuilt only when a parameter or buffer
+changes: they are not charged to a call.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .algebra import PRECISIONS, TILE_ROWS, tile_rows
+from .algebra import PRECISIONS, tile_rows
 
 #: Every implementation the benchmark times: the four stages, then the peers.
 IMPLS = ("naive", "fold", "sums", "fused", "eager", "compile", "compile_max_autotune", "gemm_only")
@@ -47,7 +56,7 @@ KINDS = ("84", "33")
 MODES = ("train", "eval")
 F32 = 4
 
-__all__ = ["IMPLS", "KINDS", "MODES", "PRECISIONS", "TILE_ROWS", "Pass", "Cost", "cost"]
+__all__ = ["IMPLS", "KINDS", "MODES", "PRECISIONS", "Pass", "Cost", "cost"]
 
 
 @dataclass(frozen=True)
@@ -129,17 +138,35 @@ class Cost:
 class _Builder:
     """Collects passes; sizes are given in fp32 elements."""
 
-    def __init__(self, kind: str, n: int, k: int, m: int, train: bool):
+    def __init__(self, kind: str, n: int, k: int, m: int, train: bool, precision: str = "fp32"):
         self.kind, self.n, self.k, self.m, self.train = kind, n, k, m, train
         self.nk, self.mk, self.nm = n * k, m * k, n * m
         self.s = 1 if kind == "84" else m  # elements of the scale parameter
         self.passes: list[Pass] = []
+        # 3xtf32 on the wgmma path (K % 4 == 0): X and W are read as two TF32 parts each.
+        self.split = precision == "3xtf32" and k % 4 == 0
+        self.x_reads = 2 * self.nk if self.split else self.nk
+        self.w_reads = 2 * self.mk if self.split else self.mk
+        # Row tiles of the GEMM (and of its statistics partials).
+        self.tiles = -(-n // tile_rows(n, m, precision))
 
     def add(self, name: str, reads: float, writes: float, flops: float) -> None:
         self.passes.append(Pass(name, F32 * reads, F32 * writes, float(flops)))
 
     # Passes shared by several implementations.
+    def split_x(self) -> None:
+        """3xtf32 on the wgmma path: one kernel reads X and writes its two TF32 parts
+        (3 FLOPs an element: round, subtract, round). Nothing otherwise."""
+        if self.split:
+            self.add("split X into TF32 parts", self.nk, 2 * self.nk, 3 * self.nk)
+
     def gemm_bias(self, name: str = "GEMM + bias") -> None:
+        """The engine's GEMM with the bias epilogue: reads X, W (both parts of each when
+        split) and b, writes Z."""
+        self.add(name, self.x_reads + self.w_reads + self.m, self.nm, 2 * self.nk * self.m + self.nm)
+
+    def cublas_gemm_bias(self, name: str) -> None:
+        """The peers' cuBLAS GEMM with the bias: reads X, W, b once, writes Z."""
         self.add(name, self.nk + self.mk + self.m, self.nm, 2 * self.nk * self.m + self.nm)
 
     def column_stats_two_kernels(self) -> None:
@@ -174,6 +201,7 @@ def _naive(b: _Builder) -> None:
     33 writes Z twice (GEMM, scale), reads it 4 times and writes Y.
     """
     nm, m, s = b.nm, b.m, b.s
+    b.split_x()
     b.gemm_bias()
     if b.kind == "33":
         b.add("scale", nm + s, nm, nm)
@@ -196,10 +224,12 @@ def _fold(b: _Builder) -> None:
     reads of Z); a tiny coefficient kernel on M-vectors (train: reads μ, σ², s, γ, β and
     the running buffers, writes a, c and the buffers; eval: reads the running buffers,
     s, γ, β, writes a, c); then one row pass: 33 reads Z, a, c and writes Y; 84 is a single
-    row-softmax kernel that holds the row on chip, so it reads Z once and writes Y once. Full-tensor passes (train): GEMM write, 2 reads for the statistics, 1 read + 1
-    write of the row pass.
+    row-softmax kernel that holds the row on chip, so it reads Z once and writes Y once.
+    Full-tensor passes (train): GEMM write, 2 reads for the statistics, 1 read + 1 write of
+    the row pass.
     """
     m, s = b.m, b.s
+    b.split_x()
     b.gemm_bias()
     if b.train:
         b.column_stats_two_kernels()
@@ -212,32 +242,26 @@ def _fold(b: _Builder) -> None:
         b.affine("Y = a∘Z + c")
 
 
-def _eval_folded_gemm(b: _Builder, name: str) -> None:
-    """Eval mode of sums and fused: BatchNorm and the scale live in the cached W', b'.
-    The GEMM reads X, W', b' and writes Z (84) or Y directly (33)."""
-    b.gemm_bias(name)
-
-
 def _sums(b: _Builder) -> None:
     """Sums: the batch statistics come out of the GEMM's epilogue.
 
-    Train: the GEMM (no bias: it cancels) reads X and W and writes Z' plus its 64-row tiles'
-    partials (mean_t, M2_t): 2·T·M floats, T = ceil(N/64). A finalize kernel reads the
-    partials (merging them with Chan's formula in tile order), s, γ, β, b and the running
+    Train: the GEMM (no bias: it cancels) reads X and W and writes Z' plus its row tiles'
+    partials (mean_t, M2_t): 2·T·M floats, T = ceil(N / tile rows). A finalize kernel reads
+    the partials (merging them with Chan's formula in tile order), s, γ, β, b and the running
     buffers, and writes a, c and the buffers. One row pass reads Z' once and writes Y
     (84: the single-kernel row softmax, row kept in shared memory; 33: the affine).
     Full-tensor passes (train): GEMM write, 1 read + 1 write. Eval: GEMM with the folded
     W', b' writing Z (84, then the row softmax: 1 read, 1 write) or Y (33).
     """
+    b.split_x()
     if not b.train:
-        _eval_folded_gemm(b, "GEMM with folded W', b'")
+        b.gemm_bias("GEMM with folded W', b'")
         if b.kind == "84":
             b.row_softmax_one_kernel("row softmax", affine=False)
         return
-    m, s = b.m, b.s
-    tiles = -(-b.n // TILE_ROWS["sums"])
+    m, s, tiles = b.m, b.s, b.tiles
     partials = 2 * tiles * m
-    b.add("GEMM + statistics epilogue", b.nk + b.mk, b.nm + partials, 2 * b.nk * m + 4 * b.nm)
+    b.add("GEMM + statistics epilogue", b.x_reads + b.w_reads, b.nm + partials, 2 * b.nk * m + 4 * b.nm)
     b.add("finalize (Chan merge, coefficients, running buffers)", partials + 5 * m + s, 4 * m,
           8 * tiles * m + 10 * m)
     if b.kind == "84":
@@ -246,32 +270,25 @@ def _sums(b: _Builder) -> None:
         b.affine("Y = a∘Z' + c")
 
 
-def _fused(b: _Builder, precision: str) -> None:
+def _fused(b: _Builder) -> None:
     """Fused: one GEMM whose last block per column block finalizes the statistics.
 
-    Train: the GEMM reads X and W and writes Z' and its 128-row tiles' partials (2·T·M
-    floats, T = ceil(N/128)); the last block of each column block reads the partials back
+    Train: the GEMM reads X and W and writes Z' and its row tiles' partials (2·T·M floats,
+    T = ceil(N / tile rows)); the last block of each column block reads the partials back
     and writes a, c and the running buffers (reading s, γ, β, b and the buffers) — all inside
     the GEMM kernel. One row pass reads Z' once and writes Y: 84 the online softmax (row on
     chip), 33 the affine. Full-tensor passes: GEMM write, 1 read + 1 write: the floor of
     DESIGN.md §3. Eval: GEMM with the folded W', b', then (84) the online softmax.
-    3xtf32 on the Hopper path (K % 4 == 0): a split kernel reads X and writes its two TF32
-    parts (3·N·K); the GEMM then reads both parts of X and of W (W's parts are cached).
     """
-    split = precision == "3xtf32" and b.k % 4 == 0
-    x_reads = 2 * b.nk if split else b.nk
-    w_reads = 2 * b.mk if split else b.mk
-    if split:
-        b.add("split X into TF32 parts", b.nk, 2 * b.nk, 3 * b.nk)
+    b.split_x()
     if not b.train:
-        b.add("GEMM with folded W', b'", x_reads + w_reads + b.m, b.nm, 2 * b.nk * b.m + b.nm)
+        b.gemm_bias("GEMM with folded W', b'")
         if b.kind == "84":
             b.online_softmax("row softmax (online)", affine=False)
         return
-    m, s = b.m, b.s
-    tiles = -(-b.n // tile_rows("fused", b.n, b.m, precision))
+    m, s, tiles = b.m, b.s, b.tiles
     partials = 2 * tiles * m
-    b.add("GEMM + statistics epilogue + last-block merge", x_reads + w_reads + partials + 5 * m + s,
+    b.add("GEMM + statistics epilogue + last-block merge", b.x_reads + b.w_reads + partials + 5 * m + s,
           b.nm + partials + 4 * m, 2 * b.nk * m + 4 * b.nm + 8 * tiles * m + 10 * m)
     if b.kind == "84":
         b.online_softmax("V = a∘Z' + c, online row softmax", affine=True)
@@ -289,7 +306,7 @@ def _eager(b: _Builder) -> None:
     each row held in shared memory, one write).
     """
     nm, m, s = b.nm, b.m, b.s
-    b.gemm_bias("GEMM + bias (cuBLAS)")
+    b.cublas_gemm_bias("GEMM + bias (cuBLAS)")
     if b.kind == "33":
         b.add("x * scale", nm + s, nm, nm)
     if b.train:
@@ -308,7 +325,7 @@ def _compiled(b: _Builder) -> None:
     and BatchNorm; 84: BatchNorm, scale and the softmax, the row kept on chip).
     """
     nm, m, s = b.nm, b.m, b.s
-    b.gemm_bias("GEMM + bias")
+    b.cublas_gemm_bias("GEMM + bias")
     if b.train:
         b.add("fused statistics + running buffers", nm + s + 2 * m, 4 * m,
               (4 if b.kind == "33" else 3) * nm + 6 * m)
@@ -326,8 +343,11 @@ def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", prec
         impl: one of :data:`IMPLS`.
         n, k, m: batch N, in_features K, out_features M (all ≥ 1).
         mode: "train" (batch statistics, running buffers updated) or "eval".
-        precision: "fp32", "tf32" or "3xtf32"; only changes the fused stage's passes
-            (3xtf32 adds the split of X on the Hopper path).
+        precision: "fp32", "tf32" or "3xtf32". Stages: the GEMM's row tiles (hence the
+            statistics partials of sums and fused) and, for 3xtf32 with K % 4 == 0 (the
+            Hopper path), the split of X and the GEMM's reads of both TF32 parts of X and W.
+            Peers: unchanged (cuBLAS reads X and W once at any precision; PyTorch has no
+            3xtf32).
 
     Returns:
         :class:`Cost` with ``flops``, ``bytes``, ``intensity`` and ``passes``. The reasoning
@@ -347,9 +367,9 @@ def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", prec
         raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
     if min(n, k, m) < 1:
         raise ValueError(f"shape: every dimension must be >= 1, got {n}x{k}->{m}")
-    b = _Builder(kind, n, k, m, mode == "train")
+    b = _Builder(kind, n, k, m, mode == "train", precision)
     if impl == "gemm_only":
-        b.gemm_bias("GEMM + bias (cuBLAS)")
+        b.cublas_gemm_bias("GEMM + bias (cuBLAS)")
     elif impl == "naive":
         _naive(b)
     elif impl == "fold":
@@ -357,7 +377,7 @@ def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", prec
     elif impl == "sums":
         _sums(b)
     elif impl == "fused":
-        _fused(b, precision)
+        _fused(b)
     elif impl == "eager":
         _eager(b)
     else:

@@ -155,7 +155,8 @@ def _versus(other: float, t: float) -> str:
 
 def measurement_md(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100") -> str:
     """Sentences (Markdown) about ``stage``'s committed timings: against the prediction, the
-    previous stage, eager PyTorch, torch.compile and the GEMM alone. All numbers from bench.csv."""
+    previous stage at the same precision, eager PyTorch, torch.compile and the GEMM alone. All
+    numbers from bench.csv."""
     from .algebra import STAGES
     table = measurement_table(stage, precisions, mode, gpu)
     if table is None:
@@ -168,8 +169,9 @@ def measurement_md(stage: str, precisions=("fp32",), mode: str = "train", gpu: s
         parts = [f"**{d['problem']}**, {d['precision']}: **{t:.3f} ms** measured, {d['predicted ms']:.3f} ms "
                  f"predicted ({t / d['predicted ms']:.2f}× the prediction)"]
         if previous is not None:
-            prev = bench[(bench.problem == d["problem"]) & (bench.impl == previous) & (bench.precision == "fp32")]
-            if len(prev) and d["precision"] == "fp32":
+            prev = bench[(bench.problem == d["problem"]) & (bench.impl == previous)
+                         & (bench.precision == d["precision"])]  # every stage runs every precision
+            if len(prev):
                 parts.append(f"{_versus(float(prev.median_ms.iloc[0]), t)} than `{previous}`")
         for peer, label in (("eager", "eager PyTorch"), ("compile", "torch.compile")):
             pt = d.get(f"{peer} ms")

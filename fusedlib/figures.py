@@ -1,9 +1,10 @@
-"""``python -m fusedlib figures``: the roofline, throughput and breakdown figures and the
-README results table, drawn from the committed results only (``results/<gpu>/bench.csv``,
-``env.json`` and, if present, ``profile.csv``), so they can be regenerated on any machine
-without a GPU; plus the cancellation figure, computed on the CPU. Each figure is written
-as PNG, SVG and PDF into ``figures/``. matplotlib (Agg backend) and pandas are imported
-only when a figure is drawn.
+"""``python -m fusedlib figures``: the roofline, throughput, breakdown and ladder figures
+and the README results table, drawn from the committed results only
+(``results/<gpu>/bench.csv``, ``env.json`` and, if present, ``profile.csv``), so they can be
+regenerated on any machine without a GPU; plus the cancellation figure, computed on the
+CPU. Each figure is written as PNG, SVG and PDF into ``figures/``. matplotlib (Agg backend)
+and pandas are imported only when a figure is drawn. Rows a figure needs but bench.csv
+lacks (a stage or precision not measured yet) are left out of it, never an error.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .bench import COLUMNS, PEER_IMPLS, PROFILE_COLUMNS, STAGE_IMPLS
+from .costmodel import PRECISIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 FORMATS = ("png", "svg", "pdf")
@@ -55,6 +57,36 @@ def _preset_rows(df, problem: str):
 
 def _no_data(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=8, color="gray")
+
+
+def _ceilings(env: dict) -> dict:
+    """The measured ceilings of env.json in :func:`fusedlib.course.gemm_rate`'s form:
+    bandwidth (GB/s), fp32 and tf32 (TFLOP/s).
+
+    Raises:
+        KeyError: env.json lacks ``measured`` or one of its values.
+    """
+    m = env["measured"]
+    return {"bandwidth": m["copy_gbytes_per_s"], "fp32": m["gemm_fp32_tflops"], "tf32": m["gemm_tf32_tflops"]}
+
+
+def predicted_ms(problem: str, impl: str, precision: str, env: dict, mode: str = "train", shape=None) -> float:
+    """The cost model's time of one call in ms (:meth:`fusedlib.costmodel.Cost.time_ms`):
+    each pass at its own roof, the GEMM's rate of ``precision`` (measured cuBLAS fp32 or
+    tf32 rate, 3xtf32 a third of tf32's: :func:`fusedlib.course.gemm_rate`) or the measured
+    copy bandwidth, the passes added up. ``shape``: a :class:`~fusedlib.reference.Shape`
+    or preset name, default the problem's KernelBench shape.
+
+    Raises:
+        KeyError: env.json lacks its ``measured`` ceilings.
+    """
+    from .costmodel import cost
+    from .course import gemm_rate
+    from .reference import parse_shape, problem_kind
+    s = parse_shape(shape if shape is not None else problem)
+    ceil = _ceilings(env)
+    c = cost(problem_kind(problem), impl, s.batch, s.in_features, s.out_features, mode, precision)
+    return c.time_ms(gemm_rate(precision, ceil), ceil["bandwidth"])
 
 
 def roofline(bench, env: dict, outdir: Path) -> list[Path]:
@@ -178,21 +210,27 @@ def _short_kernel(name: str) -> str:
 
 
 def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
-    """``breakdown.{png,svg,pdf}``: stacked per-kernel time of each stage (fp32; fused also
-    tf32 and 3xtf32) at the KernelBench shapes of 84, 33 and 39, train mode, from
-    profile.csv (µs per call, latest profile of each kernel), with the bench.csv median
-    marked on each bar. Without profile.csv: the cost model's passes, each at its roof
-    (measured GEMM rate of the precision, 3xtf32 at a third of tf32's; measured copy
-    bandwidth), titled "predicted".
+    """``breakdown.{png,svg,pdf}``: stacked per-kernel time of each stage at each precision
+    (grouped by precision: fp32, tf32, 3xtf32; a stage and precision that neither
+    bench.csv nor profile.csv holds in train mode is left out) at the KernelBench shapes of
+    84, 33 and 39, train mode, from profile.csv (µs per call, latest profile of each
+    kernel), with the bench.csv median marked on each bar. Without profile.csv: the cost
+    model's passes, each at its roof (measured GEMM rate of the precision, 3xtf32 at a
+    third of tf32's; measured copy bandwidth), titled "predicted".
 
     Raises:
         KeyError: the fallback needs env.json's ``measured`` values.
     """
     from .costmodel import cost
+    from .course import gemm_rate
     from .reference import PRESETS, problem_kind
     plt = _plt()
-    bars = [(s, "fp32") for s in STAGE_IMPLS] + [("fused", "tf32"), ("fused", "3xtf32")]
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5.5), layout="constrained")
+    present = {(r.impl, r.precision) for r in bench[bench["mode"] == "train"].itertuples(index=False)}
+    if profile is not None:
+        present |= {(r.impl, r.precision) for r in profile[profile["mode"] == "train"].itertuples(index=False)}
+    bars = [(s, prec) for prec in PRECISIONS for s in STAGE_IMPLS if (s, prec) in present]
+    bars = bars or [(s, "fp32") for s in STAGE_IMPLS]
+    fig, axes = plt.subplots(1, 3, figsize=(max(18.0, 1.8 * len(bars)), 5.5), layout="constrained")
     colors: dict[str, tuple] = {}
     cmap = plt.get_cmap("tab20")
     for ax, problem in zip(axes, ("84", "33", "39")):
@@ -204,10 +242,10 @@ def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
                 sel = sel.drop_duplicates("kernel", keep="last")
                 parts = [(_short_kernel(k), us / 1e3) for k, us in zip(sel.kernel, sel.cuda_time_us_per_call)]
             else:
-                m = env["measured"]
-                rate = m["gemm_fp32_tflops"] if prec == "fp32" else m["gemm_tf32_tflops"] / (3 if prec == "3xtf32" else 1)
+                ceil = _ceilings(env)
+                rate = gemm_rate(prec, ceil)
                 c = cost(problem_kind(problem), impl, shape.batch, shape.in_features, shape.out_features, "train", prec)
-                parts = [(p.name, max(p.flops / (rate * 1e12), p.bytes / (m["copy_gbytes_per_s"] * 1e9)) * 1e3)
+                parts = [(p.name, max(p.flops / (rate * 1e12), p.bytes / (ceil["bandwidth"] * 1e9)) * 1e3)
                          for p in c.passes]
             bottom = 0.0
             for label, ms in parts:
@@ -236,6 +274,87 @@ def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
               else "predicted: cost-model passes at the measured ceilings (no profile.csv); black tick: bench.csv median")
     fig.suptitle(f"Where the time goes, train mode: {source}")
     return _save(fig, outdir, "breakdown")
+
+
+#: Reference lines of the ladder: peer, line style, and the precision it is drawn at in each
+#: precision group (PyTorch has no 3xTF32: eager fp32, the same accuracy class, stands in;
+#: no GEMM-alone line there).
+LADDER_REFERENCES = (("eager", "--", {"fp32": "fp32", "tf32": "tf32", "3xtf32": "fp32"}),
+                     ("gemm_only", ":", {"fp32": "fp32", "tf32": "tf32"}))
+
+
+def ladder(bench, env: dict, outdir: Path) -> list[Path]:
+    """``ladder.{png,svg,pdf}``: every stage at every precision, measured against predicted.
+
+    One panel per problem (84, 33, 39) at its KernelBench shape, train mode, log time axis.
+    x: one group per precision (fp32, tf32, 3xtf32); in a group one solid bar per stage
+    (naive, fold, sums, fused: the latest bench.csv median, ms) and beside it a hollow
+    hatched bar, the cost model's prediction (:func:`predicted_ms`: each pass at its roof,
+    measured ceilings of env.json). Horizontal lines across each group: eager (dashed) and
+    the GEMM alone (``gemm_only``, dotted) at the group's precision; the 3xtf32 group gets
+    eager fp32 (dash-dot) instead, PyTorch having no 3xTF32, and no GEMM-alone line. A stage
+    or peer without a row is left out (its prediction is still drawn); a panel without any
+    row says so.
+
+    Raises:
+        KeyError: env.json lacks its ``measured`` ceilings.
+    """
+    from matplotlib.patches import Patch
+
+    from .reference import PRESETS
+    plt = _plt()
+    _ceilings(env)  # fail early, before drawing, on an env.json without ceilings
+    fig, axes = plt.subplots(1, 3, figsize=(18, 6), sharey=True, layout="constrained")
+    train = bench[bench["mode"] == "train"]
+    width = 0.84 / len(STAGE_IMPLS)   # one measured and one predicted bar per stage
+    handles: dict[str, object] = {stage: Patch(facecolor=_impl_color(stage), edgecolor="black", linewidth=0.4)
+                                  for stage in STAGE_IMPLS}
+    handles["solid: measured (latest bench.csv median)"] = Patch(facecolor="0.6", edgecolor="black", linewidth=0.4)
+    handles["hollow, hatched: cost-model prediction (each pass at its roof)"] = Patch(
+        facecolor="none", edgecolor="black", hatch="////")
+    values = []
+    for ax, problem in zip(axes, ("84", "33", "39")):
+        rows = _preset_rows(train, problem).drop_duplicates(["impl", "precision"], keep="last")
+        ms = {(r.impl, r.precision): float(r.median_ms) for r in rows.itertuples(index=False)}
+        for g, prec in enumerate(PRECISIONS):
+            for i, stage in enumerate(STAGE_IMPLS):
+                left = g - 0.42 + i * width
+                color = _impl_color(stage)
+                pred = predicted_ms(problem, stage, prec, env)
+                values.append(pred)
+                ax.bar(left + 0.75 * width, pred, 0.5 * width, facecolor="none", edgecolor=color, hatch="////",
+                       linewidth=0.8)
+                if (stage, prec) in ms:
+                    t = ms[stage, prec]
+                    values.append(t)
+                    ax.bar(left + 0.25 * width, t, 0.5 * width, color=color, edgecolor="black", linewidth=0.4)
+                    ax.annotate(f"{t:.3g}", (left + 0.25 * width, t), ha="center", va="bottom", fontsize=6,
+                                rotation=90, xytext=(0, 2), textcoords="offset points")
+            for peer, style, at in LADDER_REFERENCES:
+                ref_prec = at.get(prec)
+                if ref_prec is None or (peer, ref_prec) not in ms:
+                    continue
+                t = ms[peer, ref_prec]
+                values.append(t)
+                stand_in = ref_prec != prec
+                line = ax.hlines(t, g - 0.46, g + 0.46, colors=_impl_color(peer),
+                                 linestyles="-." if stand_in else style, linewidth=1.2, zorder=4)
+                label = (f"{peer} fp32: reference of the 3xtf32 group (PyTorch has no 3xTF32)" if stand_in
+                         else f"{peer} at the group's precision")
+                handles.setdefault(label, line)
+        if not ms:
+            _no_data(ax, "no train-mode rows at this shape")
+        ax.set_xticks(range(len(PRECISIONS)), list(PRECISIONS))
+        ax.set(yscale="log", xlim=(-0.5, len(PRECISIONS) - 0.5), title=f"problem {problem} @{PRESETS[problem]}")
+        ax.grid(True, axis="y", which="major", lw=0.3)
+    positive = [v for v in values if v > 0]
+    if positive:
+        axes[0].set_ylim(min(positive) / 2, max(positive) * 3)
+    axes[0].set_ylabel("ms per call (log)")
+    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="outside lower center", ncol=4)
+    fig.suptitle(f"The ladder on {env.get('gpu', 'the GPU')}: every stage at every precision, train mode, "
+                 "KernelBench shapes (a missing solid bar: not measured)")
+    return _save(fig, outdir, "ladder")
 
 
 def cancellation_figure(lab):
@@ -283,16 +402,17 @@ def load_results(results: Path):
 
 
 def make_all(results: Path, outdir: Path) -> list[Path]:
-    """All figures: the cancellation figure always (first); roofline, throughput and
-    breakdown from ``results`` (bench.csv and env.json required, profile.csv optional).
-    Returns the paths written.
+    """All figures: the cancellation figure always (first); roofline, throughput,
+    breakdown and ladder from ``results`` (bench.csv and env.json required, profile.csv
+    optional). Returns the paths written.
 
     Raises:
         FileNotFoundError, ValueError: see :func:`load_results`.
     """
     paths = cancellation(outdir)
     bench, env, profile = load_results(results)
-    return paths + roofline(bench, env, outdir) + throughput(bench, outdir) + breakdown(profile, bench, env, outdir)
+    return (paths + roofline(bench, env, outdir) + throughput(bench, outdir) + breakdown(profile, bench, env, outdir)
+            + ladder(bench, env, outdir))
 
 
 def add_arguments(parser) -> None:
@@ -316,7 +436,7 @@ def main(args) -> int:
         # Nothing measured yet (a fresh clone before any GPU run): not an error.
         paths = cancellation(args.out)
         print("\n".join(str(p) for p in paths))
-        print(f"{results} holds no GPU results yet: roofline, throughput and breakdown are drawn once "
+        print(f"{results} holds no GPU results yet: roofline, throughput, breakdown and ladder are drawn once "
               "`python -m fusedlib bench --ceilings` has run on a GPU; README table unchanged", file=sys.stderr)
         return 0
     try:

@@ -2,9 +2,11 @@
 
 Each module has the reference's constructor signature, attribute names, parameter
 creation order and ``state_dict`` keys (so ``load_state_dict`` works both ways and the
-same seed gives the same parameters), plus keyword-only ``stage`` and ``precision``.
-On CPU tensors the forward runs the stage algebra of :mod:`fusedlib.algebra`; on CUDA
-tensors it runs that stage's kernels (:mod:`fusedlib.cuda`), forward only (no autograd).
+same seed gives the same parameters), plus keyword-only ``stage`` and ``precision``: every
+stage runs every precision (the GEMM under all four stages is one engine,
+:mod:`fusedlib.engine`). On CPU tensors the forward runs the stage algebra of
+:mod:`fusedlib.algebra`; on CUDA tensors it runs that stage's kernels (:mod:`fusedlib.cuda`),
+forward only (no autograd).
 """
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ class _FusedBase(nn.Module):
 
     @property
     def precision(self) -> str:
-        """GEMM precision: ``fp32``, or ``tf32``/``3xtf32`` for stage ``fused``."""
+        """GEMM precision: ``fp32``, ``tf32`` or ``3xtf32`` (any of them in every stage)."""
         return self._precision
 
     @precision.setter
@@ -115,7 +117,9 @@ class FusedGemmBatchNormScalingSoftmax(_FusedBase):
         in_features, out_features, bn_eps, bn_momentum, scale_shape: as
             :class:`fusedlib.reference.GemmBatchNormScalingSoftmax`.
         stage: ``naive`` | ``fold`` | ``sums`` | ``fused`` (default ``fused``).
-        precision: ``fp32`` | ``tf32`` | ``3xtf32`` (the last two for ``fused`` only).
+        precision: ``fp32`` | ``tf32`` | ``3xtf32``, the GEMM's precision (default ``fp32``;
+            every stage runs each; on CUDA, tf32 and 3xtf32 need compute capability 8.0 or
+            later and raise :class:`fusedlib.engine.UnsupportedPrecision` below it).
 
     Input (N, in_features) float32 (CPU: float32 or float64), contiguous; output (N, out_features).
     Train mode uses batch statistics and updates ``bn.running_mean``, ``bn.running_var`` and

@@ -76,17 +76,47 @@ def test_zero_and_negative_scale_exact():
 
 
 @pytest.mark.parametrize("problem", ["84", "33"])
-def test_tensor_core_precisions(problem):
+@pytest.mark.parametrize("stage", algebra.STAGES)
+def test_tensor_core_precisions(problem, stage):
+    """Every stage's GEMM runs at the module's precision: tf32 shows TF32's error (and stays
+    within its budget), 3xtf32 is fp32-class but not the fp32 computation."""
     ref = _model(problem, 256, 96, dtype=torch.float32)
     ref64 = copy.deepcopy(ref).double()
     x = torch.rand(64, 256)
     y64 = ref64(x.double())
-    errs = {}
-    for precision in ("tf32", "3xtf32"):
-        fused = fusedlib.from_reference(ref, stage="fused", precision=precision)
-        errs[precision] = _rel(fused(x).double(), y64)
-    assert errs["3xtf32"] < 1e-5
+    ys = {}
+    for precision in algebra.PRECISIONS:
+        fused = fusedlib.from_reference(ref, stage=stage, precision=precision)
+        ys[precision] = fused(x)
+    errs = {p: _rel(y.double(), y64) for p, y in ys.items()}
+    assert errs["fp32"] < 1e-5 and errs["3xtf32"] < 1e-5
     assert 1e-5 < errs["tf32"] < 5e-3
+    assert not torch.equal(ys["3xtf32"], ys["fp32"])
+
+
+@pytest.mark.parametrize("problem", ["84", "33"])
+@pytest.mark.parametrize("stage", algebra.STAGES)
+@pytest.mark.parametrize("precision", algebra.PRECISIONS)
+def test_every_stage_and_precision_matches_float64(problem, stage, precision):
+    """Every stage at every precision through the float32 module, 3 train steps then one
+    eval step: output and running buffers within check.BUDGET of a float64 reference."""
+    from fusedlib.check import BUDGET
+    ref = _model(problem, 70, 200, dtype=torch.float32)
+    ref64 = copy.deepcopy(ref).double()
+    fused = fusedlib.from_reference(ref, stage=stage, precision=precision)
+    assert fused.stage == stage and fused.precision == precision
+    g = torch.Generator().manual_seed(7)
+    for step in range(4):
+        if step == 3:
+            fused.eval()
+            ref64.eval()
+        x = torch.rand(130, 70, generator=g)
+        y, y64 = fused(x), ref64(x.double())
+        assert torch.isfinite(y).all()
+        assert _rel(y.double(), y64) <= BUDGET[precision], step
+    for name in ("running_mean", "running_var"):
+        assert _rel(getattr(fused.bn, name).double(), getattr(ref64.bn, name)) <= max(BUDGET[precision], 1e-5), name
+    assert int(fused.bn.num_batches_tracked) == 3
 
 
 def test_precision_rounding_helpers():
@@ -185,24 +215,59 @@ def test_batch_of_one_in_train_mode_raises_like_pytorch():
     assert fused(x).shape == (1, 3)
 
 
-def test_fused_fp32_tile_follows_the_grid():
-    """The fused fp32 GEMM's tile (and so its statistics tiles): the largest square tile with
-    at least MIN_GRID tiles, else the smallest; the kernel source uses the same numbers."""
-    from pathlib import Path
+def test_tile_rows_follow_the_precision_and_the_grid():
+    """The GEMM's row tile (hence the statistics tiles), the same for every stage: 128 on the
+    tensor-core paths; on the SIMT path (fp32) the largest square tile with at least
+    MIN_GRID tiles, else the smallest."""
+    assert algebra.SIMT_TILES == (64, 32) and algebra.MIN_GRID == 132 and algebra.TC_TILE_ROWS == 128
+    assert algebra.tile_rows(1024, 8192, "fp32") == 64      # 84/33: 16·128 = 2048 tiles of 64
+    assert algebra.tile_rows(1024, 8192) == 64              # fp32 is the default
+    assert algebra.tile_rows(16384, 4096, "fp32") == 64     # 39
+    assert algebra.tile_rows(128, 512, "fp32") == 32        # v0: 2·8 = 16 tiles of 64
+    assert algebra.tile_rows(640, 1000, "fp32") == 64       # 10·16 = 160 tiles of 64
+    assert algebra.tile_rows(576, 1000, "fp32") == 64       # 9·16 = 144
+    assert algebra.tile_rows(512, 1000, "fp32") == 32       # 8·16 = 128 < 132
+    assert algebra.tile_rows(2, 3, "fp32") == 32
+    for precision in ("tf32", "3xtf32"):
+        for n, m in ((1024, 8192), (16384, 4096), (128, 512), (2, 3)):
+            assert algebra.tile_rows(n, m, precision) == 128
+    with pytest.raises(ValueError, match="precision"):
+        algebra.tile_rows(8, 8, "bf16")
+    with pytest.raises(ValueError, match="n, m"):
+        algebra.tile_rows(0, 8)
 
+
+@pytest.mark.parametrize("stage", ["sums", "fused"])
+@pytest.mark.parametrize("precision", algebra.PRECISIONS)
+def test_statistics_use_the_gemm_tile(monkeypatch, stage, precision):
+    """sums and fused merge partials of tile_rows(n, m, precision) rows, whatever the stage."""
+    seen = []
+    original = algebra.column_stats_chan
+    monkeypatch.setattr(algebra, "column_stats_chan", lambda z, rows: seen.append(rows) or original(z, rows))
+    ref = _model("84", 16, 40, dtype=torch.float32)
+    fusedlib.from_reference(ref, stage=stage, precision=precision)(torch.rand(300, 16))
+    assert seen == [algebra.tile_rows(300, 40, precision)] == [32 if precision == "fp32" else 128]
+
+
+def test_kernel_grid_rule_matches_the_specification():
+    """The GEMM dispatcher keeps the numbers of algebra.tile_rows, and the GPU suite's default
+    shapes cover both SIMT tiles."""
     from fusedlib.build import KERNEL_DIR
-    assert algebra.tile_rows("fused", 1024, 8192, "fp32") == 128      # 84: 512 tiles
-    assert algebra.tile_rows("fused", 16384, 4096, "fp32") == 128     # 39
-    assert algebra.tile_rows("fused", 256, 4096, "fp32") == 64        # 64 tiles of 128, 256 of 64
-    assert algebra.tile_rows("fused", 128, 512, "fp32") == 32         # v0: 4 tiles of 128, 16 of 64
-    assert algebra.tile_rows("fused", 2, 3, "fp32") == 32
-    assert algebra.tile_rows("fused", 128, 512, "tf32") == 128        # tensor-core paths: 128-row tiles
-    assert algebra.tile_rows("sums", 128, 512, "fp32") == 64
-    src = Path(KERNEL_DIR / "04_fused.cu").read_text()
+    src = (KERNEL_DIR / "gemm.cuh").read_text()
     assert f"constexpr int kMinGrid = {algebra.MIN_GRID};" in src
-    assert "launch_simt_gemm<32, 32, 16, 2, 2, EPI>" in src and "fills_grid(p, 64)" in src
-    assert algebra.FUSED_FP32_TILES == (128, 64, 32)
+    tiles = ", ".join(map(str, algebra.SIMT_TILES))
+    assert f"constexpr int kSimtTiles[{len(algebra.SIMT_TILES)}] = {{{tiles}}};" in src
     from fusedlib import check
     from fusedlib.reference import parse_shape
     shapes = [parse_shape(s) for s in ("84", "39") + check.CUDA_SHAPES]
-    assert {algebra.tile_rows("fused", s.batch, s.out_features) for s in shapes} == {128, 64, 32}  # GPU suite covers each
+    assert {algebra.tile_rows(s.batch, s.out_features) for s in shapes} == set(algebra.SIMT_TILES)
+
+
+def test_every_stage_accepts_every_precision():
+    for stage in algebra.STAGES:
+        for precision in algebra.PRECISIONS:
+            algebra.check_stage_precision(stage, precision)
+    with pytest.raises(ValueError, match="stage"):
+        algebra.check_stage_precision("fastest", "fp32")
+    with pytest.raises(ValueError, match="precision"):
+        algebra.check_stage_precision("naive", "fp16")

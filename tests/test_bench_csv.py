@@ -89,9 +89,8 @@ def test_peer_precision_is_scoped_and_restored():
 
 def test_what_runs_at_each_precision():
     assert [i for i in bench.IMPLS if bench.available(i, "fp32")] == list(bench.IMPLS)
-    assert [i for i in bench.IMPLS if bench.available(i, "tf32")] == [
-        "fused", "eager", "compile", "compile_max_autotune", "gemm_only"]
-    assert [i for i in bench.IMPLS if bench.available(i, "3xtf32")] == ["fused"]
+    assert [i for i in bench.IMPLS if bench.available(i, "tf32")] == list(bench.IMPLS)
+    assert [i for i in bench.IMPLS if bench.available(i, "3xtf32")] == ["naive", "fold", "sums", "fused"]
 
 
 def test_default_plan_covers_the_kernelbench_shapes():
@@ -103,9 +102,9 @@ def test_default_plan_covers_the_kernelbench_shapes():
                 assert (problem, PRESETS[problem], mode, precision) in keys
     # 33 and 39 are one model: v0 is timed once for them
     assert ("33", PRESETS["v0"], "train", "fp32") in keys and ("39", PRESETS["v0"], "train", "fp32") not in keys
-    fp32 = next(t for t in tables if t.precision == "fp32")
-    assert fp32.impls == bench.IMPLS
-    assert next(t for t in tables if t.precision == "3xtf32").impls == ("fused",)
+    assert next(t for t in tables if t.precision == "fp32").impls == bench.IMPLS
+    assert next(t for t in tables if t.precision == "tf32").impls == bench.IMPLS
+    assert next(t for t in tables if t.precision == "3xtf32").impls == bench.STAGE_IMPLS
 
 
 def test_selection_options():
@@ -130,7 +129,7 @@ def test_list_prints_the_plan_without_a_gpu(capsys):
     assert cli.main(["bench", "--list", "--problem", "39", "--shape", "39", "--mode", "train", "--precision",
                      "3xtf32"]) == 0
     out = capsys.readouterr().out
-    assert "16384x4096->4096 train 3xtf32 fused" in out and "1 tables, 1 measurements" in out
+    assert "16384x4096->4096 train 3xtf32 naive,fold,sums,fused" in out and "1 tables, 4 measurements" in out
 
 
 def test_nvidia_smi_line():
@@ -193,6 +192,16 @@ def test_estimate_grows_with_compile_peers():
     assert 0 < bench.estimate_seconds(tables, 10, 50, False) < bench.estimate_seconds(with_compile, 10, 50, False)
 
 
+def test_estimate_covers_every_stage_at_every_precision():
+    """Every stage has a rate at every precision; at 84's compute-bound shape tf32 is
+    estimated faster than 3xtf32, and 3xtf32 faster than fp32."""
+    for impl in bench.STAGE_IMPLS:
+        est = {prec: bench.estimate_seconds(bench.plan_tables(["84"], {"84": [PRESETS["84"]]}, ["train"], [prec],
+                                                              [impl]), 10, 50, False)
+               for prec in ("fp32", "tf32", "3xtf32")}
+        assert 0 < est["tf32"] < est["3xtf32"] < est["fp32"], impl
+
+
 def test_bench_without_gpu_exits_2(capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
@@ -229,15 +238,16 @@ def test_dry_run_of_the_whole_harness_on_cpu(tmp_path):
     assert cli.main(argv) == 0
     df = pd.read_csv(out, dtype={"problem": str})
     assert list(df.columns) == bench.COLUMNS
-    # per problem and mode: fp32 (4 impls) + tf32 (fused, eager, gemm_only) + 3xtf32 (fused)
-    assert len(df) == 2 * 2 * (4 + 3 + 1)
+    # per problem and mode: fp32 and tf32 (4 impls each) + 3xtf32 (naive, fused)
+    assert len(df) == 2 * 2 * (4 + 4 + 2)
     fp32 = df[(df.precision != "tf32") & (df.impl != "gemm_only")]
     assert (fp32.rel_err < 1e-5).all() and (df.median_ms > 0).all() and (df.iters == 3).all()
-    tf32_fused = df[(df.precision == "tf32") & (df.impl == "fused")]
-    assert (tf32_fused.rel_err > 1e-5).all() and (tf32_fused.rel_err < 5e-3).all()
-    assert set(df[df.precision == "3xtf32"].impl) == {"fused"}
+    tf32_stages = df[(df.precision == "tf32") & df.impl.isin(["naive", "fused"])]
+    assert len(tf32_stages) == 2 * 2 * 2
+    assert (tf32_stages.rel_err > 1e-5).all() and (tf32_stages.rel_err < 5e-3).all()
+    assert set(df[df.precision == "3xtf32"].impl) == {"naive", "fused"}
     assert cli.main(argv + ["--mode", "eval", "--precision", "fp32"]) == 0          # appends
-    assert len(pd.read_csv(out)) == 32 + 2 * 4 and out.read_text().count("median_ms") == 1
+    assert len(pd.read_csv(out)) == 40 + 2 * 4 and out.read_text().count("median_ms") == 1
     assert cli.main(argv + ["--fresh", "--mode", "eval", "--precision", "fp32"]) == 0
     assert len(pd.read_csv(out)) == 2 * 4
     assert cli.main(["bench", "--device", "cpu"]) == 2  # a dry run needs --out

@@ -13,8 +13,8 @@ def test_check_json_contract(capsys):
                    "--mode", "all", "--shape", "7x33->65", "--seeds", "2", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
-    # 2 problems × (sums fp32, fused fp32/tf32/3xtf32) × 2 modes × 2 seeds (rand, randn inputs)
-    assert len(out["cases"]) == 2 * 4 * 2 * 2
+    # 2 problems × (sums, fused) × (fp32, tf32, 3xtf32) × 2 modes × 2 seeds (rand, randn inputs)
+    assert len(out["cases"]) == 2 * 2 * 3 * 2 * 2
     for case in out["cases"]:
         for key in ("problem", "stage", "mode", "precision", "shape", "seed", "max_abs_err", "rel_err", "passed"):
             assert key in case
@@ -25,13 +25,12 @@ def test_check_table_and_summary(capsys):
     rc = cli.main(["check", "--problem", "39", "--stage", "naive", "--mode", "eval", "--shape", "2x64->3",
                    "--seeds", "1"])
     out = capsys.readouterr().out
-    assert rc == 0 and "1 passed, 0 failed" in out and "naive" in out
+    assert rc == 0 and "3 passed, 0 failed" in out and "naive" in out     # fp32, tf32, 3xtf32
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["check", "--stage", "naive", "--precision", "tf32"], "applies to stage 'fused' only"),
-    (["check", "--stage", "naive,fused", "--precision", "tf32"], "--stage naive runs fp32 only"),
-    (["check", "--stage", "sums", "--precision", "fp32,3xtf32"], "--precision 3xtf32 applies to stage 'fused'"),
+    (["check", "--stage", "naive", "--precision", "bf16"], "--precision: expected 'all' or a comma list"),
+    (["check", "--stage", "fastest"], "--stage: expected 'all' or a comma list"),
     (["check", "--mode", "inference"], "--mode"),
     (["check", "--seeds", "0"], "--seeds"),
     (["check", "--problem", "85"], "--problem"),
@@ -51,30 +50,66 @@ def test_check_cuda_without_device_exits_2(capsys):
     assert "no CUDA device" in capsys.readouterr().err
 
 
-def test_precision_all_is_fp32_everywhere_and_tensor_cores_for_fused(capsys):
+def test_precision_all_runs_every_stage_at_every_precision(capsys):
     rc = cli.main(["check", "--problem", "84", "--mode", "train", "--shape", "2x64->3", "--seeds", "1", "--json"])
     pairs = {(c["stage"], c["precision"]) for c in json.loads(capsys.readouterr().out)["cases"]}
     assert rc == 0
-    assert pairs == {("naive", "fp32"), ("fold", "fp32"), ("sums", "fp32"), ("fused", "fp32"),
-                     ("fused", "tf32"), ("fused", "3xtf32")}
+    assert pairs == {(s, p) for s in ("naive", "fold", "sums", "fused") for p in ("fp32", "tf32", "3xtf32")}
+
+
+def test_tensor_core_precisions_for_a_single_stage(capsys):
+    rc = cli.main(["check", "--problem", "33", "--stage", "naive", "--precision", "tf32,3xtf32", "--mode", "all",
+                   "--shape", "257x100->99", "--seeds", "1", "--json"])
+    cases = json.loads(capsys.readouterr().out)["cases"]
+    assert rc == 0 and len(cases) == 2 * 2 and all(c["passed"] for c in cases)
+    assert {(c["stage"], c["precision"]) for c in cases} == {("naive", "tf32"), ("naive", "3xtf32")}
+    tf32 = [c["rel_err"] for c in cases if c["precision"] == "tf32"]
+    assert min(tf32) > 1e-5                                   # the GEMM did run in TF32
 
 
 def test_check_exit_status_1_on_a_failing_case(monkeypatch, capsys):
     from fusedlib import algebra
     original = algebra.stage_forward
     monkeypatch.setattr(algebra, "stage_forward", lambda *a, **k: original(*a, **k) * 1.001)
-    rc = cli.main(["check", "--problem", "33", "--stage", "fold", "--mode", "train", "--shape", "7x33->65",
-                   "--seeds", "1"])
+    rc = cli.main(["check", "--problem", "33", "--stage", "fold", "--mode", "train", "--precision", "fp32",
+                   "--shape", "7x33->65", "--seeds", "1"])
     assert rc == 1 and "0 passed, 1 failed" in capsys.readouterr().out
 
 
 def test_info_in_process(capsys):
     assert cli.main(["info"]) == 0
     out = capsys.readouterr().out
-    for key in ("python", "torch", "CUDA available", "CUDA device", "nvcc", "build cache"):
+    for key in ("python", "torch", "CUDA available", "CUDA device", "GEMM fp32", "GEMM tf32", "GEMM 3xtf32",
+                "GEMM path switch", "FUSEDLIB_GEMM_PATH", "nvcc", "build cache"):
         assert key in out
     from fusedlib import info
     assert str(info.build_cache_dir()) in out
+    import torch
+    if not torch.cuda.is_available():
+        assert out.count("no CUDA device: CPU stage algebra") == 3
+
+
+def test_info_gemm_path_lines(monkeypatch):
+    from fusedlib import info
+    monkeypatch.delenv("FUSEDLIB_GEMM_PATH", raising=False)
+    h100 = info.gemm_paths((9, 0))
+    assert list(h100) == ["GEMM fp32", "GEMM tf32", "GEMM 3xtf32", "GEMM path switch"]
+    assert h100["GEMM fp32"] == "simt"
+    assert h100["GEMM tf32"] == h100["GEMM 3xtf32"] == "wgmma (mma where in_features % 4 != 0)"
+    assert h100["GEMM path switch"].startswith("FUSEDLIB_GEMM_PATH unset")
+    assert info.gemm_paths((8, 6))["GEMM tf32"] == "mma"
+    turing = info.gemm_paths((7, 5))
+    assert turing["GEMM fp32"] == "simt"
+    assert turing["GEMM tf32"].startswith("unsupported:") and "8.0" in turing["GEMM tf32"]
+    assert set(info.gemm_paths(None).values()) - {info.gemm_paths(None)["GEMM path switch"]} == {
+        "no CUDA device: CPU stage algebra"}
+    monkeypatch.setenv("FUSEDLIB_GEMM_PATH", "mma")
+    forced = info.gemm_paths((9, 0))
+    assert forced["GEMM tf32"] == "mma" and forced["GEMM fp32"].startswith("unsupported:")
+    assert forced["GEMM path switch"].startswith("FUSEDLIB_GEMM_PATH=mma")
+    monkeypatch.setenv("FUSEDLIB_GEMM_PATH", "fastest")
+    bad = info.gemm_paths((9, 0))
+    assert bad["GEMM fp32"].startswith("invalid switch:") and "fastest" in bad["GEMM fp32"]
 
 
 def test_info_build_cache_without_the_build_module(monkeypatch, tmp_path):
@@ -91,5 +126,5 @@ def test_info_build_cache_without_the_build_module(monkeypatch, tmp_path):
 def test_info_runs_as_module():
     proc = subprocess.run([sys.executable, "-m", "fusedlib", "info"], capture_output=True, text=True)
     assert proc.returncode == 0
-    for key in ("python", "torch", "CUDA device", "nvcc", "build cache"):
+    for key in ("python", "torch", "CUDA device", "GEMM tf32", "GEMM path switch", "nvcc", "build cache"):
         assert key in proc.stdout

@@ -53,17 +53,21 @@ def test_naive_33_scales_before_the_statistics():
 
 
 def test_sums_and_fused_partials_by_hand():
-    n, k, m = 200, 16, 4            # 4 tiles of 64 rows (sums); fused: 2 of 128 (tf32), 7 of 32 (fp32, small grid)
+    """Both stages run the same GEMM tile: 7 tiles of 32 rows at fp32 (small grid), 2 of 128
+    on tensor cores; the same compulsory bytes, one kernel fewer for fused."""
+    n, k, m = 200, 16, 4
     nm = n * m
-    sums = cost("33", "sums", n, k, m, "train")
-    assert sums.passes[0].bytes == 4 * (n * k + m * k + nm + 2 * 4 * m)   # Z' and (mean, M2) of 4 tiles
-    assert _bytes(sums, "finalize (Chan merge, coefficients, running buffers)") == 4 * (2 * 4 * m + 6 * m + 4 * m)
-    assert sums.passes[-1].bytes == 4 * (nm + 2 * m + nm)                  # read Z', a, c; write Y
-    for precision, tiles in (("tf32", 2), ("fp32", 7)):
-        fused = cost("33", "fused", n, k, m, "train", precision)
+    for precision, tiles in (("fp32", 7), ("tf32", 2)):
+        assert -(-n // algebra.tile_rows(n, m, precision)) == tiles
         partials = 2 * tiles * m                                           # written, then read back
+        sums = cost("33", "sums", n, k, m, "train", precision)
+        assert sums.passes[0].bytes == 4 * (n * k + m * k + nm + partials)  # Z' and (mean, M2) per tile
+        assert _bytes(sums, "finalize (Chan merge, coefficients, running buffers)") == 4 * (partials + 6 * m + 4 * m)
+        assert sums.passes[-1].bytes == 4 * (nm + 2 * m + nm)              # read Z', a, c; write Y
+        fused = cost("33", "fused", n, k, m, "train", precision)
         assert fused.passes[0].bytes == 4 * (n * k + m * k + 2 * partials + 6 * m + nm + 4 * m)
-        assert len(fused.passes) == 2                                      # GEMM kernel + one row pass
+        assert len(fused.passes) == 2 == len(sums.passes) - 1               # GEMM kernel + one row pass
+        assert fused.bytes == sums.bytes and fused.flops == sums.flops
 
 
 def test_row_passes_read_z_once():
@@ -74,40 +78,63 @@ def test_row_passes_read_z_once():
 
 @pytest.mark.parametrize("kind", ["84", "33"])
 @pytest.mark.parametrize("shape", [(1024, 8192, 8192), (16384, 4096, 4096), (128, 1024, 512), (257, 1000, 999)])
-def test_each_stage_moves_fewer_bytes(kind, shape):
-    b = {impl: cost(kind, impl, *shape, "train").bytes for impl in IMPLS}
-    assert b["naive"] > b["fold"] > b["sums"] > b["gemm_only"] and b["fold"] > b["fused"] > b["gemm_only"]
-    n, _, m = shape
-    fused_tiles, sums_tiles = -(-n // algebra.tile_rows("fused", n, m)), -(-n // algebra.TILE_ROWS["sums"])
-    if fused_tiles <= sums_tiles:
-        assert b["sums"] > b["fused"]
-    else:  # small grids: the fused fp32 GEMM's smaller tiles write (and read back) more partials
-        assert b["fused"] - b["sums"] <= 4 * 2 * 2 * (fused_tiles - sums_tiles) * m
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "3xtf32"])
+def test_each_stage_moves_fewer_bytes(kind, shape, precision):
+    b = {impl: cost(kind, impl, *shape, "train", precision).bytes for impl in IMPLS}
+    assert b["naive"] > b["fold"] > b["sums"] == b["fused"] > b["gemm_only"]   # sums and fused: one tile
     assert b["eager"] > b["compile"] == b["compile_max_autotune"] > b["gemm_only"]
-    e = {impl: cost(kind, impl, *shape, "eval").bytes for impl in IMPLS}
+    e = {impl: cost(kind, impl, *shape, "eval", precision).bytes for impl in IMPLS}
     assert e["naive"] > e["fold"] >= e["sums"] == e["fused"] >= e["gemm_only"]
     for impl in IMPLS:
-        c = cost(kind, impl, *shape, "train")
+        c = cost(kind, impl, *shape, "train", precision)
         assert c.flops >= 2 * shape[0] * shape[1] * shape[2]
         assert c.intensity == pytest.approx(c.flops / c.bytes)
         assert c.bytes == pytest.approx(sum(p.bytes for p in c.passes))
 
 
-def test_eval_has_no_statistics_and_3xtf32_reads_split_operands():
+def test_tile_counts_follow_the_precision():
+    """At 84's shape the SIMT tile is 64 rows (16 tiles), the tensor-core tile 128 (8 tiles):
+    fp32 writes and reads twice the partials of tf32."""
+    n, k, m = 1024, 8192, 8192
+    fp32, tf32 = cost("84", "sums", n, k, m), cost("84", "sums", n, k, m, "train", "tf32")
+    assert fp32.bytes - tf32.bytes == 4 * 2 * (2 * 16 * m - 2 * 8 * m)
+
+
+@pytest.mark.parametrize("stage", ["naive", "fold", "sums", "fused"])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_3xtf32_splits_x_in_every_stage(stage, mode):
+    n, k, m = 256, 512, 128
+    split = cost("33", stage, n, k, m, mode, "3xtf32")
+    tf32 = cost("33", stage, n, k, m, mode, "tf32")                   # same 128-row tiles
+    assert split.passes[0].name == "split X into TF32 parts"
+    assert split.passes[0].bytes == 4 * 3 * n * k                     # read X, write two parts
+    assert [p.name for p in split.passes[1:]] == [p.name for p in tf32.passes]
+    # the GEMM reads the second parts of X and W on top
+    assert split.bytes - tf32.bytes == 4 * (3 * n * k + n * k + m * k)
+    assert split.flops - tf32.flops == 3 * n * k                       # useful GEMM FLOPs unchanged
+    # the mma.sync path (K % 4 != 0) splits in registers: no extra traffic
+    assert cost("33", stage, n, 510, m, mode, "3xtf32").bytes == cost("33", stage, n, 510, m, mode, "tf32").bytes
+    # tf32 moves fp32's bytes, but for the partials of its taller tiles (sums and fused, train)
+    fp32 = cost("33", stage, n, k, m, mode, "fp32")
+    tiles = {p: -(-n // algebra.tile_rows(n, m, p)) for p in ("fp32", "tf32")}
+    assert tiles == {"fp32": 8, "tf32": 2}                            # 8 tiles of 32 rows (small grid)
+    statistics = stage in ("sums", "fused") and mode == "train"
+    assert fp32.bytes - tf32.bytes == (4 * 2 * 2 * m * (tiles["fp32"] - tiles["tf32"]) if statistics else 0)
+
+
+@pytest.mark.parametrize("peer", ["eager", "compile", "compile_max_autotune", "gemm_only"])
+def test_peers_do_not_change_with_precision(peer):
+    costs = [cost("84", peer, 256, 512, 128, "train", p) for p in ("fp32", "tf32", "3xtf32")]
+    assert len({c.bytes for c in costs}) == 1 and len({c.flops for c in costs}) == 1
+    assert not any(p.name.startswith("split") for c in costs for p in c.passes)
+
+
+def test_eval_has_no_statistics():
     train = cost("33", "fused", 256, 512, 128, "train")
     evals = cost("33", "fused", 256, 512, 128, "eval")
     assert [p.name for p in evals.passes] == ["GEMM with folded W', b'"]
     assert evals.bytes == cost("33", "gemm_only", 256, 512, 128).bytes    # Y straight from the GEMM
     assert evals.bytes < train.bytes
-    split = cost("33", "fused", 256, 512, 128, "train", "3xtf32")
-    assert split.passes[0].name == "split X into TF32 parts"
-    assert split.passes[0].bytes == 4 * 3 * 256 * 512                     # read X, write two parts
-    tf32 = cost("33", "fused", 256, 512, 128, "train", "tf32")                # same 128-row tiles
-    assert split.bytes - tf32.bytes == 4 * (3 * 256 * 512 + 256 * 512 + 128 * 512)
-    assert split.flops - tf32.flops == 3 * 256 * 512                       # useful GEMM FLOPs unchanged
-    # the mma.sync path (K % 4 != 0) splits in registers: no extra traffic
-    assert (cost("33", "fused", 256, 510, 128, "train", "3xtf32").bytes
-            == cost("33", "fused", 256, 510, 128, "train", "tf32").bytes)
 
 
 def test_time_adds_each_pass_at_its_roof():

@@ -7,7 +7,7 @@ from fusedlib import bench, cli, figures
 from fusedlib.reference import PRESETS, parse_shape
 
 ENV = {"gpu": "synthetic", "torch": "x", "cuda": "x", "commit": "x"}
-FIGURES = ("roofline", "throughput", "breakdown")
+FIGURES = ("roofline", "throughput", "breakdown", "ladder")
 README = """# title
 
 text before
@@ -56,9 +56,62 @@ def test_figures_in_three_formats(tmp_path, profile):
         for fmt in figures.FORMATS:
             f = tmp_path / "figures" / f"{name}.{fmt}"
             assert f in paths and f.stat().st_size > 1000
-    assert len(paths) == 12
+    assert len(paths) == 15
     svg = (tmp_path / "figures" / "breakdown.svg").read_text()
     assert ("predicted" in svg) != profile
+    if not profile:  # the predicted breakdown: a bar for every stage at every precision, in 3 panels
+        texts = _svg_texts(tmp_path / "figures" / "breakdown.svg")
+        assert [texts.count(stage) for stage in bench.STAGE_IMPLS] == [3 * 3] * 4
+        assert [texts.count(prec) for prec in ("fp32", "tf32", "3xtf32")] == [3 * 4] * 3
+
+
+def _svg_texts(path):
+    """The texts of a matplotlib SVG (each drawn text is preceded by a comment holding it)."""
+    import re
+    return re.findall(r"<!-- (.*?) -->", path.read_text(), flags=re.S)
+
+
+def test_ladder_skips_missing_rows(tmp_path):
+    """Rows as the first GPU run had them (naive, fold and sums at fp32 only; fused at every
+    precision; peers at fp32 and tf32) and none at all for problem 33: the ladder is drawn,
+    with a measured bar (and its label) only where a row exists and the predictions everywhere."""
+    rows = [("naive", "fp32", 7.71), ("fold", "fp32", 7.52), ("sums", "fp32", 7.46), ("fused", "fp32", 8.83),
+            ("fused", "tf32", 0.412), ("fused", "3xtf32", 1.37), ("eager", "fp32", 2.78), ("eager", "tf32", 0.449),
+            ("gemm_only", "fp32", 2.66), ("gemm_only", "tf32", 0.331)]
+    for problem in ("84", "39"):
+        for impl, prec, ms in rows:
+            ms = ms * (4 if problem == "39" else 1)
+            bench.append_row(tmp_path / "bench.csv",
+                             bench.make_row(problem, PRESETS[problem], "train", prec, impl, (ms,) * 3, 50, 1e-6, ENV))
+    bench.append_row(tmp_path / "bench.csv",    # another shape and the eval mode: not in the ladder
+                     bench.make_row("84", PRESETS["v0"], "train", "tf32", "naive", (0.0123,) * 3, 50, 1e-3, ENV))
+    bench.append_row(tmp_path / "bench.csv",
+                     bench.make_row("84", PRESETS["84"], "eval", "tf32", "sums", (0.0456,) * 3, 50, 1e-3, ENV))
+    env = {"gpu": "synthetic", "measured": {"copy_gbytes_per_s": 3000, "gemm_fp32_tflops": 51, "gemm_tf32_tflops": 412}}
+    (tmp_path / "env.json").write_text(json.dumps(env))
+    df, _, _ = figures.load_results(tmp_path)
+    paths = figures.ladder(df, env, tmp_path / "f")
+    assert [p.name for p in paths] == [f"ladder.{fmt}" for fmt in figures.FORMATS]
+    assert all(p.stat().st_size > 1000 for p in paths)
+    texts = _svg_texts(tmp_path / "f" / "ladder.svg")
+    labels = [t for t in texts if t.replace(".", "", 1).isdigit()]
+    assert labels == ["7.71", "7.52", "7.46", "8.83", "0.412", "1.37",      # 84: the six measured stage rows
+                      "30.8", "30.1", "29.8", "35.3", "1.65", "5.48"]       # 39 (33: none)
+    assert "no train-mode rows at this shape" in texts                       # problem 33's panel
+    assert any("reference of the 3xtf32 group" in t for t in texts)
+    assert any(t.startswith("hollow, hatched: cost-model prediction") for t in texts)
+    with pytest.raises(KeyError):
+        figures.ladder(df, {"gpu": "no ceilings"}, tmp_path / "g")
+
+
+def test_predicted_ms_is_the_cost_model_at_the_ceilings():
+    from fusedlib.costmodel import cost
+    env = {"measured": {"copy_gbytes_per_s": 3000, "gemm_fp32_tflops": 50, "gemm_tf32_tflops": 400}}
+    s = PRESETS["84"]
+    for prec, rate in (("fp32", 50), ("tf32", 400), ("3xtf32", 400 / 3)):
+        c = cost("84", "fold", s.batch, s.in_features, s.out_features, "train", prec)
+        assert figures.predicted_ms("84", "fold", prec, env) == pytest.approx(c.time_ms(rate, 3000))
+    assert figures.predicted_ms("84", "fused", "tf32", env) < figures.predicted_ms("84", "fused", "3xtf32", env)
 
 
 def test_missing_results_is_a_clear_error(tmp_path, capsys):

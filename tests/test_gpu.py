@@ -2,14 +2,19 @@
 machine with CUDA. Writes ``results/<gpu>/validation.json``: the environment, every case,
 the compute-sanitizer runs and the SHA-256 of each kernel source they were run on.
 
-Cases: problems 84, 33 and 39 × stages × train/eval, fp32 for every stage and tf32/3xtf32
-for ``fused``; the problem's KernelBench shape, v0 and shapes that are no multiple of any
-tile; ≥ 5 seeds with fresh inputs (torch.rand, torch.randn and large-offset columns with
-|mean|/std ≈ 1e3); every output and workspace buffer poisoned with NaN before each launch;
-the running buffers compared after 3 train steps (and then one eval step).
+Cases: problems 84, 33 and 39 × stages × train/eval × precisions (every stage runs every
+precision on the same GEMM engine); the problem's KernelBench shape, v0 and shapes that are
+no multiple of any tile; ≥ 5 seeds with fresh inputs (torch.rand, torch.randn and
+large-offset columns with |mean|/std ≈ 1e3); every output and workspace buffer poisoned with
+NaN before each launch; the running buffers compared after 3 train steps (and then one eval
+step). Every hardware path is validated: the default one of each precision (on an H100:
+fp32 on the SIMT GEMM, tf32/3xtf32 on wgmma), then the tensor-core precisions again with
+``FUSEDLIB_GEMM_PATH=mma`` (the Ampere mainloop) on the odd shapes and v0 of 84 and 33, and
+3xtf32 at K = 16384 and K = 16383 on both tensor-core paths (fp32-class at every K).
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -20,14 +25,38 @@ import pytest
 import torch
 
 import fusedlib
-from fusedlib import algebra, build, check
+from fusedlib import algebra, build, check, engine
 from fusedlib import cuda as fl_cuda
-from fusedlib.reference import PRESETS, make_reference
+from fusedlib.reference import PRESETS, make_reference, problem_kind
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parent.parent
-CASES = list(check.iter_cases(("84", "33", "39"), algebra.STAGES, ("train", "eval"), algebra.PRECISIONS,
-                              None, seeds=5, device="cuda"))
+
+def _default_path(precision: str) -> str:
+    return engine.select_path(precision, torch.cuda.get_device_capability(), forced="auto") \
+        if torch.cuda.is_available() else "auto"
+
+
+def _other_tc_paths() -> list[str]:
+    """Tensor-core paths this GPU has besides its default one (mma on an H100)."""
+    if not torch.cuda.is_available():
+        return []
+    cap = torch.cuda.get_device_capability()
+    return [p for p in ("mma", "wgmma") if p != _default_path("tf32")
+            and cap >= engine.PATH_MIN_CAPABILITY[p] and (p != "wgmma" or cap == (9, 0))]
+
+
+TC = ("tf32", "3xtf32")
+CASES = [dict(c, path=_default_path(c["precision"])) for c in check.iter_cases(
+    ("84", "33", "39"), algebra.STAGES, ("train", "eval"), algebra.PRECISIONS, None, seeds=5, device="cuda")]
+CASES += [dict(c, path=path) for path in _other_tc_paths() for c in check.iter_cases(
+    ("84", "33"), algebra.STAGES, ("train", "eval"), TC, ["v0", "257x1000->999", "2x64->3", "7x33->65"],
+    seeds=5, device="cuda")]
+# 3xTF32 stays fp32-class at any K: long K, and K no multiple of 4 (TMA can't: mma path)
+CASES += [dict(c, path=path) for path in [_default_path("3xtf32")] + _other_tc_paths()
+          for c in check.iter_cases(("84", "33"), algebra.STAGES, ("train",), ("3xtf32",),
+                                    ["256x16384->256", "256x16383->256"], seeds=5, device="cuda")
+          if path != "wgmma" or c["shape"] != "256x16383->256"]
 RECORD: dict = {"cases": [], "sanitizer": [], "determinism": []}
 
 
@@ -50,9 +79,29 @@ def _environment() -> dict:
             "torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0]}
 
 
+#: Set to 1 to merge this run's records into an existing validation.json made on the same
+#: kernel sources (a suite split over several runs, e.g. ``-k "84 or 33"`` then ``-k 39``);
+#: a record of the same case (or sanitizer/rerun configuration) is replaced.
+APPEND_VAR = "FUSEDLIB_VALIDATION_APPEND"
+_KEYS = {"cases": ("problem", "stage", "mode", "precision", "shape", "seed", "input_kind", "path"),
+         "sanitizer": ("tool", "stage", "path"), "determinism": ("problem", "stage", "precision", "shape")}
+
+
+def merge_records(old: dict, new: dict) -> dict:
+    """``old``'s record lists updated with ``new``'s (same key: replaced; new keys: added)."""
+    merged = {}
+    for part, key in _KEYS.items():
+        rows = {tuple(r.get(k) for k in key): r for r in old.get(part, [])}
+        rows.update({tuple(r.get(k) for k in key): r for r in new.get(part, [])})
+        merged[part] = list(rows.values())
+    return merged
+
+
 @pytest.fixture(scope="module", autouse=True)
 def validation_record():
-    """Poison buffers for the whole module; write results/<gpu>/validation.json at its end."""
+    """Poison buffers for the whole module; write results/<gpu>/validation.json at its end
+    (merged into the existing one when $FUSEDLIB_VALIDATION_APPEND is 1 and it was made on
+    the same kernel sources)."""
     fl_cuda.POISON = True
     yield
     fl_cuda.POISON = False
@@ -60,14 +109,38 @@ def validation_record():
         return
     out = ROOT / "results" / _gpu_slug() / "validation.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"environment": _environment(), **RECORD, "sources_sha256": build.sources_sha256(ROOT)}
+    sources = build.sources_sha256(ROOT)
+    record = dict(RECORD)
+    if os.environ.get(APPEND_VAR) == "1" and out.exists():
+        old = json.loads(out.read_text())
+        if old.get("sources_sha256") == sources:
+            record = merge_records(old, RECORD)
+    doc = {"environment": _environment(), **record, "sources_sha256": sources}
     out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
+_BASE_MODELS: dict = {}
+
+
+def _cached_reference(problem, in_features, out_features, seed=None):
+    """make_reference, built once per (problem, shape, seed) and deep-copied after: the
+    KernelBench shapes' CPU initialisation (67 M weights at 84) dominates a case otherwise.
+    Same parameters as a fresh build (the cases draw nothing else from the global RNG)."""
+    key = (problem_kind(problem), in_features, out_features, seed)
+    if key not in _BASE_MODELS:  # at most 90 models, 3 GB of host memory
+        _BASE_MODELS[key] = make_reference(problem, in_features, out_features, seed)
+    return copy.deepcopy(_BASE_MODELS[key])
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(str(v) for k, v in c.items() if k != "device"))
-def test_case_matches_float64(case):
-    """DESIGN.md §5 through check.run_case: float64 reference, fresh inputs, running buffers."""
-    result = check.run_case(**case)
+def test_case_matches_float64(case, monkeypatch):
+    """DESIGN.md §5 through check.run_case: float64 reference, fresh inputs, running buffers;
+    the GEMM path forced through ``FUSEDLIB_GEMM_PATH``."""
+    case = dict(case)
+    path = case.pop("path")
+    monkeypatch.setenv(engine.ENV_VAR, path)
+    monkeypatch.setattr(check, "make_reference", _cached_reference)
+    result = {**check.run_case(**case), "path": path}
     RECORD["cases"].append(result)
     assert result["passed"], result
 
@@ -92,6 +165,8 @@ from fusedlib.reference import make_reference
 for problem in ("84", "33"):
   for n, k, m in ((130, 72, 300), (130, 70, 200)):  # K % 4 == 0 (TMA/wgmma path) and not
     for precision in {precisions}:
+      if "{path}" == "wgmma" and k % 4:
+        continue
       ref = make_reference(problem, k, m, seed=0).cuda()
       f = fusedlib.from_reference(ref, stage="{stage}", precision=precision)
       x = torch.rand(n, k, device="cuda")
@@ -113,24 +188,27 @@ def _sanitizer_errors(output: str) -> int:
 
 
 def test_compute_sanitizer_clean():
-    """memcheck and racecheck on every stage at a small odd shape (all precisions of fused,
-    train then eval): zero errors. The 8 runs go in parallel; kernels are built beforehand."""
+    """memcheck and racecheck on every stage and every GEMM path at small odd shapes (train
+    then eval): zero errors. Default paths: every precision (fp32 on SIMT, tf32/3xtf32 on
+    the default tensor-core path); each other tensor-core path: tf32 and 3xtf32. The runs go
+    in parallel; kernels are built beforehand."""
     for stage in algebra.STAGES:
         build.load_stage(stage)  # the children load the cached builds
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     runs = {}
     for tool in ("memcheck", "racecheck"):
         for stage in algebra.STAGES:
-            precisions = list(algebra.PRECISIONS) if stage == "fused" else ["fp32"]
-            code = _SANITIZE.format(stage=stage, precisions=precisions)
-            runs[tool, stage] = subprocess.Popen(
-                ["compute-sanitizer", "--tool", tool, sys.executable, "-c", code],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            for path in ["auto"] + _other_tc_paths():
+                precisions = list(algebra.PRECISIONS) if path == "auto" else list(TC)
+                code = _SANITIZE.format(stage=stage, precisions=precisions, path=path)
+                env = dict(os.environ, PYTHONPATH=str(ROOT), **{engine.ENV_VAR: path})
+                runs[tool, stage, path] = subprocess.Popen(
+                    ["compute-sanitizer", "--tool", tool, sys.executable, "-c", code],
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     failures = []
-    for (tool, stage), proc in runs.items():
+    for (tool, stage, path), proc in runs.items():
         out, _ = proc.communicate(timeout=900)
         errors = _sanitizer_errors(out)
-        RECORD["sanitizer"].append({"tool": tool, "stage": stage, "errors": errors})
+        RECORD["sanitizer"].append({"tool": tool, "stage": stage, "path": path, "errors": errors})
         if proc.returncode != 0 or errors != 0:
-            failures.append(f"{tool}/{stage}: rc={proc.returncode} errors={errors}\n{out[-2000:]}")
+            failures.append(f"{tool}/{stage}/{path}: rc={proc.returncode} errors={errors}\n{out[-2000:]}")
     assert not failures, "\n".join(failures)

@@ -74,15 +74,24 @@ def test_from_reference_copies_state_and_mode():
 def test_repr_and_options():
     fused = FusedGemmBatchNormScalingSoftmax(8, 5, stage="fused", precision="3xtf32")
     assert "3xtf32" in repr(fused)
-    fused.stage = "fused"
+    fused.stage = "naive"                      # every stage runs every precision
+    assert fused.stage == "naive" and fused.precision == "3xtf32" and "'naive'" in repr(fused)
+    fused.precision = "tf32"
+    assert fused.precision == "tf32"
+    with pytest.raises(ValueError, match="stage:"):
+        fused.stage = "fastest"
     with pytest.raises(ValueError, match="precision:"):
-        fused.stage = "naive"  # naive runs fp32 only
+        fused.precision = "bf16"
+    assert fused.stage == "naive" and fused.precision == "tf32"   # unchanged by the refused values
     with pytest.raises(ValueError, match="stage:"):
         FusedGemmScaleBatchNorm(8, 5, (5,), stage="fastest")
     with pytest.raises(ValueError, match="precision:"):
         FusedGemmScaleBatchNorm(8, 5, (5,), precision="fp16")
-    with pytest.raises(ValueError, match="precision:"):
-        FusedGemmScaleBatchNorm(8, 5, (5,), stage="sums", precision="tf32")
+    for stage in fusedlib.STAGES:
+        for precision in ("fp32", "tf32", "3xtf32"):
+            m = FusedGemmScaleBatchNorm(8, 5, (5,), stage=stage, precision=precision)
+            assert (m.stage, m.precision) == (stage, precision)
+            assert m(torch.rand(4, 8)).shape == (4, 5)
 
 
 @pytest.fixture

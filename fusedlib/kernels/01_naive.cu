@@ -2,8 +2,10 @@
 // first translation of the PyTorch model would be. Problem 84: GEMM+bias → column mean →
 // column variance → normalize+affine → ×scale → row max → row Σexp → normalize.
 // Problems 33/39: GEMM+bias → ×scale → column mean → column variance → normalize+affine.
+// The GEMM is the engine's (gemm.cuh) with the plain bias-store epilogue, at any precision.
 // Specification: fusedlib/algebra.py, _naive().
-#include "common.cuh"
+#include "gemm.cuh"
+#include "passes.cuh"
 
 namespace fl {
 
@@ -76,7 +78,7 @@ extern "C" const char* fl_naive_forward(const fl::Problem* pp, cudaStream_t st) 
   using namespace fl;
   const Problem& p = *pp;
   const int ew_blocks = 132 * 8, ew_threads = 256;
-  const char* err = launch_simt_gemm<FL_GEMM64, EPI_BIAS>(p, p.x, p.w, p.z, st);  // Z = XWᵀ + b
+  const char* err = launch_gemm<BiasStore>(p, p.x, p.w, p.z, st);  // Z = XWᵀ + b
   if (err) return err;
   if (p.kind != 84) {  // 33/39: BatchNorm sees Z∘s
     scale_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, p.scale, p.scale_len, p.n, p.m);

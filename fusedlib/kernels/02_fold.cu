@@ -1,8 +1,11 @@
 // Stage 2, fold: the scale is folded into BatchNorm's per-column coefficients, so
 // normalize + affine + scale is one pass V = a∘Z + c (84: inside the row softmax kernel).
 // GEMM+bias → column mean → column variance → coefficients (+ running buffers) → one row pass.
-// Eval mode: coefficients from the running buffers. Specification: algebra.stage_forward("fold").
-#include "common.cuh"
+// What changes from naive: the passes after the statistics (the GEMM and its bias-store
+// epilogue are the same). Eval mode: coefficients from the running buffers.
+// Specification: algebra.stage_forward("fold").
+#include "gemm.cuh"
+#include "passes.cuh"
 
 namespace fl {
 
@@ -22,7 +25,7 @@ __global__ void fold_coefficients_kernel(const Problem p) {
 extern "C" const char* fl_fold_forward(const fl::Problem* pp, cudaStream_t st) {
   using namespace fl;
   const Problem& p = *pp;
-  const char* err = launch_simt_gemm<FL_GEMM64, EPI_BIAS>(p, p.x, p.w, p.z, st);  // Z = XWᵀ + b
+  const char* err = launch_gemm<BiasStore>(p, p.x, p.w, p.z, st);  // Z = XWᵀ + b
   if (err) return err;
   if (p.training && (err = launch_column_stats(p.z, p.coef + 2 * p.m, p.coef + 3 * p.m, p.n, p.m, st)))
     return err;

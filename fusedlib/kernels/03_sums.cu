@@ -1,20 +1,20 @@
-// Stage 3, sums: batch statistics come from the GEMM itself. The epilogue of each 64-row
-// tile writes Z' = XWᵀ (no bias: it cancels in train mode) and the tile's column partials
-// (mean_t, M2_t); a finalize kernel merges them in tile order with Chan's formula into
-// a, c and the running buffers; one row pass writes Y (84: with the row softmax).
+// Stage 3, sums: batch statistics come from the GEMM itself. The ColumnStats epilogue of
+// each row tile writes Z' = XWᵀ (no bias: it cancels in train mode) and the tile's column
+// partials (mean_t, M2_t); a finalize kernel merges them in tile order with Chan's formula
+// into a, c and the running buffers; one row pass writes Y (84: with the row softmax).
+// What changes from fold: the epilogue (the two column passes are gone).
 // Eval mode: BN and the scale are folded into W' and b' by the caller; GEMM + bias, then
-// the softmax (84). Specification: algebra.stage_forward("sums"), TILE_ROWS["sums"] = 64.
-#include "common.cuh"
+// the softmax (84). Specification: algebra.stage_forward("sums"), algebra.tile_rows.
+#include "gemm.cuh"
+#include "passes.cuh"
 
 namespace fl {
 
-constexpr int kSumsTileRows = 64;
-
 // One thread a column: merge the row-tile partials in order, finalize a, c and the buffers.
-__global__ void sums_finalize_kernel(const Problem p) {
+__global__ void sums_finalize_kernel(const Problem p, int tile_rows) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= p.m) return;
-  const Moments mo = merge_column_partials(p, j, kSumsTileRows);
+  const Moments mo = merge_column_partials(p, j, tile_rows);
   finalize_column(p, j, mo.mean, mo.m2 / mo.n, false);
 }
 
@@ -25,11 +25,11 @@ extern "C" const char* fl_sums_forward(const fl::Problem* pp, cudaStream_t st) {
   const Problem& p = *pp;
   const char* err;
   if (!p.training) {  // W', b' already hold BN and the scale
-    if ((err = launch_simt_gemm<FL_GEMM64, EPI_BIAS>(p, p.x, p.w, p.kind == 84 ? p.z : p.y, st))) return err;
+    if ((err = launch_gemm<BiasStore>(p, p.x, p.w, p.kind == 84 ? p.z : p.y, st))) return err;
     return p.kind == 84 ? launch_affine_softmax_rows(p.z, nullptr, p.y, p.n, p.m, st) : nullptr;
   }
-  if ((err = launch_simt_gemm<FL_GEMM64, EPI_STATS>(p, p.x, p.w, p.z, st))) return err;  // Z', partials
-  sums_finalize_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p);
+  if ((err = launch_gemm<ColumnStats>(p, p.x, p.w, p.z, st))) return err;  // Z', partials
+  sums_finalize_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p, gemm_tile_rows(p));
   FL_CHECK_LAUNCH();
   return p.kind == 84 ? launch_affine_softmax_rows(p.z, p.coef, p.y, p.n, p.m, st)
                       : launch_affine(p.z, p.coef, p.y, p.n, p.m, st);

@@ -1,7 +1,12 @@
-// fusedlib shared device helpers: the problem descriptor, reductions, the SIMT GEMM
-// tile, the statistics epilogue, Chan's merge, BatchNorm coefficients and the row passes
-// that more than one stage uses. Plain CUDA C++ (no torch headers), so that every stage
-// file compiles on its own with nvcc. Algebra: fusedlib/algebra.py and DESIGN.md §3.
+// fusedlib shared device helpers: the problem descriptor, block reductions, Chan's merge
+// and the BatchNorm coefficients. Plain CUDA C++ (no torch headers), so that every stage
+// file compiles on its own with nvcc for any GPU from sm_75 on. Algebra: fusedlib/algebra.py
+// and DESIGN.md §3. The kernel layers (DESIGN.md §8):
+//   gemm_simt.cuh, gemm_mma.cuh, gemm_wgmma.cuh   one GEMM mainloop per hardware path
+//   epilogue.cuh                                   what happens to an accumulator tile
+//   gemm.cuh                                       the engine: path × epilogue, one call
+//   passes.cuh                                     column statistics, affine, row softmax
+//   01_naive.cu … 04_fused.cu                      the stages: which epilogue, which passes
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -9,6 +14,9 @@
 namespace fl {
 
 enum Precision { FP32 = 0, TF32 = 1, TF32X3 = 2 };
+// GEMM mainloops (fusedlib/engine.py PATHS): FFMA on any GPU; mma.sync TF32 (sm_80 on);
+// TMA + wgmma (sm_90a). The host picks one per call (engine.select_path).
+enum GemmPath { PATH_SIMT = 0, PATH_MMA = 1, PATH_WGMMA = 2 };
 
 // Everything a stage needs; pointers are device pointers to contiguous float32 tensors.
 struct Problem {
@@ -24,15 +32,15 @@ struct Problem {
   float* z;                // (N, M) workspace: Z = XWᵀ + b or Z' = XWᵀ
   float* part;             // (T, 2, M) per-row-tile partials: mean_t, M2_t
   float* coef;             // (4, M) a, c, then batch mean and variance scratch
-  unsigned int* counters;  // (ceil(M / BN)) tile counters, zero between calls
-  float* xsplit;           // (2, N, K) workspace for X's TF32 parts (fused 3xtf32), or null
-  const float* wsplit;     // (2, M, K) W's TF32 parts [Wb; Ws] (fused 3xtf32), or null
+  unsigned int* counters;  // (ceil(M / 32)) column-tile counters, zero between calls
+  float* xsplit;           // (2, N, K) workspace for X's TF32 parts (3xtf32 on wgmma), or null
+  const float* wsplit;     // (2, M, K) W's TF32 parts [Wb; Ws] (3xtf32 on wgmma), or null
   int n, k, m;             // batch N, in_features K, out_features M
   int kind;                // 84 or 33 (33 and 39)
   int training;            // 1: batch statistics and running-buffer update
   int precision;           // Precision
   int scale_len;           // 1 or M
-  int use_wgmma;           // 1: the Hopper GEMM path may be used (sm_90a device)
+  int path;                // GemmPath of the GEMM
   float eps;               // BatchNorm eps
   float momentum;          // this step's exponential-average factor
 };
@@ -46,8 +54,33 @@ struct Problem {
 
 __host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// Dynamic shared memory a block may opt in to on the current device (bytes): 227 KB on
+// sm_90, 163 KB on sm_80, 99 KB on sm_86/89/120, 64 KB on sm_75.
+inline int max_smem_optin() {
+  static int cached[64] = {0};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 48 * 1024;
+  if (dev < 64 && cached[dev]) return cached[dev];
+  int v = 48 * 1024;
+  cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (dev < 64) cached[dev] = v;
+  return v;
+}
+
 __device__ __forceinline__ float scale_at(const Problem& p, int j) {
   return p.scale_len == 1 ? p.scale[0] : p.scale[j];
+}
+
+// Round to TF32 (10 explicit mantissa bits), nearest with ties away from zero, as
+// algebra.round_tf32: cvt.rna on sm_80 and later, the same bit arithmetic elsewhere.
+__device__ __forceinline__ uint32_t to_tf32(float f) {
+  uint32_t r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+#else
+  r = isfinite(f) ? (__float_as_uint(f) + 0x1000u) & ~0x1FFFu : __float_as_uint(f);
+#endif
+  return r;
 }
 
 // ---------------------------------------------------------------- reductions
@@ -133,337 +166,5 @@ __device__ void eval_column(const Problem& p, int j) {
     p.coef[p.m + j] = be - g * rm * inv;
   }
 }
-
-// ---------------------------------------------------------------- column passes (naive, fold)
-// Column mean of z (N×M): block (32, 8); threadIdx.x picks the column, rows strided by 8.
-__global__ void column_mean_kernel(const float* __restrict__ z, float* __restrict__ mean, int n, int m) {
-  __shared__ float red[8][33];
-  const int j = blockIdx.x * 32 + threadIdx.x;
-  float s = 0.f;
-  if (j < m)
-    for (int i = threadIdx.y; i < n; i += 8) s += z[(size_t)i * m + j];
-  red[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && j < m) {
-    float t = 0.f;
-    for (int r = 0; r < 8; ++r) t += red[r][threadIdx.x];
-    mean[j] = t / n;
-  }
-}
-
-// Column biased variance Σ(z − mean)²/N, given the mean (second pass over z).
-__global__ void column_var_kernel(const float* __restrict__ z, const float* __restrict__ mean,
-                                  float* __restrict__ var, int n, int m) {
-  __shared__ float red[8][33];
-  const int j = blockIdx.x * 32 + threadIdx.x;
-  float s = 0.f;
-  if (j < m) {
-    const float mu = mean[j];
-    for (int i = threadIdx.y; i < n; i += 8) {
-      const float d = z[(size_t)i * m + j] - mu;
-      s += d * d;
-    }
-  }
-  red[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && j < m) {
-    float t = 0.f;
-    for (int r = 0; r < 8; ++r) t += red[r][threadIdx.x];
-    var[j] = t / n;
-  }
-}
-
-inline const char* launch_column_stats(const float* z, float* mean, float* var, int n, int m, cudaStream_t st) {
-  const dim3 block(32, 8), grid(ceil_div(m, 32));
-  column_mean_kernel<<<grid, block, 0, st>>>(z, mean, n, m);
-  FL_CHECK_LAUNCH();
-  column_var_kernel<<<grid, block, 0, st>>>(z, mean, var, n, m);
-  FL_CHECK_LAUNCH();
-  return nullptr;
-}
-
-// ---------------------------------------------------------------- row passes
-// Y = a∘Z + c, elementwise (problems 33/39); a = coef[0:M], c = coef[M:2M].
-__global__ void affine_kernel(const float* __restrict__ z, const float* __restrict__ coef,
-                              float* __restrict__ y, int n, int m) {
-  const size_t total = (size_t)n * m;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  if ((m & 3) == 0) {  // 16-byte accesses
-    const float4* z4 = reinterpret_cast<const float4*>(z);
-    float4* y4 = reinterpret_cast<float4*>(y);
-    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total / 4; q += stride) {
-      const int j = (int)((q * 4) % m);
-      float4 v = z4[q];
-      v.x = coef[j] * v.x + coef[m + j];
-      v.y = coef[j + 1] * v.y + coef[m + j + 1];
-      v.z = coef[j + 2] * v.z + coef[m + j + 2];
-      v.w = coef[j + 3] * v.w + coef[m + j + 3];
-      y4[q] = v;
-    }
-  } else {
-    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += stride) {
-      const int j = (int)(q % m);
-      y[q] = coef[j] * z[q] + coef[m + j];
-    }
-  }
-}
-
-inline const char* launch_affine(const float* z, const float* coef, float* y, int n, int m, cudaStream_t st) {
-  const size_t work = ((size_t)n * m + 3) / 4;
-  const int blocks = (int)(work < 132 * 16 * 256 ? ceil_div((int)work, 256) : 132 * 16);
-  affine_kernel<<<blocks, 256, 0, st>>>(z, coef, y, n, m);
-  FL_CHECK_LAUNCH();
-  return nullptr;
-}
-
-// Row softmax of V = a∘Z + c (coef == nullptr: V = Z), three passes over the row
-// (max, Σexp, normalize) held in shared memory when it fits (ROW_IN_SMEM), one block a row.
-template <bool ROW_IN_SMEM>
-__global__ void affine_softmax_rows_kernel(const float* __restrict__ z, const float* __restrict__ coef,
-                                           float* __restrict__ y, int m) {
-  extern __shared__ float row[];
-  __shared__ float red[32];
-  const float* zr = z + (size_t)blockIdx.x * m;
-  float* yr = y + (size_t)blockIdx.x * m;
-  float mx = -INFINITY;
-  for (int j = threadIdx.x; j < m; j += blockDim.x) {
-    const float v = coef ? coef[j] * zr[j] + coef[m + j] : zr[j];
-    if (ROW_IN_SMEM) row[j] = v;
-    mx = fmaxf(mx, v);
-  }
-  mx = block_reduce<true>(mx, red);
-  float l = 0.f;
-  for (int j = threadIdx.x; j < m; j += blockDim.x) {
-    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + coef[m + j] : zr[j]);
-    l += expf(v - mx);
-  }
-  l = block_reduce<false>(l, red);
-  const float inv = 1.f / l;
-  for (int j = threadIdx.x; j < m; j += blockDim.x) {
-    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + coef[m + j] : zr[j]);
-    yr[j] = expf(v - mx) * inv;
-  }
-}
-
-constexpr int kMaxRowSmemBytes = 200 * 1024;
-
-inline const char* launch_affine_softmax_rows(const float* z, const float* coef, float* y, int n, int m,
-                                              cudaStream_t st) {
-  const size_t bytes = (size_t)m * sizeof(float);
-  if (bytes <= kMaxRowSmemBytes) {
-    FL_RETURN_IF_ERROR(cudaFuncSetAttribute(affine_softmax_rows_kernel<true>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    affine_softmax_rows_kernel<true><<<n, 512, bytes, st>>>(z, coef, y, m);
-  } else {
-    affine_softmax_rows_kernel<false><<<n, 512, 0, st>>>(z, coef, y, m);
-  }
-  FL_CHECK_LAUNCH();
-  return nullptr;
-}
-
-// ---------------------------------------------------------------- GEMM tile epilogue
-enum Epilogue {
-  EPI_BIAS = 0,          // out = C + bias
-  EPI_STATS = 1,         // out = C (Z'), plus the tile's column partials (mean_t, M2_t)
-  EPI_STATS_LAST = 2,    // EPI_STATS, and the last block of each column block merges them
-};
-
-// After a block has written its tile's partials: count it on the column block's tile
-// counter (fence first, no float atomics); the last block of the column block merges every
-// row tile in order and finalizes the BatchNorm coefficients, then resets the counter.
-// All THREADS threads of the block call it; flag is one word of shared memory.
-template <int BM, int THREADS>
-__device__ void finalize_if_last_block(const Problem& p, int n0, int cols, int col_block, int row_tiles,
-                                       float* flag) {
-  __threadfence();  // make this block's partials visible device-wide before counting it
-  __syncthreads();
-  int* is_last = reinterpret_cast<int*>(flag);
-  if (threadIdx.x == 0) *is_last = atomicAdd(p.counters + col_block, 1u) == (unsigned)row_tiles - 1;
-  __syncthreads();
-  if (!*is_last) return;
-  __threadfence();
-  for (int cc = threadIdx.x; cc < cols; cc += THREADS) {
-    const Moments mo = merge_column_partials(p, n0 + cc, BM);
-    finalize_column(p, n0 + cc, mo.mean, mo.m2 / mo.n, false);
-  }
-  if (threadIdx.x == 0) p.counters[col_block] = 0;  // ready for the next call
-}
-
-// The block's BM×BN accumulator tile is in shared memory C (row stride BN + 1). Stores it
-// to out (N×M) and, for the statistics epilogues, the tile's column partials: mean_t first,
-// then M2_t = Σ(z − mean_t)² over the tile's valid rows (same order as algebra.tile_partials).
-// With EPI_STATS_LAST the last block to finish a column block (tile counter + fence, no float
-// atomics) merges all row tiles in order and finalizes the BatchNorm coefficients.
-// col_block indexes the tile counters; row_tiles is the number of row tiles (blocks) per
-// column block. Needs THREADS >= BN; red holds THREADS floats + 32. All THREADS threads call it.
-template <int BM, int BN, int THREADS, int EPI>
-__device__ void tile_epilogue(const Problem& p, const float* C, float* red, float* out,
-                              const float* bias, int m0, int n0, int col_block, int row_tiles) {
-  constexpr int LDC = BN + 1, R = THREADS / BN;  // R row groups; threads past R·BN only store
-  static_assert(THREADS >= BN, "need a thread per column");
-  const int tid = threadIdx.x;
-  const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
-  for (int idx = tid; idx < BM * BN; idx += THREADS) {
-    const int r = idx / BN, c = idx % BN;
-    if (r < rows && c < cols)
-      out[(size_t)(m0 + r) * p.m + n0 + c] = C[r * LDC + c] + (EPI == EPI_BIAS ? bias[n0 + c] : 0.f);
-  }
-  if (EPI == EPI_BIAS) return;
-  const int c = tid % BN, g = tid / BN;
-  const bool active = g < R;
-  float s = 0.f;
-  if (active)
-    for (int r = g; r < rows; r += R) s += C[r * LDC + c];
-  if (active) red[g * BN + c] = s;
-  __syncthreads();
-  float mean = 0.f;
-  if (active) {
-    for (int q = 0; q < R; ++q) mean += red[q * BN + c];
-    mean /= (float)rows;
-  }
-  __syncthreads();
-  s = 0.f;
-  if (active)
-    for (int r = g; r < rows; r += R) {
-      const float d = C[r * LDC + c] - mean;
-      s += d * d;
-    }
-  if (active) red[g * BN + c] = s;
-  __syncthreads();
-  const int t = m0 / BM;
-  if (g == 0 && c < cols) {
-    float m2 = 0.f;
-    for (int q = 0; q < R; ++q) m2 += red[q * BN + c];
-    p.part[(size_t)(2 * t) * p.m + n0 + c] = mean;
-    p.part[(size_t)(2 * t + 1) * p.m + n0 + c] = m2;
-  }
-  if (EPI == EPI_STATS_LAST) finalize_if_last_block<BM, THREADS>(p, n0, cols, col_block, row_tiles, red + THREADS);
-}
-// ---------------------------------------------------------------- SIMT fp32 GEMM
-// out(N×M) = X Wᵀ (+ epilogue), exact fp32 products (FFMA). Block tile BM×BN, K step BK;
-// thread (ty, tx) owns rows ty + i·(BM/TM) and columns tx + j·(BN/TN), so shared-memory
-// reads are broadcasts (A) and consecutive words (B): no bank conflicts.
-// grid = (ceil(M/BN), ceil(N/BM)); dynamic shared memory = simt_gemm_smem_bytes<…>().
-template <int BM, int BN, int BK, int TM, int TN>
-constexpr int simt_gemm_threads() { return (BM / TM) * (BN / TN); }
-
-template <int BM, int BN, int BK, int TM, int TN>
-constexpr size_t simt_gemm_smem_bytes() {
-  constexpr size_t loop = (size_t)BK * (BM + BN + 64 / BK) * sizeof(float);
-  constexpr size_t epi = ((size_t)(BM / TM + 1) * BN + 1) * sizeof(float);  // row-group sums, means, flag
-  return loop > epi ? loop : epi;
-}
-
-template <int BM, int BN, int BK, int TM, int TN, int EPI>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN))
-simt_gemm_kernel(Problem p, const float* __restrict__ x, const float* __restrict__ w, float* out) {
-  constexpr int THREADS = (BM / TM) * (BN / TN), RY = BM / TM, RX = BN / TN;
-  // K-major tiles, rows padded by 32/BK words so the transposing stores hit distinct banks.
-  constexpr int LDA = BM + 32 / BK, LDB = BN + 32 / BK;
-  extern __shared__ float smem[];
-  float* As = smem;             // [BK][LDA]
-  float* Bs = smem + BK * LDA;  // [BK][LDB]
-  const int tid = threadIdx.x, tx = tid % RX, ty = tid / RX;
-  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
-  const int K = p.k;
-  float acc[TM][TN];
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
-
-  for (int k0 = 0; k0 < K; k0 += BK) {
-    for (int idx = tid; idx < BM * BK; idx += THREADS) {
-      const int r = idx / BK, kk = idx % BK;
-      As[kk * LDA + r] = (m0 + r < p.n && k0 + kk < K) ? x[(size_t)(m0 + r) * K + k0 + kk] : 0.f;
-    }
-    for (int idx = tid; idx < BN * BK; idx += THREADS) {
-      const int r = idx / BK, kk = idx % BK;
-      Bs[kk * LDB + r] = (n0 + r < p.m && k0 + kk < K) ? w[(size_t)(n0 + r) * K + k0 + kk] : 0.f;
-    }
-    __syncthreads();
-    // Two-level accumulation: the BK products of this K step are summed into a fresh partial,
-    // which is then added to the accumulator. A rounding error then grows with BK + K/BK
-    // additions instead of K, which keeps Z accurate on columns with a large mean (offset
-    // inputs, |mean|/std ≈ 1e3) where a single FFMA chain over K loses up to 3× more.
-    float part[TM][TN];
-#pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {
-      float a[TM], b[TN];
-#pragma unroll
-      for (int i = 0; i < TM; ++i) a[i] = As[kk * LDA + ty + i * RY];
-#pragma unroll
-      for (int j = 0; j < TN; ++j) b[j] = Bs[kk * LDB + tx + j * RX];
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) part[i][j] = kk ? fmaf(a[i], b[j], part[i][j]) : a[i] * b[j];
-    }
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int j = 0; j < TN; ++j) acc[i][j] += part[i][j];
-    __syncthreads();
-  }
-  // Epilogue from registers: store the tile (+ bias), then for the statistics epilogues the
-  // tile's column partials (mean_t over the valid rows, then M2_t about it; algebra.tile_partials),
-  // reduced over the RY row groups through shared memory in a fixed order.
-  const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j) {
-      const int r = ty + i * RY, c = tx + j * RX;
-      if (r < rows && c < cols)
-        out[(size_t)(m0 + r) * p.m + n0 + c] = acc[i][j] + (EPI == EPI_BIAS ? p.bias[n0 + c] : 0.f);
-    }
-  if (EPI == EPI_BIAS) return;
-  float* red = smem;              // [RY][BN] row-group sums (the main loop ended on a barrier)
-  float* mean = smem + RY * BN;   // [BN]
-#pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {
-#pragma unroll
-    for (int j = 0; j < TN; ++j) {
-      const int c = tx + j * RX;
-      const float mu = pass ? mean[c] : 0.f;
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-        if (ty + i * RY < rows) {
-          const float v = acc[i][j] - mu;
-          sum += pass ? v * v : v;
-        }
-      red[ty * BN + c] = sum;
-    }
-    __syncthreads();
-    for (int c = tid; c < BN; c += THREADS) {
-      float total = 0.f;
-      for (int y = 0; y < RY; ++y) total += red[y * BN + c];
-      if (pass == 0) {
-        mean[c] = total / (float)rows;
-      } else if (c < cols) {
-        const int t = m0 / BM;
-        p.part[(size_t)(2 * t) * p.m + n0 + c] = mean[c];
-        p.part[(size_t)(2 * t + 1) * p.m + n0 + c] = total;
-      }
-    }
-    __syncthreads();
-  }
-  if (EPI == EPI_STATS_LAST) finalize_if_last_block<BM, THREADS>(p, n0, cols, blockIdx.x, gridDim.y, mean + BN);
-}
-
-template <int BM, int BN, int BK, int TM, int TN, int EPI>
-const char* launch_simt_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
-  constexpr size_t smem = simt_gemm_smem_bytes<BM, BN, BK, TM, TN>();
-  auto kernel = simt_gemm_kernel<BM, BN, BK, TM, TN, EPI>;
-  FL_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  const dim3 grid(ceil_div(p.m, BN), ceil_div(p.n, BM));
-  kernel<<<grid, simt_gemm_threads<BM, BN, BK, TM, TN>(), smem, st>>>(p, x, w, out);
-  FL_CHECK_LAUNCH();
-  return nullptr;
-}
-
-// The teaching stages' GEMM tile (naive, fold, sums): 64×64, K step 16, 4×4 per thread.
-#define FL_GEMM64 64, 64, 16, 4, 4
 
 }  // namespace fl

@@ -1,0 +1,108 @@
+"""The GEMM engine under every stage: which hardware path (mainloop) runs a precision.
+
+Every stage (naive, fold, sums, fused) calls the same GEMM for a given GPU, precision and
+shape; the stages differ only in the epilogue they give it and the passes around it
+(DESIGN.md §8). Three mainloops, one CUDA header each in ``fusedlib/kernels``:
+
+============  ==========================  ===========================  ===================
+path          header                      GPUs (compute capability)    precisions
+============  ==========================  ===========================  ===================
+``simt``      ``gemm_simt.cuh``           every GPU (7.5 and later)    fp32 (FFMA)
+``mma``       ``gemm_mma.cuh``            8.0 and later                tf32, 3xtf32
+``wgmma``     ``gemm_wgmma.cuh``          9.0 (sm_90a: H100, H200)     tf32, 3xtf32
+============  ==========================  ===========================  ===================
+
+``mma`` is ``mma.sync.m16n8k8`` TF32 with a ``cp.async`` pipeline; ``wgmma`` is the Hopper
+warpgroup MMA fed by TMA bulk tensor copies, warp-specialized. The default is the fastest
+path the device has: ``wgmma`` on sm_90 for tf32/3xtf32 when TMA can address the operands
+(K a multiple of 4, 16-byte aligned X and W), else ``mma``; fp32 always runs ``simt``.
+On a GPU without TF32 tensor cores (compute capability below 8.0) tf32 and 3xtf32 raise
+:class:`UnsupportedPrecision` (no emulation).
+
+The environment variable ``FUSEDLIB_GEMM_PATH`` (``auto``, ``simt``, ``mma`` or ``wgmma``)
+forces a path, so that every path can be validated on one GPU: on an H100,
+``FUSEDLIB_GEMM_PATH=mma`` runs tf32/3xtf32 on the Ampere mainloop. A forced path that
+cannot run the precision or the shape on this device raises :class:`UnsupportedPrecision`;
+``simt`` forced with tf32/3xtf32 raises too (fp32 is the only precision it has).
+"""
+from __future__ import annotations
+
+import os
+
+__all__ = ["PATHS", "PATH_CODE", "ENV_VAR", "UnsupportedPrecision", "forced_path", "select_path"]
+
+#: Hardware paths (mainloops), in the order of the codes the kernels use (``fl::GemmPath``).
+PATHS = ("simt", "mma", "wgmma")
+PATH_CODE = {p: i for i, p in enumerate(PATHS)}
+#: The switch that forces a path.
+ENV_VAR = "FUSEDLIB_GEMM_PATH"
+#: Precisions of each path and the lowest compute capability it runs on.
+PATH_PRECISIONS = {"simt": ("fp32",), "mma": ("tf32", "3xtf32"), "wgmma": ("tf32", "3xtf32")}
+PATH_MIN_CAPABILITY = {"simt": (7, 5), "mma": (8, 0), "wgmma": (9, 0)}
+
+
+class UnsupportedPrecision(RuntimeError):
+    """The precision (or a forced path) cannot run on this GPU or shape."""
+
+
+def forced_path() -> str:
+    """The path ``$FUSEDLIB_GEMM_PATH`` asks for, or ``"auto"`` (unset or empty).
+
+    Raises:
+        ValueError: the variable holds something else than auto, simt, mma or wgmma.
+    """
+    value = os.environ.get(ENV_VAR, "").strip().lower() or "auto"
+    if value != "auto" and value not in PATHS:
+        raise ValueError(f"{ENV_VAR}: expected one of auto, {', '.join(PATHS)}, got {value!r}")
+    return value
+
+
+def select_path(precision: str, capability: tuple[int, int], k: int | None = None,
+                aligned: bool = True, forced: str | None = None) -> str:
+    """The GEMM path that runs ``precision`` on a device of compute capability ``capability``.
+
+    Args:
+        precision: "fp32", "tf32" or "3xtf32".
+        capability: (major, minor), e.g. (9, 0) for an H100.
+        k: in_features; the ``wgmma`` path needs K % 4 == 0 (TMA rows of 16-byte multiples).
+            None: not known yet (assume it fits).
+        aligned: X and W start on 16-byte boundaries (TMA needs it).
+        forced: "auto", "simt", "mma" or "wgmma"; None reads :func:`forced_path`.
+
+    Returns:
+        "simt", "mma" or "wgmma".
+
+    Raises:
+        ValueError: unknown precision or forced path.
+        UnsupportedPrecision: no path of this GPU runs the precision (tf32/3xtf32 below
+            compute capability 8.0), or the forced path cannot run it here.
+    """
+    if precision not in ("fp32", "tf32", "3xtf32"):
+        raise ValueError(f"precision: expected one of ('fp32', 'tf32', '3xtf32'), got {precision!r}")
+    forced = forced_path() if forced is None else forced
+    if forced != "auto" and forced not in PATHS:
+        raise ValueError(f"{ENV_VAR}: expected one of auto, {', '.join(PATHS)}, got {forced!r}")
+    cap = tuple(capability)
+    tma_ok = (k is None or k % 4 == 0) and aligned
+    if forced != "auto":
+        if precision not in PATH_PRECISIONS[forced]:
+            raise UnsupportedPrecision(
+                f"{ENV_VAR}={forced}: the {forced} GEMM runs {'/'.join(PATH_PRECISIONS[forced])} only, "
+                f"not {precision}")
+        if cap < PATH_MIN_CAPABILITY[forced] or (forced == "wgmma" and cap != (9, 0)):
+            need = PATH_MIN_CAPABILITY[forced]
+            raise UnsupportedPrecision(
+                f"{ENV_VAR}={forced}: needs compute capability {need[0]}.{need[1]}"
+                f"{' exactly (sm_90a)' if forced == 'wgmma' else ' or later'}, this GPU has {cap[0]}.{cap[1]}")
+        if forced == "wgmma" and not tma_ok:
+            raise UnsupportedPrecision(
+                f"{ENV_VAR}=wgmma: TMA needs in_features % 4 == 0 and 16-byte aligned x and weight "
+                f"(got in_features={k}, aligned={aligned})")
+        return forced
+    if precision == "fp32":
+        return "simt"
+    if cap < (8, 0):
+        raise UnsupportedPrecision(
+            f"precision {precision!r} needs TF32 tensor cores (compute capability 8.0 or later); "
+            f"this GPU has {cap[0]}.{cap[1]}: use precision='fp32'")
+    return "wgmma" if cap == (9, 0) and tma_ok else "mma"

@@ -1,0 +1,49 @@
+// The GEMM engine: out(N×M) = X Wᵀ through the epilogue Epi (epilogue.cuh), on the mainloop
+// of the path the host chose (p.path, fusedlib/engine.py select_path). Every stage calls
+// launch_gemm<Epi>; for a given GPU, precision and shape all four stages get the same
+// mainloop and the same tile, so what differs between two stages is the fusion alone.
+//   PATH_SIMT   fp32, FFMA, any GPU: square tiles of 64, or 32 when 64-row tiles would leave
+//               SMs idle (fewer than kMinGrid tiles: KernelBench v0 gets 64 tiles of 32×32
+//               instead of 16 of 64×64)
+//   PATH_MMA    tf32 / 3xtf32, mma.sync m16n8k8, sm_80 on: 128×128 tiles
+//   PATH_WGMMA  tf32 / 3xtf32, TMA + wgmma, sm_90a: 128×256 (tf32) or 128×192 (3xtf32) tiles
+// Statistics tiles are therefore 128 rows on the tensor-core paths and 64 or 32 on SIMT
+// (gemm_tile_rows; algebra.tile_rows is the same rule).
+#pragma once
+#include "gemm_mma.cuh"
+#include "gemm_simt.cuh"
+#include "gemm_wgmma.cuh"
+
+namespace fl {
+
+constexpr int kMinGrid = 132;  // the H100's SM count (algebra.MIN_GRID)
+constexpr int kSimtTiles[2] = {64, 32};  // algebra.SIMT_TILES
+
+inline bool fills_grid(const Problem& p, int tile) { return ceil_div(p.m, tile) * ceil_div(p.n, tile) >= kMinGrid; }
+
+// Rows per statistics tile (the GEMM's block height BM) for this problem and path.
+inline int gemm_tile_rows(const Problem& p) {
+  if (p.path != PATH_SIMT) return 128;  // kMmaBM == kWgBM
+  return fills_grid(p, kSimtTiles[0]) ? kSimtTiles[0] : kSimtTiles[1];
+}
+
+template <class Epi>
+const char* launch_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
+  static_assert(kMmaBM == 128 && kWgBM == 128, "gemm_tile_rows assumes 128-row tensor-core tiles");
+  switch (p.path) {
+    case PATH_SIMT:
+      if (p.precision != FP32) return "the SIMT GEMM runs fp32 only (tf32/3xtf32 need a tensor-core path)";
+      if (gemm_tile_rows(p) == 64) return launch_simt_gemm<64, 64, 16, 4, 4, Epi>(p, x, w, out, st);
+      return launch_simt_gemm<32, 32, 16, 2, 2, Epi>(p, x, w, out, st);
+    case PATH_MMA:
+      if (p.precision == FP32) return "the mma.sync GEMM runs tf32/3xtf32 only (fp32 runs the SIMT GEMM)";
+      return launch_mma_gemm<Epi>(p, x, w, out, st);
+    case PATH_WGMMA:
+      if (p.precision == FP32) return "the wgmma GEMM runs tf32/3xtf32 only (fp32 runs the SIMT GEMM)";
+      return launch_wgmma_gemm<Epi>(p, x, w, out, st);
+    default:
+      return "unknown GEMM path (expected 0 simt, 1 mma, 2 wgmma)";
+  }
+}
+
+}  // namespace fl

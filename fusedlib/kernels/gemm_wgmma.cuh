@@ -1,0 +1,306 @@
+// TMA + wgmma mainloop (sm_90a: H100, H200): out(N×M) = X Wᵀ on TF32 tensor cores.
+// wgmma m64nBNk8 fed by TMA bulk tensor copies into a 4-stage shared-memory ring on
+// mbarriers; warp-specialized: one producer warpgroup (one thread issues the copies), two
+// consumer warpgroups of 64 rows each; 128×BN block tile, grouped raster order.
+//  * tf32: BN = 256, one pass over K; the tensor cores read the top 19 bits of the fp32 words.
+//  * 3xtf32: X = Xb + Xs split into TF32 parts by split_tf32_kernel (W's parts come cached
+//    from the host), then the same kernel with BN = 192 over three K segments Xb·Wb, Xs·Wb,
+//    Xb·Ws, with promoted accumulation (fp32-class at any K).
+// The consumers stage the accumulators in the shared-memory C tile (over the drained ring)
+// and run the epilogue Epi. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
+// fusedlib/engine.py picks another path otherwise. Other targets compile an empty body.
+#pragma once
+#include <cudaTypedefs.h>  // CUtensorMap and the cuTensorMapEncodeTiled signature (no -lcuda)
+
+#include "epilogue.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FL_WGMMA_ENABLED 1
+#else
+#define FL_WGMMA_ENABLED 0
+#endif
+
+namespace fl {
+
+constexpr int kWgBM = 128, kWgBK = 32, kWgThreads = 384, kWgGroup = 16;
+constexpr int kPromoteStages = 4;  // 3xTF32: promote every 4 K steps (128 products)
+constexpr int kSplitBN = 192;      // 3xTF32 tile width: 96 window + 96 promoted accumulators a thread
+
+// Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), and as
+// many pipeline stages as fit in 192 KB (4 for BN = 256 or 192).
+template <int BN>
+struct WgTile {
+  static constexpr uint32_t kABytes = kWgBM * kWgBK * 4, kBBytes = BN * kWgBK * 4;
+  static constexpr uint32_t kStageBytes = kABytes + kBBytes;
+  static constexpr int kStages = (192 * 1024) / kStageBytes;
+  static constexpr size_t kSmem = 1024 + (size_t)kStages * kStageBytes + 2 * kStages * sizeof(uint64_t);
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) { return (uint32_t)__cvta_generic_to_shared(ptr); }
+
+// wgmma shared-memory descriptor of a K-major tile written by TMA with 128-byte swizzle:
+// rows of 128 B (32 fp32), 8-row atoms 1024 B apart (stride byte offset), swizzle mode 1.
+__device__ __forceinline__ uint64_t smem_desc_sw128(const void* ptr) {
+  return (uint64_t)((smem_u32(ptr) & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+#if FL_WGMMA_ENABLED
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred P;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P, [%0], %1;\n"
+      "@!P bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)), "r"(parity) : "memory");
+}
+// 2-D bulk tensor copy global → shared; completion counted in bytes on `bar`. Out-of-range
+// rows and columns of the box are filled with zeros.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(smem_u32(dst)), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+// D(64×N, fp32) = A(64×8, smem) · B(8×N, smem) (+ D if accumulate), TF32 operands (the tensor
+// cores read the top 19 bits of each fp32 word). Accumulator d[4j + q]: rows g and g + 8 of the warp's 16,
+// columns 8j + 2t and 8j + 2t + 1 (g = lane / 4, t = lane % 4), as mma.sync m16n8.
+__device__ __forceinline__ void wgmma_tf32(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n256k8
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_tf32(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n192k8
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
+      "%96, %97, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+#endif  // FL_WGMMA_ENABLED
+
+// One CTA = one 128×BN tile of Z'. Warpgroup 0 produces (one thread issues the TMA copies),
+// warpgroups 1 and 2 consume 64 rows each. full[s]: stage s landed; empty[s]: both consumer
+// warpgroups are done reading it. Segments: A = (seg == 1 ? a1 : a0), B = (seg == 2 ? b1 : b0).
+// PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each
+// window of kPromoteStages K steps (128 products) is accumulated from zero and then added into
+// a separate fp32 accumulator (round-to-nearest FADD): 3xTF32 stays fp32-class for any K.
+template <int BN, bool PROMOTE, class Epi>
+__global__ void __launch_bounds__(kWgThreads, 1)
+wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorMap map_a0,
+                   const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_a1,
+                   const __grid_constant__ CUtensorMap map_b1, int segments) {
+#if FL_WGMMA_ENABLED
+  using T = WgTile<BN>;
+  constexpr int ST = T::kStages, NACC = BN / 2;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + ST * T::kStageBytes);
+  uint64_t* empty = full + ST;
+  const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN);
+  // Grouped raster: kWgGroup row tiles share each column tile in turn, so a wave of CTAs
+  // reuses W's column blocks and X's row blocks from L2.
+  const int per_group = kWgGroup * col_tiles, group = blockIdx.x / per_group;
+  const int first_row = group * kWgGroup, rows_in_group = min(kWgGroup, row_tiles - first_row);
+  const int rt = first_row + (blockIdx.x % per_group) % rows_in_group;
+  const int ct = (blockIdx.x % per_group) / rows_in_group;
+  const int m0 = rt * kWgBM, n0 = ct * BN;
+  const int KT = ceil_div(p.k, kWgBK), total = segments * KT;
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      for (int it = 0; it < total; ++it) {
+        const int s = it % ST, seg = it / KT, k0 = (it % KT) * kWgBK;
+        if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
+        uint8_t* st = smem + s * T::kStageBytes;
+        mbar_expect_tx(full + s, T::kStageBytes);
+        tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
+        tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
+      }
+    }
+  } else {  // consumers: warpgroup 1 → rows 0..63, warpgroup 2 → rows 64..127
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    float d[NACC], acc[PROMOTE ? NACC : 1];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) d[i] = 0.f;  // K = 0 leaves the first product unissued
+#pragma unroll
+    for (int i = 0; i < (PROMOTE ? NACC : 1); ++i) acc[i] = 0.f;
+    const int cw = wg - 1;
+    const bool leader = threadIdx.x % 128 == 0;
+    bool prev_released = true;  // stage it − 1's buffers already handed back to the producer
+    for (int it = 0; it < total; ++it) {
+      const int s = it % ST;
+      mbar_wait(full + s, (it / ST) & 1);
+      const uint8_t* a = smem + s * T::kStageBytes + cw * 64 * 128;
+      const uint8_t* b = smem + s * T::kStageBytes + T::kABytes;
+      // A promotion window starts from zero: its first product overwrites d (scale-d = 0).
+      const bool fresh = PROMOTE ? it % kPromoteStages == 0 : it == 0;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
+        wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
+      wgmma_commit();
+      if (PROMOTE && (it % kPromoteStages == kPromoteStages - 1 || it == total - 1)) {
+        wgmma_wait<0>();  // the window's products are done: add them in with round-to-nearest
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+        if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
+        if (leader) mbar_arrive(empty + s);
+        prev_released = true;
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) acc[i] += d[i];
+      } else {
+        wgmma_wait<1>();  // the previous stage's products are done: release its buffers
+        if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
+        prev_released = false;
+      }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    if (PROMOTE) {
+#pragma unroll
+      for (int i = 0; i < NACC; ++i) d[i] = acc[i];
+    }
+    // Accumulators to the C tile: thread rows r, r + 8, columns 8j + 2t, 8j + 2t + 1 (as
+    // mma.sync m16n8), once both consumer warpgroups are done reading the ring it overlays.
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = (threadIdx.x % 128) >> 5;
+    const int r = cw * 64 + warp * 16 + g;
+    constexpr int LDC = BN + 1;
+    float* C = reinterpret_cast<float*>(smem);
+    epilogue_sync<256>();
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int c = 8 * j + 2 * t;
+      C[r * LDC + c] = d[4 * j];
+      C[r * LDC + c + 1] = d[4 * j + 1];
+      C[(r + 8) * LDC + c] = d[4 * j + 2];
+      C[(r + 8) * LDC + c + 1] = d[4 * j + 3];
+    }
+    epilogue_sync<256>();
+    Epi::template apply<kWgBM, BN, 256>(p, C, C + kWgBM * LDC, out, m0, n0, threadIdx.x - 128);
+  }
+#endif
+}
+
+// X = Xb + Xs with Xb = rna_tf32(X), Xs = rna_tf32(X − Xb) (same rounding as algebra.round_tf32).
+__global__ void split_tf32_kernel(const float* __restrict__ x, float* __restrict__ big, float* __restrict__ small,
+                                  size_t count) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+    const float v = x[i], b = __uint_as_float(to_tf32(v));
+    big[i] = b;
+    small[i] = __uint_as_float(to_tf32(v - b));
+  }
+}
+
+static const char* encode_map(CUtensorMap* map, const float* base, int rows, int k, int box_rows) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  if (!encode) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    FL_RETURN_IF_ERROR(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    if (!fn || q != cudaDriverEntryPointSuccess) return "cuTensorMapEncodeTiled is not available";
+    encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }
+  const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)k * sizeof(float)};
+  const cuuint32_t box[2] = {(cuuint32_t)kWgBK, (cuuint32_t)box_rows};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dims, strides, box,
+                            elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled rejected a tensor map";
+}
+
+// The Hopper path can run when TMA can address the operands and, for 3xTF32, the host
+// supplied the split copies (p.xsplit workspace, p.wsplit = [Wb; Ws] of w).
+inline bool wgmma_applicable(const Problem& p, const float* x, const float* w) {
+  const bool aligned = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
+  return aligned && (p.precision == TF32 || (p.precision == TF32X3 && p.xsplit && p.wsplit));
+}
+
+template <class Epi>
+const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
+  if (!wgmma_applicable(p, x, w))
+    return "the wgmma GEMM needs in_features % 4 == 0, 16-byte aligned x and weight, a tensor-core "
+           "precision and (3xtf32) the TF32 split workspaces";
+  CUtensorMap a0, b0, a1, b1;
+  const char* err;
+  if (p.precision == TF32) {
+    if ((err = encode_map(&a0, x, p.n, p.k, kWgBM)) || (err = encode_map(&b0, w, p.m, p.k, 256))) return err;
+    auto kernel = wgmma_gemm_kernel<256, false, Epi>;
+    FL_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgTile<256>::kSmem));
+    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, 256), kWgThreads, WgTile<256>::kSmem, st>>>(p, out, a0, b0, a0, b0, 1);
+    FL_CHECK_LAUNCH();
+    return nullptr;
+  }
+  const size_t nk = (size_t)p.n * p.k, mk = (size_t)p.m * p.k;
+  split_tf32_kernel<<<132 * 8, 256, 0, st>>>(x, p.xsplit, p.xsplit + nk, nk);
+  FL_CHECK_LAUNCH();
+  if ((err = encode_map(&a0, p.xsplit, p.n, p.k, kWgBM)) || (err = encode_map(&a1, p.xsplit + nk, p.n, p.k, kWgBM)) ||
+      (err = encode_map(&b0, p.wsplit, p.m, p.k, kSplitBN)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, kSplitBN)))
+    return err;
+  auto kernel = wgmma_gemm_kernel<kSplitBN, true, Epi>;
+  FL_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgTile<kSplitBN>::kSmem));
+  kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitBN), kWgThreads, WgTile<kSplitBN>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
+  FL_CHECK_LAUNCH();
+  return nullptr;
+}
+
+}  // namespace fl

@@ -1,0 +1,221 @@
+// Shared passes over a whole N×M tensor, launched after the GEMM by the stages that need
+// them: column statistics in two passes (naive, fold), the affine Y = a∘Z + c (33/39) and
+// the row softmax of V = a∘Z + c (84) in three passes (fold, sums) or online (fused).
+// Specification: fusedlib/algebra.py (column_stats_two_pass, softmax_three_pass, softmax_online).
+#pragma once
+#include "common.cuh"
+
+namespace fl {
+
+// ---------------------------------------------------------------- column statistics (naive, fold)
+// Column mean of z (N×M): block (32, 8); threadIdx.x picks the column, rows strided by 8.
+__global__ void column_mean_kernel(const float* __restrict__ z, float* __restrict__ mean, int n, int m) {
+  __shared__ float red[8][33];
+  const int j = blockIdx.x * 32 + threadIdx.x;
+  float s = 0.f;
+  if (j < m)
+    for (int i = threadIdx.y; i < n; i += 8) s += z[(size_t)i * m + j];
+  red[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < m) {
+    float t = 0.f;
+    for (int r = 0; r < 8; ++r) t += red[r][threadIdx.x];
+    mean[j] = t / n;
+  }
+}
+
+// Column biased variance Σ(z − mean)²/N, given the mean (second pass over z).
+__global__ void column_var_kernel(const float* __restrict__ z, const float* __restrict__ mean,
+                                  float* __restrict__ var, int n, int m) {
+  __shared__ float red[8][33];
+  const int j = blockIdx.x * 32 + threadIdx.x;
+  float s = 0.f;
+  if (j < m) {
+    const float mu = mean[j];
+    for (int i = threadIdx.y; i < n; i += 8) {
+      const float d = z[(size_t)i * m + j] - mu;
+      s += d * d;
+    }
+  }
+  red[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < m) {
+    float t = 0.f;
+    for (int r = 0; r < 8; ++r) t += red[r][threadIdx.x];
+    var[j] = t / n;
+  }
+}
+
+inline const char* launch_column_stats(const float* z, float* mean, float* var, int n, int m, cudaStream_t st) {
+  const dim3 block(32, 8), grid(ceil_div(m, 32));
+  column_mean_kernel<<<grid, block, 0, st>>>(z, mean, n, m);
+  FL_CHECK_LAUNCH();
+  column_var_kernel<<<grid, block, 0, st>>>(z, mean, var, n, m);
+  FL_CHECK_LAUNCH();
+  return nullptr;
+}
+
+// ---------------------------------------------------------------- row passes (fold, sums, fused)
+// Y = a∘Z + c, elementwise (problems 33/39); a = coef[0:M], c = coef[M:2M].
+__global__ void affine_kernel(const float* __restrict__ z, const float* __restrict__ coef,
+                              float* __restrict__ y, int n, int m) {
+  const size_t total = (size_t)n * m;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  if ((m & 3) == 0) {  // 16-byte accesses
+    const float4* z4 = reinterpret_cast<const float4*>(z);
+    float4* y4 = reinterpret_cast<float4*>(y);
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total / 4; q += stride) {
+      const int j = (int)((q * 4) % m);
+      float4 v = z4[q];
+      v.x = coef[j] * v.x + coef[m + j];
+      v.y = coef[j + 1] * v.y + coef[m + j + 1];
+      v.z = coef[j + 2] * v.z + coef[m + j + 2];
+      v.w = coef[j + 3] * v.w + coef[m + j + 3];
+      y4[q] = v;
+    }
+  } else {
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += stride) {
+      const int j = (int)(q % m);
+      y[q] = coef[j] * z[q] + coef[m + j];
+    }
+  }
+}
+
+inline const char* launch_affine(const float* z, const float* coef, float* y, int n, int m, cudaStream_t st) {
+  const size_t work = ((size_t)n * m + 3) / 4;
+  const int blocks = (int)(work < 132 * 16 * 256 ? ceil_div((int)work, 256) : 132 * 16);
+  affine_kernel<<<blocks, 256, 0, st>>>(z, coef, y, n, m);
+  FL_CHECK_LAUNCH();
+  return nullptr;
+}
+
+// Row softmax of V = a∘Z + c (coef == nullptr: V = Z), three passes over the row
+// (max, Σexp, normalize) held in shared memory when it fits (ROW_IN_SMEM), one block a row.
+template <bool ROW_IN_SMEM>
+__global__ void affine_softmax_rows_kernel(const float* __restrict__ z, const float* __restrict__ coef,
+                                           float* __restrict__ y, int m) {
+  extern __shared__ float row[];
+  __shared__ float red[32];
+  const float* zr = z + (size_t)blockIdx.x * m;
+  float* yr = y + (size_t)blockIdx.x * m;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < m; j += blockDim.x) {
+    const float v = coef ? coef[j] * zr[j] + coef[m + j] : zr[j];
+    if (ROW_IN_SMEM) row[j] = v;
+    mx = fmaxf(mx, v);
+  }
+  mx = block_reduce<true>(mx, red);
+  float l = 0.f;
+  for (int j = threadIdx.x; j < m; j += blockDim.x) {
+    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + coef[m + j] : zr[j]);
+    l += expf(v - mx);
+  }
+  l = block_reduce<false>(l, red);
+  const float inv = 1.f / l;
+  for (int j = threadIdx.x; j < m; j += blockDim.x) {
+    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + coef[m + j] : zr[j]);
+    yr[j] = expf(v - mx) * inv;
+  }
+}
+
+// Rows up to 200 KB (M ≤ 51200) stay in shared memory where the device allows it.
+constexpr int kMaxRowSmemBytes = 200 * 1024;
+inline bool row_fits_smem(size_t bytes) {
+  return bytes <= (size_t)kMaxRowSmemBytes && bytes + 1024 <= (size_t)max_smem_optin();
+}
+
+inline const char* launch_affine_softmax_rows(const float* z, const float* coef, float* y, int n, int m,
+                                              cudaStream_t st) {
+  const size_t bytes = (size_t)m * sizeof(float);
+  if (row_fits_smem(bytes)) {
+    FL_RETURN_IF_ERROR(cudaFuncSetAttribute(affine_softmax_rows_kernel<true>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    affine_softmax_rows_kernel<true><<<n, 512, bytes, st>>>(z, coef, y, m);
+  } else {
+    affine_softmax_rows_kernel<false><<<n, 512, 0, st>>>(z, coef, y, m);
+  }
+  FL_CHECK_LAUNCH();
+  return nullptr;
+}
+
+// ---------------------------------------------------------------- online row softmax (fused)
+// Online softmax merge (Milakov & Gimelshein 2018): (m, l) ⊕ (m', l') = (M, l·e^{m−M} + l'·e^{m'−M}).
+__device__ __forceinline__ void softmax_merge(float& m, float& l, float m2, float l2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == -INFINITY) return;  // both empty
+  l = l * expf(m - mx) + l2 * expf(m2 - mx);
+  m = mx;
+}
+
+// One block a row: V = a∘Z' + c (coef == nullptr: V = Z') read once into shared memory
+// while each thread keeps online (max, Σexp) partials over its columns; the partials merge
+// across the block in a fixed order; then Y = exp(V − M)/L is written once.
+template <bool ROW_IN_SMEM>
+__global__ void online_softmax_rows_kernel(const float* __restrict__ z, const float* __restrict__ coef,
+                                           float* __restrict__ y, int m) {
+  extern __shared__ float row[];
+  __shared__ float red_m[32], red_l[32];
+  const float* zr = z + (size_t)blockIdx.x * m;
+  float* yr = y + (size_t)blockIdx.x * m;
+  float mx = -INFINITY, l = 0.f;
+  const bool vec = ROW_IN_SMEM && (m & 3) == 0;  // 16-byte loads (rows then start 16-byte aligned)
+  if (vec) {
+    for (int j = 4 * threadIdx.x; j < m; j += 4 * blockDim.x) {
+      float4 v = *reinterpret_cast<const float4*>(zr + j);
+      if (coef) {
+        v.x = coef[j] * v.x + coef[m + j];
+        v.y = coef[j + 1] * v.y + coef[m + j + 1];
+        v.z = coef[j + 2] * v.z + coef[m + j + 2];
+        v.w = coef[j + 3] * v.w + coef[m + j + 3];
+      }
+      *reinterpret_cast<float4*>(row + j) = v;
+      softmax_merge(mx, l, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)), 0.f);
+      l += expf(v.x - mx) + expf(v.y - mx) + expf(v.z - mx) + expf(v.w - mx);
+    }
+  } else {
+    for (int j = threadIdx.x; j < m; j += blockDim.x) {
+      const float v = coef ? coef[j] * zr[j] + coef[m + j] : zr[j];
+      if (ROW_IN_SMEM) row[j] = v;
+      softmax_merge(mx, l, v, 1.f);
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, mx, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
+    softmax_merge(mx, l, m2, l2);
+  }
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  if (lane == 0) { red_m[wid] = mx; red_l[wid] = l; }
+  __syncthreads();
+  mx = red_m[0];
+  l = red_l[0];
+  for (int q = 1; q < nw; ++q) softmax_merge(mx, l, red_m[q], red_l[q]);
+  const float inv = 1.f / l;
+  if (vec) {
+    for (int j = 4 * threadIdx.x; j < m; j += 4 * blockDim.x) {
+      const float4 v = *reinterpret_cast<const float4*>(row + j);
+      *reinterpret_cast<float4*>(yr + j) =
+          make_float4(expf(v.x - mx) * inv, expf(v.y - mx) * inv, expf(v.z - mx) * inv, expf(v.w - mx) * inv);
+    }
+    return;
+  }
+  for (int j = threadIdx.x; j < m; j += blockDim.x) {
+    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + coef[m + j] : zr[j]);
+    yr[j] = expf(v - mx) * inv;
+  }
+}
+
+inline const char* launch_online_softmax_rows(const float* z, const float* coef, float* y, int n, int m,
+                                              cudaStream_t st) {
+  const size_t bytes = (size_t)m * sizeof(float);
+  if (row_fits_smem(bytes)) {
+    FL_RETURN_IF_ERROR(cudaFuncSetAttribute(online_softmax_rows_kernel<true>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    online_softmax_rows_kernel<true><<<n, 512, bytes, st>>>(z, coef, y, m);
+  } else {
+    online_softmax_rows_kernel<false><<<n, 512, 0, st>>>(z, coef, y, m);
+  }
+  FL_CHECK_LAUNCH();
+  return nullptr;
+}
+
+}  // namespace fl
