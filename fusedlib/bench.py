@@ -1,13 +1,19 @@
 """``python -m fusedlib bench``: time every stage and peer in one process on the GPU.
 
 Method (DESIGN.md §6, as KernelBench times its models): for each table (problem, shape,
-mode, precision) every implementation runs in this process: ``--warmup`` untimed calls
-(≥ 10), then ``--iters`` timed calls (≥ 50), each preceded by a 256 MiB write that flushes
-the L2 cache and timed with a pair of CUDA events, the device synchronized after each
-call; the median (quoted), minimum and maximum are recorded in ms. Before the timed calls
-the module state is reset (the table's saved ``state_dict``) and one separate call is
-compared with a float64 reference of the same model, input and mode:
-rel_err = ‖y − y64‖_F / ‖y64‖_F.
+mode, precision) every implementation is built in this process, its module state reset (the
+table's saved ``state_dict``) and one call compared with a float64 reference of the same
+model, input and mode: rel_err = ‖y − y64‖_F / ‖y64‖_F. Then the table's implementations are
+timed together, round-robin (:func:`time_round_robin`): each gets its ``--warmup`` untimed
+calls (≥ 10), then in each of ``--rounds`` R rounds (default 5, at most ``--iters``) every
+implementation in turn makes about ``--iters``/R of its ``--iters`` timed calls (≥ 50; the
+remainder goes to the first rounds). Each timed call is preceded by a 256 MiB write that
+flushes the L2 cache and timed with a pair of CUDA events, the device synchronized after
+it; the median (quoted), minimum and maximum of an implementation's calls are recorded in
+ms. Why rounds: the GPU's clocks drift (boost, temperature) during a table, so that timed
+one after the other an implementation late in a table looked 2-3 % slower on the H100 than
+an equal one early in it; interleaved, the drift falls on all implementations alike and
+the order effect disappears.
 
 Implementations (the ``impl`` column, :data:`fusedlib.costmodel.IMPLS`): the stages
 ``naive``, ``fold``, ``sums``, ``fused`` (:func:`fusedlib.from_reference`; CUDA kernels on
@@ -20,7 +26,7 @@ the peers run fp32 and tf32, tf32 through a scoped setting (:func:`peer_precisio
 have no 3xtf32.
 
 Outputs, next to each other (``results/<gpu>/`` unless ``--out`` names another CSV):
-``bench.csv`` (:data:`COLUMNS`, one row appended as soon as it is measured), ``env.json``
+``bench.csv`` (:data:`COLUMNS`, a table's rows appended as soon as the table is timed), ``env.json``
 (``--ceilings``: device, driver, clocks, measured copy bandwidth and cuBLAS GEMM rates,
 datasheet values) and ``profile.csv`` (``--profile``: per-kernel device time from
 torch.profiler, :data:`PROFILE_COLUMNS`; with ``--ncu`` also DRAM bytes and SM throughput
@@ -63,6 +69,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DATASHEET_H100 = {"device": "H100 SXM", "bandwidth_gbytes_per_s": 3350.0, "fp32_tflops": 67.0, "tf32_tflops": 495.0}
 #: The method's minimums (DESIGN.md §6) and the L2 flush size.
 MIN_WARMUP, MIN_ITERS, FLUSH_MB = 10, 50, 256
+#: Rounds in which the implementations of a table are timed in turn (``--rounds``).
+ROUNDS = 5
 #: Size sweeps: batch at BATCH_SWEEP_FEATURES→BATCH_SWEEP_FEATURES, and features (K = M) at
 #: FEATURE_SWEEP_BATCH rows; the sizes are overridable (--batches, --features).
 SWEEP_BATCHES = (256, 1024, 4096)
@@ -182,6 +190,43 @@ def peer_precision(precision: str):
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
+def _flush_buffer(x, flush_mb: int):
+    """The L2 flush buffer of the timed calls on ``x``'s device: ``flush_mb`` MiB of float32
+    on a CUDA device; None on the CPU or for ``flush_mb`` 0 (no flush)."""
+    import torch
+    if not x.is_cuda or not flush_mb:
+        return None
+    return torch.empty(flush_mb * (1 << 20) // 4, device=x.device, dtype=torch.float32)
+
+
+def _timed_call(fn, x, flush) -> float:
+    """One timed call of ``fn(x)`` in ms, the protocol of :func:`time_cuda` and
+    :func:`time_round_robin`. CUDA tensor: ``flush.zero_()`` (the L2 flush, unless ``flush``
+    is None), a CUDA event before and after the call, a device synchronize. CPU tensor: the
+    host clock around the call."""
+    import time
+
+    import torch
+    if not x.is_cuda:
+        start = time.perf_counter()
+        fn(x)
+        return (time.perf_counter() - start) * 1e3
+    if flush is not None:
+        flush.zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn(x)
+    end.record()
+    torch.cuda.synchronize(x.device)
+    return start.elapsed_time(end)
+
+
+def _summary(times: list[float]) -> tuple[float, float, float]:
+    """(median, min, max) of a list of times (the median: the upper middle element)."""
+    times = sorted(times)
+    return times[len(times) // 2], times[0], times[-1]
+
+
 def time_cuda(fn, x, warmup: int = MIN_WARMUP, iters: int = MIN_ITERS, flush_mb: int = FLUSH_MB
               ) -> tuple[float, float, float]:
     """Time ``fn(x)``: (median, min, max) in ms over ``iters`` calls.
@@ -189,38 +234,111 @@ def time_cuda(fn, x, warmup: int = MIN_WARMUP, iters: int = MIN_ITERS, flush_mb:
     CUDA tensor: ``warmup`` untimed calls, then for each timed call a ``flush_mb`` MiB
     ``zero_()`` (L2 flush; 0 skips it), a CUDA event before and after the call and a device
     synchronize (KernelBench's timing loop). CPU tensor (a dry run of the harness): the host
-    clock around each call, no flush.
+    clock around each call, no flush. To time several implementations against each other,
+    :func:`time_round_robin` interleaves them.
 
     Raises:
         ValueError: ``iters`` < 1.
     """
-    import time
-
     import torch
     if iters < 1:
         raise ValueError(f"iters: expected >= 1, got {iters}")
     for _ in range(warmup):
         fn(x)
-    times = []
-    if not x.is_cuda:
-        for _ in range(iters):
-            start = time.perf_counter()
-            fn(x)
-            times.append((time.perf_counter() - start) * 1e3)
-    else:
-        flush = torch.empty(flush_mb * (1 << 20) // 4, device=x.device, dtype=torch.float32) if flush_mb else None
+    flush = _flush_buffer(x, flush_mb)
+    if x.is_cuda:
         torch.cuda.synchronize(x.device)
-        for _ in range(iters):
-            if flush is not None:
-                flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn(x)
-            end.record()
-            torch.cuda.synchronize(x.device)
-            times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2], times[0], times[-1]
+    return _summary([_timed_call(fn, x, flush) for _ in range(iters)])
+
+
+class TimingError(RuntimeError):
+    """A call of one implementation failed inside :func:`time_round_robin`; ``impl`` names it
+    (the cause is chained), so that the caller can drop it and time the others."""
+
+    def __init__(self, impl: str, exc: BaseException):
+        super().__init__(f"{impl}: {type(exc).__name__}: {exc}")
+        self.impl = impl
+
+
+def round_calls(iters: int, rounds: int) -> list[int]:
+    """Timed calls of one implementation in each round: ``iters // rounds``, one more in the
+    first ``iters % rounds`` rounds (7 over 3 rounds: 3, 2, 2); they add up to ``iters``.
+
+    Raises:
+        ValueError: ``rounds`` < 1, or ``iters`` < ``rounds`` (a round without calls).
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds: expected >= 1, got {rounds}")
+    if iters < rounds:
+        raise ValueError(f"iters: expected >= rounds ({rounds}) so that every round times each "
+                         f"implementation at least once, got {iters}")
+    return [iters // rounds + (r < iters % rounds) for r in range(rounds)]
+
+
+def _precision_context(precision):
+    """A context manager factory: ``peer_precision(precision)`` for a string, the factory
+    itself for a callable, no-op for None."""
+    if precision is None:
+        return contextlib.nullcontext
+    if isinstance(precision, str):
+        return lambda: peer_precision(precision)
+    if callable(precision):
+        return precision
+    raise TypeError(f"precision: expected a precision string, a context manager factory or None, "
+                    f"got {precision!r}")
+
+
+def time_round_robin(fns: dict, x, warmup: int = MIN_WARMUP, iters: int = MIN_ITERS, rounds: int = ROUNDS,
+                     flush_mb: int = FLUSH_MB) -> dict[str, tuple[float, float, float]]:
+    """Time several implementations of one computation against each other, interleaved:
+    impl → (median, min, max) in ms over ``iters`` calls each.
+
+    Args:
+        fns: impl name → (callable, precision): a precision string (the calls run under
+            :func:`peer_precision` of it), a context manager factory, or None. The impls are
+            timed in this order.
+        x: the input of every call.
+        warmup: untimed calls of each impl, all before the first round.
+        iters: timed calls of each impl, spread over the rounds (:func:`round_calls`).
+        rounds: each round times every impl in turn, for its share of ``iters`` calls in a
+            row; the impl's precision context is entered and left around each such block.
+        flush_mb: the L2 flush before each timed call (0: none).
+
+    Each timed call follows :func:`time_cuda`'s protocol (:func:`_timed_call`): on a CUDA
+    tensor an L2 flush, CUDA events and a synchronize; on a CPU tensor the host clock, no
+    flush. Timed one after the other, an implementation later in a table runs after the GPU's
+    clocks and temperature have drifted (on the H100 an equal implementation looked 2-3 %
+    slower there); in rounds, the drift falls on every implementation alike.
+
+    Raises:
+        ValueError: ``rounds`` < 1 or ``iters`` < ``rounds``.
+        TimingError: a call of one impl raised (its ``impl`` attribute names it).
+    """
+    import torch
+    counts = round_calls(iters, rounds)
+    contexts = {name: _precision_context(precision) for name, (_, precision) in fns.items()}
+
+    def calls(name, fn, n, timed, flush=None) -> list[float]:
+        try:
+            with contexts[name]():
+                if timed:
+                    return [_timed_call(fn, x, flush) for _ in range(n)]
+                for _ in range(n):
+                    fn(x)
+                return []
+        except Exception as exc:
+            raise TimingError(name, exc) from exc
+
+    for name, (fn, _) in fns.items():
+        calls(name, fn, warmup, timed=False)
+    flush = _flush_buffer(x, flush_mb)
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
+    times = {name: [] for name in fns}
+    for n in counts:
+        for name, (fn, _) in fns.items():
+            times[name] += calls(name, fn, n, timed=True, flush=flush)
+    return {name: _summary(t) for name, t in times.items()}
 
 
 def rel_err(y, y64) -> float:
@@ -229,13 +347,16 @@ def rel_err(y, y64) -> float:
     return (torch.linalg.vector_norm(y.double() - y64) / torch.linalg.vector_norm(y64)).item()
 
 
-def build_impl(impl: str, ref, precision: str):
+def build_impl(impl: str, ref, precision: str, reset: bool = True):
     """(callable, module whose state to reset or None) for one implementation, built from the
     reference model ``ref`` (its device, parameters and train/eval mode).
 
     Stages: :func:`fusedlib.from_reference`. eager: a copy of ``ref``. compile peers: a copy
     of ``ref`` under ``torch.compile(mode=..., dynamic=False)``, after ``torch._dynamo.reset()``
-    so that each table compiles afresh (no recompile limit, no dynamic-shape reuse).
+    (unless ``reset`` is False) so that each table compiles afresh (no recompile limit, no
+    dynamic-shape reuse). The bench builds a table's two compile peers side by side, both
+    kept for the round-robin: it resets once per table and passes ``reset=False``, since a
+    reset between them would drop the first one's compiled code.
     gemm_only: ``F.linear`` with ``ref``'s weight and bias.
     """
     import torch
@@ -250,7 +371,8 @@ def build_impl(impl: str, ref, precision: str):
     module = copy.deepcopy(ref)
     if impl == "eager":
         return module, module
-    torch._dynamo.reset()
+    if reset:
+        torch._dynamo.reset()
     return torch.compile(module, mode=COMPILE_MODES[impl], dynamic=False), module
 
 
@@ -577,7 +699,9 @@ def estimate_seconds(tables: list[Table], warmup: int, iters: int, profile: bool
     the SIMT path, 300 at tf32 and 100 at 3xtf32 on tensor cores; cuBLAS 50 at fp32 and
     330 at tf32 for the peers; 2.5 TB/s) plus 0.15 ms of flush and launch; 10 s per
     torch.compile, 30 s more per max-autotune of a new GEMM shape and precision; 1.5 s per
-    profiled implementation; 60 s to build the kernels on a fresh machine; 10 s start-up."""
+    profiled implementation; 60 s to build the kernels on a fresh machine; 10 s start-up.
+    The round-robin (``--rounds``) changes the order of the calls, not their number, so the
+    estimate does not depend on it."""
     from .costmodel import cost
     rates = {("stage", "fp32"): 20.0, ("stage", "tf32"): 300.0, ("stage", "3xtf32"): 100.0,
              ("peer", "fp32"): 50.0, ("peer", "tf32"): 330.0}
@@ -618,6 +742,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--stage nor --impl): all; with both, their union")
     p.add_argument("--iters", type=int, default=MIN_ITERS, help=f"timed calls (method: >= {MIN_ITERS})")
     p.add_argument("--warmup", type=int, default=MIN_WARMUP, help=f"untimed calls first (method: >= {MIN_WARMUP})")
+    p.add_argument("--rounds", type=int, default=ROUNDS,
+                   help=f"the implementations of a table are timed in turn, in this many rounds of about "
+                        f"iters/rounds calls each, so that GPU clock drift falls on all alike (default "
+                        f"{ROUNDS}; >= 1 and at most --iters)")
     p.add_argument("--seed", type=int, default=0, help="seed of the model parameters and inputs")
     p.add_argument("--out", type=Path, help="bench.csv to write (default results/<gpu>/bench.csv); "
                    "env.json, profile.csv and sources.json go next to it")
@@ -672,6 +800,11 @@ def main(args) -> int:
         tables = plan_tables(*_selection(args))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.rounds < 1 or args.iters < args.rounds:
+        print(f"error: --rounds {args.rounds} --iters {args.iters}: expected 1 <= --rounds <= --iters "
+              f"(every round times each implementation at least once; --rounds defaults to {ROUNDS})",
+              file=sys.stderr)
         return 2
     if args.list:
         for t in tables:
@@ -758,8 +891,8 @@ def bench_input(shape, seed: int = 0):
 
 
 def _run(tables: list[Table], args, env: dict, out: Path, profile_csv: Path) -> int:
-    """Time every table, appending each row as soon as it is measured; returns the number
-    of failed measurements (each reported as a warning)."""
+    """Time every table (:func:`_time_table`), appending each row as soon as its table is
+    measured; returns the number of failed measurements (each reported as a warning)."""
     import gc
 
     import torch
@@ -794,41 +927,89 @@ def _run(tables: list[Table], args, env: dict, out: Path, profile_csv: Path) -> 
                 z64 = torch.nn.functional.linear(x64, ref64.gemm.weight, ref64.gemm.bias)
                 del ref64, x64
             y_key = (problem, shape, table.mode)
-        for impl in table.impls:
-            bar.set_postfix_str(f"{problem} {shape} {table.mode} {table.precision} {impl}", refresh=False)
-            try:
-                _measure(table, impl, ref, state0, x, z64 if impl == "gemm_only" else y64, args, env, out,
-                         profile_csv)
-            except Exception as exc:  # e.g. a torch.compile failure: warn, skip the row, go on
-                failures += 1
-                tqdm.write(f"warning: {impl} at {problem} {shape} {table.mode} {table.precision} failed: "
-                           f"{type(exc).__name__}: {str(exc)[:800]}", file=sys.stderr)
-            bar.update(1)
+        failures += _time_table(table, ref, state0, x, y64, z64, args, env, out, profile_csv, bar)
+        if any(i in COMPILE_MODES for i in table.impls):
+            torch._dynamo.reset()  # let go of the table's compiled graphs
+        gc.collect()
         if args.device == "cuda":
             torch.cuda.empty_cache()
     bar.close()
     return failures
 
 
-def _measure(table: Table, impl: str, ref, state0: dict, x, y64, args, env: dict, out: Path,
-             profile_csv: Path) -> None:
-    """Error call, timing and (``--profile``) profile of one implementation in one table;
-    the bench row is appended before profiling starts."""
+def _time_table(table: Table, ref, state0: dict, x, y64, z64, args, env: dict, out: Path, profile_csv: Path,
+                bar) -> int:
+    """One table: (1) build every implementation and make its error call (module state reset
+    to ``state0`` first; the reference is ``z64`` for gemm_only, ``y64`` otherwise); (2) time
+    the ones that passed (1) together, :func:`time_round_robin` in ``args.rounds`` rounds;
+    (3) append their rows in the table's order; (4) with ``--profile``, profile each in turn.
+    Peers run under :func:`peer_precision` at the table's precision, stages at "fp32". An
+    implementation that fails is warned about and skipped, the others go on; returns the
+    number of failures."""
     import torch
-    fn, module = build_impl(impl, ref, table.precision)
-    with peer_precision(table.precision if impl in PEER_IMPLS else "fp32"), torch.no_grad():
-        if module is not None:
-            module.load_state_dict(state0)  # every implementation's error call starts from one state
-        error = rel_err(fn(x), y64)
-        if not args.profile_only:
-            times = time_cuda(fn, x, args.warmup, args.iters)
-            append_row(out, make_row(table.problem, table.shape, table.mode, table.precision, impl, times,
-                                     args.iters, error, env))
+    from tqdm import tqdm
+
+    def warn(impl, exc, what="failed"):
+        cause = exc.__cause__ if isinstance(exc, TimingError) and exc.__cause__ is not None else exc
+        tqdm.write(f"warning: {impl} at {table.problem} {table.shape} {table.mode} {table.precision} {what}: "
+                   f"{type(cause).__name__}: {str(cause)[:800]}", file=sys.stderr)
+
+    where = f"{table.problem} {table.shape} {table.mode} {table.precision}"
+    failures, built, errors = 0, {}, {}
+    if any(i in COMPILE_MODES for i in table.impls):
+        torch._dynamo.reset()  # the table's compile peers compile afresh (build_impl(reset=False) below)
+    for impl in table.impls:   # (1) build, error call
+        bar.set_postfix_str(f"{where} {impl}: build", refresh=False)
+        precision = table.precision if impl in PEER_IMPLS else "fp32"
+        try:
+            fn, module = build_impl(impl, ref, table.precision, reset=False)
+            with peer_precision(precision), torch.no_grad():
+                if module is not None:
+                    module.load_state_dict(state0)  # every implementation's error call starts from one state
+                errors[impl] = rel_err(fn(x), z64 if impl == "gemm_only" else y64)
+            built[impl] = (fn, precision)
+        except Exception as exc:  # e.g. a torch.compile failure: warn, skip the row, go on
+            failures += 1
+            warn(impl, exc)
+            bar.update(1)
+    if not args.profile_only:  # (2) time round-robin, (3) rows
+        times = {}
+        while built:
+            bar.set_postfix_str(f"{where}: {len(built)} impls round-robin", refresh=False)
+            try:
+                with torch.no_grad():
+                    times = time_round_robin(built, x, args.warmup, args.iters, args.rounds)
+                break
+            except TimingError as exc:  # drop the failing implementation, time the others again
+                failures += 1
+                warn(exc.impl, exc, "failed while timed")
+                del built[exc.impl]
+                bar.update(1)
+            except Exception as exc:  # not one implementation's call: the table's timing failed
+                failures += len(built)
+                for impl in built:
+                    warn(impl, exc, "not timed")
+                bar.update(len(built))
+                built = {}
+        for impl in built:
+            append_row(out, make_row(table.problem, table.shape, table.mode, table.precision, impl, times[impl],
+                                     args.iters, errors[impl], env))
+    for impl, (fn, precision) in built.items():  # (4) profiles
         if args.profile:
-            ncu = None
-            if args.ncu:
-                try:
-                    ncu = run_ncu(table, impl, args.seed)
-                except RuntimeError as exc:
-                    print(f"\nwarning: ncu for {impl} at {table.problem} {table.shape}: {exc}", file=sys.stderr)
-            append_rows(profile_csv, profile_rows(table, impl, profile_kernels(fn, x), ncu), PROFILE_COLUMNS)
+            bar.set_postfix_str(f"{where} {impl}: profile", refresh=False)
+            try:
+                ncu = None
+                if args.ncu:
+                    try:
+                        ncu = run_ncu(table, impl, args.seed)
+                    except RuntimeError as exc:
+                        tqdm.write(f"warning: ncu for {impl} at {table.problem} {table.shape}: {exc}",
+                                   file=sys.stderr)
+                with peer_precision(precision), torch.no_grad():
+                    kernels = profile_kernels(fn, x)
+                append_rows(profile_csv, profile_rows(table, impl, kernels, ncu), PROFILE_COLUMNS)
+            except Exception as exc:
+                failures += 1
+                warn(impl, exc, "profile failed")
+        bar.update(1)
+    return failures

@@ -1,6 +1,7 @@
 """Benchmark harness parts that run without a GPU: CSV contracts, rows, plans, scoped TF32,
 Nsight Compute parsing, and a dry run of the whole loop on the CPU stage algebra."""
 import argparse
+import contextlib
 import csv
 
 import pytest
@@ -234,7 +235,7 @@ def test_dry_run_of_the_whole_harness_on_cpu(tmp_path):
     import pandas as pd
     out = tmp_path / "bench.csv"
     argv = ["bench", "--device", "cpu", "--out", str(out), "--problem", "84,39", "--shape", "9x40->24",
-            "--impl", "naive,fused,eager,gemm_only", "--iters", "3", "--warmup", "1"]
+            "--impl", "naive,fused,eager,gemm_only", "--iters", "3", "--warmup", "1", "--rounds", "2"]
     assert cli.main(argv) == 0
     df = pd.read_csv(out, dtype={"problem": str})
     assert list(df.columns) == bench.COLUMNS
@@ -251,6 +252,124 @@ def test_dry_run_of_the_whole_harness_on_cpu(tmp_path):
     assert cli.main(argv + ["--fresh", "--mode", "eval", "--precision", "fp32"]) == 0
     assert len(pd.read_csv(out)) == 2 * 4
     assert cli.main(["bench", "--device", "cpu"]) == 2  # a dry run needs --out
+
+
+@pytest.mark.parametrize("rounds", ["0", "4"])
+def test_rounds_out_of_range_exit_2_naming_the_option(tmp_path, capsys, rounds):
+    """--rounds must be >= 1 and at most --iters; the default 5 needs --iters >= 5."""
+    argv = ["bench", "--device", "cpu", "--out", str(tmp_path / "bench.csv"), "--shape", "9x40->24",
+            "--problem", "84", "--impl", "fused", "--precision", "fp32", "--mode", "train", "--iters", "3",
+            "--warmup", "1"]
+    assert cli.main(argv + ["--rounds", rounds]) == 2
+    assert "--rounds" in capsys.readouterr().err
+    assert cli.main(argv) == 2                          # default --rounds 5 > --iters 3
+    assert "--rounds" in capsys.readouterr().err
+    assert not (tmp_path / "bench.csv").exists()
+    assert _args().rounds == bench.ROUNDS == 5
+
+
+def _recorder(log, name, result=None):
+    def fn(x):
+        log.append(name)
+        return result
+    return fn
+
+
+def test_round_robin_interleaves_every_impl_in_blocks_per_round():
+    log = []
+    fns = {name: (_recorder(log, name), "fp32") for name in ("a", "b", "c")}
+    times = bench.time_round_robin(fns, torch.zeros(2), warmup=2, iters=6, rounds=3)
+    assert list(times) == ["a", "b", "c"]
+    assert all(len(t) == 3 and t[1] <= t[0] <= t[2] and t[1] >= 0 for t in times.values())
+    assert {name: log.count(name) for name in fns} == {"a": 8, "b": 8, "c": 8}       # warmup + iters each
+    assert log[:6] == ["a", "a", "b", "b", "c", "c"]                                   # warm-ups first
+    assert log[6:] == ["a", "a", "b", "b", "c", "c"] * 3                               # then 3 rounds of 2
+
+
+def test_round_robin_spreads_the_remainder_over_the_first_rounds():
+    log = []
+    fns = {name: (_recorder(log, name), None) for name in ("a", "b")}
+    bench.time_round_robin(fns, torch.zeros(2), warmup=0, iters=7, rounds=3)
+    assert log == ["a"] * 3 + ["b"] * 3 + ["a"] * 2 + ["b"] * 2 + ["a"] * 2 + ["b"] * 2
+    assert bench.round_calls(7, 3) == [3, 2, 2] and bench.round_calls(50, 5) == [10] * 5
+    assert bench.round_calls(5, 5) == [1] * 5 and sum(bench.round_calls(53, 5)) == 53
+
+
+def test_round_robin_rejects_bad_rounds():
+    fns = {"a": (lambda x: x, None)}
+    with pytest.raises(ValueError, match="rounds"):
+        bench.time_round_robin(fns, torch.zeros(2), warmup=0, iters=5, rounds=0)
+    with pytest.raises(ValueError, match="iters"):
+        bench.time_round_robin(fns, torch.zeros(2), warmup=0, iters=4, rounds=5)
+
+
+def test_round_robin_runs_each_impl_in_its_own_precision():
+    """Each impl's calls (warm-ups and every round) run inside its own context: a precision
+    string goes through peer_precision, a factory is entered per round."""
+    seen, entered = [], []
+
+    @contextlib.contextmanager
+    def marked():
+        entered.append("c")
+        yield
+
+    def probe(name):
+        return lambda x: seen.append((name, torch.backends.cuda.matmul.allow_tf32))
+    before = torch.backends.cuda.matmul.allow_tf32
+    fns = {"a": (probe("a"), "tf32"), "b": (probe("b"), "fp32"), "c": (lambda x: None, marked)}
+    bench.time_round_robin(fns, torch.zeros(2), warmup=1, iters=4, rounds=2)
+    assert {flag for name, flag in seen if name == "a"} == {True}
+    assert {flag for name, flag in seen if name == "b"} == {False}
+    assert len(seen) == 2 * 5 and entered == ["c"] * 3       # warm-up block + one per round
+    assert torch.backends.cuda.matmul.allow_tf32 == before
+
+
+def test_round_robin_names_the_failing_impl():
+    def boom(x):
+        raise RuntimeError("kernel failed")
+    fns = {"a": (lambda x: None, None), "b": (boom, "fp32")}
+    with pytest.raises(bench.TimingError, match="kernel failed") as info:
+        bench.time_round_robin(fns, torch.zeros(2), warmup=1, iters=2, rounds=1)
+    assert info.value.impl == "b" and isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_time_cuda_on_the_cpu_calls_warmup_plus_iters():
+    log = []
+    med, lo, hi = bench.time_cuda(_recorder(log, "a"), torch.zeros(2), warmup=2, iters=5)
+    assert len(log) == 7 and 0 <= lo <= med <= hi
+    with pytest.raises(ValueError, match="iters"):
+        bench.time_cuda(_recorder(log, "a"), torch.zeros(2), warmup=0, iters=0)
+
+
+def test_dry_run_skips_failing_impls_and_times_the_others(tmp_path, monkeypatch, capsys):
+    """An implementation that fails at its build or error call, or only while timed, is warned
+    about and left out; the others of the table are timed and appended in the table's order."""
+    import pandas as pd
+    build = bench.build_impl
+
+    def flaky(impl, ref, precision, reset=True):
+        if impl == "eager":
+            raise RuntimeError("no eager today")
+        fn, module = build(impl, ref, precision, reset)
+        if impl != "fold":
+            return fn, module
+        calls = []
+
+        def once(x):  # the error call passes, the timed calls fail
+            calls.append(1)
+            if len(calls) > 1:
+                raise RuntimeError("fold broke while timed")
+            return fn(x)
+        return once, module
+    monkeypatch.setattr(bench, "build_impl", flaky)
+    out = tmp_path / "bench.csv"
+    assert cli.main(["bench", "--device", "cpu", "--out", str(out), "--problem", "84", "--shape", "9x40->24",
+                     "--impl", "naive,fold,fused,eager,gemm_only", "--mode", "train", "--precision", "fp32",
+                     "--iters", "4", "--warmup", "1", "--rounds", "2"]) == 0
+    err = capsys.readouterr()
+    assert "no eager today" in err.err and "fold broke while timed" in err.err and "2 measurement(s) failed" in err.out
+    df = pd.read_csv(out, dtype={"problem": str})
+    assert list(df.impl) == ["naive", "fused", "gemm_only"] and (df.iters == 4).all()
 
 
 def test_sources_stamp_keeps_one_kernel_version_per_csv(tmp_path):
@@ -274,7 +393,8 @@ def test_sources_stamp_keeps_one_kernel_version_per_csv(tmp_path):
     with pytest.raises(ValueError, match="no sources.json"):
         bench.stamp_sources(out)
     argv = ["bench", "--device", "cpu", "--out", str(out), "--shape", "9x40->24", "--problem", "84",
-            "--impl", "fused", "--precision", "fp32", "--mode", "train", "--iters", "3", "--warmup", "1"]
+            "--impl", "fused", "--precision", "fp32", "--mode", "train", "--iters", "3", "--warmup", "1",
+            "--rounds", "3"]
     assert cli.main(argv) == 2                              # refused: unknown sources
     assert cli.main(argv + ["--fresh"]) == 0 and stamp.exists()
 
