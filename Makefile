@@ -1,4 +1,5 @@
-# fusedlib: `make demo` runs the main job, `make test` the test suite; both set up .venv first.
+# fusedlib: `make demo` runs the main job, `make test` the test suite, `make lab` opens the course in
+# JupyterLab; all set up .venv first.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,7 +7,7 @@ STAMP := $(VENV)/.installed
 PIPQ ?= -q
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: venv test demo notebooks figures slides check-gpu results kernels clean
+.PHONY: venv test demo notebooks lab figures slides check-gpu results kernels clean
 
 venv: $(STAMP)
 
@@ -55,6 +56,12 @@ ifeq ($(HAS_GPU),1)
 else
 	$(BIN)/python notebooks/run_all.py --out build/notebooks
 endif
+
+# The course in JupyterLab, with the project's environment (.venv; jupyterlab comes with the
+# notebooks extra's `jupyter`). Extra options: make lab LAB_ARGS="--no-browser --port 8890".
+LAB_ARGS ?=
+lab: venv
+	$(BIN)/python -m jupyter lab notebooks/ $(LAB_ARGS)
 
 # Figures (PNG, SVG, PDF) into figures/ and the README tables, from the committed results.
 figures: venv

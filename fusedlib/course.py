@@ -79,16 +79,83 @@ def prediction(impl: str, problem: str, shape: str | None = None, mode: str = "t
 
 def kernel_source(stage: str, start: str | None = None, end: str | None = None, after: int = 0) -> str:
     """The stage's CUDA file (a stage name or a file in fusedlib/kernels), or the lines from
-    the first one containing ``start`` up to the next one containing ``end`` and ``after``
-    more lines, as a Markdown ```cuda block."""
+    the first one containing ``start`` up to the next one containing ``end`` (the end of the
+    file without ``end``) and ``after`` more lines, as a Markdown ```cuda block.
+
+    Raises:
+        FileNotFoundError: no such stage or kernel file.
+        ValueError: ``start`` or ``end`` is given and no line (after ``start``) contains it.
+    """
     from .build import KERNEL_DIR, STAGE_FILES
-    text = (KERNEL_DIR / (STAGE_FILES.get(stage, stage))).read_text()
+    name = STAGE_FILES.get(stage, stage)
+    text = (KERNEL_DIR / name).read_text()
     lines = text.splitlines()
     if start:
-        i = next(k for k, line in enumerate(lines) if start in line)
-        j = next((k for k, line in enumerate(lines[i + 1:], i + 1) if end and end in line), len(lines) - 1)
+        i = next((k for k, line in enumerate(lines) if start in line), None)
+        if i is None:
+            raise ValueError(f"kernel_source: no line of {name} contains the start marker {start!r}")
+        j = len(lines) - 1
+        if end:
+            j = next((k for k, line in enumerate(lines[i + 1:], i + 1) if end in line), None)
+            if j is None:
+                raise ValueError(f"kernel_source: no line of {name} after {start!r} contains the end marker {end!r}")
         lines = lines[i:j + 1 + after]
+    elif end:
+        raise ValueError("kernel_source: an end marker needs a start marker")
     return "```cuda\n" + "\n".join(lines) + "\n```"
+
+
+#: GPUs of each compute capability the engine's path table shows (:func:`gemm_paths_table`).
+GPU_EXAMPLES = {(7, 5): "T4, RTX 20", (8, 0): "A100", (8, 6): "A10, RTX 30", (8, 9): "L4, L40S, RTX 40",
+                (9, 0): "H100, H200", (10, 0): "B200", (12, 0): "RTX 50"}
+
+
+def gemm_paths_table(capabilities=tuple(GPU_EXAMPLES), k: int | None = None):
+    """The GEMM path (mainloop) each precision runs on each compute capability by default, as
+    :func:`fusedlib.engine.select_path` chooses it with ``FUSEDLIB_GEMM_PATH`` unset: one row
+    per capability (``sm_XY`` and example GPUs), one column per precision; "unsupported" where
+    it raises :class:`~fusedlib.engine.UnsupportedPrecision`. ``k``: in_features (None: any
+    multiple of 4; the wgmma path needs K % 4 == 0)."""
+    import pandas as pd
+
+    from . import engine
+    from .algebra import PRECISIONS
+    rows = []
+    for cap in capabilities:
+        row = {"arch": f"sm_{cap[0]}{cap[1]}{'a' if cap == (9, 0) else ''}", "GPUs": GPU_EXAMPLES.get(tuple(cap), "")}
+        for precision in PRECISIONS:
+            try:
+                row[precision] = engine.select_path(precision, cap, k=k, forced="auto")
+            except engine.UnsupportedPrecision:
+                row[precision] = "unsupported"
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("arch")
+
+
+def prediction_by_precision(stage: str, problem: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "train",
+                            gpu: str = "h100"):
+    """(table, {precision: predicted ms}) of ``stage`` for ``problem`` at its KernelBench
+    shape: one row per pass of the cost model (:func:`prediction`), its GFLOP and, for each
+    precision, the MB it moves (read + written) and its ms at its roof; NaN where a pass does
+    not exist at that precision (the TF32 split of X, 3xtf32 only)."""
+    import pandas as pd
+    tables, totals = {}, {}
+    for precision in precisions:
+        tables[precision], totals[precision] = prediction(stage, problem, None, mode, precision, gpu)
+    order: list[str] = []
+    for t in tables.values():  # the union of the passes, each in launch order
+        names = list(t["pass"])
+        for i, name in enumerate(names):
+            if name not in order:
+                later = next((order.index(n) for n in names[i + 1:] if n in order), len(order))
+                order.insert(later, name)
+    out = pd.DataFrame(index=pd.Index(order, name="pass"))
+    out["GFLOP"] = pd.concat([t.set_index("pass")["GFLOP"] for t in tables.values()], axis=1).max(axis=1)
+    for precision, t in tables.items():
+        out[f"MB {precision}"] = (t["MB read"] + t["MB written"]).set_axis(t["pass"])
+    for precision, t in tables.items():
+        out[f"ms {precision}"] = t.set_index("pass")["ms at its roof"]
+    return out, totals
 
 
 def measured(impls=None, gpu: str = "h100"):
@@ -125,8 +192,10 @@ def _peer_precision(precision: str) -> str:
 
 def measurement_table(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100"):
     """Median ms of ``stage`` and its peers at the KernelBench shapes, one row per problem and
-    precision, with the cost model's prediction beside them; None without bench.csv.
-    3xtf32 rows compare with the fp32 peers (same accuracy class)."""
+    precision, with the cost model's prediction beside them; None without bench.csv. A
+    combination the committed run did not time has NaN in its measured columns (shown as
+    :data:`NOT_MEASURED` by :func:`measurement_view`). 3xtf32 rows compare with the fp32 peers
+    (same accuracy class)."""
     import pandas as pd
     bench = measured(gpu=gpu)
     if bench is None:
@@ -136,16 +205,31 @@ def measurement_table(stage: str, precisions=("fp32",), mode: str = "train", gpu
     for problem in PROBLEMS:
         for precision in precisions:
             mine = kb[(kb.problem == problem) & (kb.impl == stage) & (kb.precision == precision)]
-            if mine.empty:
-                continue
             peers = kb[(kb.problem == problem) & (kb.precision == _peer_precision(precision))].set_index("impl").median_ms
             row = {"problem": problem, "precision": precision,
                    "predicted ms": prediction(stage, problem, None, mode, precision, gpu)[1],
-                   f"{stage} ms": float(mine.median_ms.iloc[0]), "rel_err": float(mine.rel_err.iloc[0])}
+                   f"{stage} ms": float(mine.median_ms.iloc[0]) if len(mine) else float("nan"),
+                   "rel_err": float(mine.rel_err.iloc[0]) if len(mine) else float("nan")}
             for peer in PEERS:
                 row[f"{peer} ms"] = float(peers[peer]) if peer in peers else float("nan")
             rows.append(row)
     return pd.DataFrame(rows) if rows else None
+
+
+#: What a measurement table or sentence shows for a combination the committed run did not time.
+NOT_MEASURED = "not measured yet"
+
+
+def measurement_view(table):
+    """:func:`measurement_table` for display: times rounded to 4 decimals, the relative error
+    in scientific notation, :data:`NOT_MEASURED` where the committed run has no number."""
+    out = table.copy().astype(object)
+    for col in table.columns:
+        if col in ("problem", "precision"):
+            continue
+        fmt = "{:.1e}" if col == "rel_err" else "{:.4f}"
+        out[col] = [fmt.format(v) if v == v else NOT_MEASURED for v in table[col]]
+    return out
 
 
 def _versus(other: float, t: float) -> str:
@@ -166,6 +250,10 @@ def measurement_md(stage: str, precisions=("fp32",), mode: str = "train", gpu: s
     lines = []
     for d in table.to_dict("records"):
         t = d[f"{stage} ms"]
+        if t != t:  # NaN: not in the committed run
+            lines.append(f"- **{d['problem']}**, {d['precision']}: {NOT_MEASURED} ({d['predicted ms']:.3f} ms "
+                         "predicted).")
+            continue
         parts = [f"**{d['problem']}**, {d['precision']}: **{t:.3f} ms** measured, {d['predicted ms']:.3f} ms "
                  f"predicted ({t / d['predicted ms']:.2f}× the prediction)"]
         if previous is not None:
@@ -185,6 +273,35 @@ def measurement_md(stage: str, precisions=("fp32",), mode: str = "train", gpu: s
     head = (f"Committed run on the {bench.gpu.iloc[0]} ({mode} mode, KernelBench shapes; 3xtf32 is compared "
             f"with the fp32 peers):" if len(bench) and "gpu" in bench else "Committed run:")
     return head + "\n\n" + "\n".join(lines)
+
+
+def ladder_md(precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: str = "h100") -> str:
+    """The ladder in words (Markdown): for each problem at its KernelBench shape and each
+    precision, the committed median of every stage in order (:data:`NOT_MEASURED` where the run
+    has none), then eager PyTorch and the GEMM alone at the peers' precision (fp32 for 3xtf32).
+    A line for a problem and precision without any stage row says so; without bench.csv, one
+    sentence saying that."""
+    from .algebra import STAGES
+    bench = measured(gpu=gpu)
+    if bench is None:
+        return f"*{NO_RESULTS} (results/{gpu}/bench.csv).*"
+    kb = at_presets(bench, mode)
+    lines = []
+    for problem in PROBLEMS:
+        for precision in precisions:
+            mine = kb[(kb.problem == problem) & (kb.precision == precision)].set_index("impl").median_ms
+            peer = _peer_precision(precision)
+            peers = kb[(kb.problem == problem) & (kb.precision == peer)].set_index("impl").median_ms
+            if not any(s in mine for s in STAGES):
+                lines.append(f"- **{problem}**, {precision}: {NOT_MEASURED}.")
+                continue
+            steps = " → ".join(f"`{s}` {mine[s]:.3f}" if s in mine else f"`{s}` {NOT_MEASURED}" for s in STAGES)
+            refs = [f"{label} {peer} {float(peers[impl]):.3f} ms" for impl, label in
+                    (("eager", "eager"), ("gemm_only", "GEMM alone")) if impl in peers]
+            lines.append(f"- **{problem}**, {precision}: {steps} ms" + (f" (" + ", ".join(refs) + ")" if refs else "")
+                         + ".")
+    gpu_name = f" on the {bench.gpu.iloc[0]}" if "gpu" in bench and len(bench) else ""
+    return f"Committed run{gpu_name}, {mode} mode, KernelBench shapes, median ms:\n\n" + "\n".join(lines)
 
 
 def profile_table(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100"):

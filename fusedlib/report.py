@@ -19,7 +19,8 @@ TABLE_BEGIN, TABLE_END = "<!-- results-table:begin -->", "<!-- results-table:end
 
 def validation_summary(path: Path) -> str:
     """Markdown summary of one validation record: environment, pass counts and the largest
-    normwise relative error per precision and input kind, sanitizer and determinism results.
+    normwise relative error per GEMM path (where the record names it), precision and input
+    kind, sanitizer (per stage and path) and determinism results.
 
     Raises:
         FileNotFoundError: no such record. KeyError: the file is not a validation record.
@@ -30,16 +31,18 @@ def validation_summary(path: Path) -> str:
     env = record["environment"]
     cases = pd.DataFrame(record["cases"])
     cases["inputs"] = cases["input_kind"].where(cases["input_kind"] == "offset", "rand/randn")
-    table = (cases.groupby(["precision", "inputs"], sort=False)
+    if "path" not in cases:
+        cases["path"] = "—"
+    table = (cases.groupby(["path", "precision", "inputs"], sort=False)
              .agg(cases=("passed", "size"), passed=("passed", "sum"), max_rel_err=("rel_err", "max"),
                   max_budget=("budget", "max")).reset_index())
     lines = [f"GPU validation on {env['gpu']} (driver {env['driver']}, torch {env['torch']}, CUDA {env['cuda']}): "
              f"{int(cases['passed'].sum())} of {len(cases)} cases pass "
              f"(`{Path(path).relative_to(ROOT).as_posix()}`).", "",
-             "| precision | inputs | cases | passed | max normwise rel. error | max budget |",
-             "|---|---|---|---|---|---|"]
+             "| GEMM path | precision | inputs | cases | passed | max normwise rel. error | max budget |",
+             "|---|---|---|---|---|---|---|"]
     for row in table.itertuples(index=False):
-        lines.append(f"| {row.precision} | {row.inputs} | {row.cases} | {row.passed} | "
+        lines.append(f"| {row.path} | {row.precision} | {row.inputs} | {row.cases} | {row.passed} | "
                      f"{row.max_rel_err:.1e} | {row.max_budget:.1e} |")
     failed = cases[~cases["passed"]]
     if len(failed):
@@ -47,7 +50,8 @@ def validation_summary(path: Path) -> str:
         for row in failed.itertuples(index=False):
             lines.append(f"- {row.problem} {row.stage} {row.mode} {row.precision} {row.shape} seed {row.seed} "
                          f"({row.input_kind}): {row.rel_err:.2e} > budget {row.budget:.1e}")
-    tools = ", ".join(f"{s['tool']}/{s['stage']}: {s['errors']}" for s in record["sanitizer"])
+    tools = ", ".join(f"{s['tool']}/{s['stage']}" + (f"/{s['path']}" if "path" in s else "") + f": {s['errors']}"
+                      for s in record["sanitizer"])
     same = all(d["bit_identical"] for d in record["determinism"])
     lines += ["", f"compute-sanitizer errors: {tools}.",
               f"Ten reruns on the same input bit-identical: {'yes' if same else 'no'} "

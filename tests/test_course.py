@@ -1,4 +1,7 @@
-"""The notebooks' summation-order emulation (fusedlib.course.ffma_chain_matmul)."""
+"""The notebooks' helpers (fusedlib.course): summation-order and accumulation emulation, kernel
+sources (every call in the notebooks resolves), the engine's path table, predictions and measurements."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -102,3 +105,134 @@ def test_ncu_table_reads_the_committed_report():
     assert t.loc["Grid Size", cublas[0]] == 132                 # cuBLAS: one persistent wave
     with pytest.raises(FileNotFoundError):
         course.ncu_table("no-such-report.csv")
+
+
+# ---------------------------------------------------------------- kernel sources in the notebooks
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _kernel_source_calls(path):
+    """Every ``course.kernel_source(...)`` call in the notebook's code cells, as (args, kwargs)
+    of literals (IPython magics and shell lines left out before parsing)."""
+    import ast
+    import json
+    calls = []
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(code)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "kernel_source"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "course"):
+                calls.append(([ast.literal_eval(a) for a in node.args],
+                              {k.arg: ast.literal_eval(k.value) for k in node.keywords}))
+    return calls
+
+
+def test_the_notebooks_show_kernel_sources():
+    assert NOTEBOOKS and sum(len(_kernel_source_calls(p)) for p in NOTEBOOKS) >= 15
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_kernel_source_call_in_the_notebooks_resolves(path):
+    """Each call names an existing file and finds its start and end markers (kernel_source
+    raises otherwise), and the excerpt begins at the start marker and reaches the end marker."""
+    for args, kwargs in _kernel_source_calls(path):
+        text = course.kernel_source(*args, **kwargs)
+        body = text.removeprefix("```cuda\n").removesuffix("\n```").splitlines()
+        start = args[1] if len(args) > 1 else kwargs.get("start")
+        end = args[2] if len(args) > 2 else kwargs.get("end")
+        if start:
+            assert start in body[0], (path.name, start)
+        if end:
+            after = kwargs.get("after", args[3] if len(args) > 3 else 0)
+            assert end in body[len(body) - 1 - after], (path.name, end, after)
+
+
+def test_kernel_source_raises_on_a_missing_marker():
+    whole = course.kernel_source("fused")
+    assert whole.startswith("```cuda\n") and "fl_fused_forward" in whole
+    with pytest.raises(ValueError, match="start marker"):
+        course.kernel_source("gemm.cuh", "no such line in the file")
+    with pytest.raises(ValueError, match="end marker"):
+        course.kernel_source("gemm.cuh", "template <class Epi>", "no such line in the file")
+    with pytest.raises(FileNotFoundError):
+        course.kernel_source("no_such_file.cuh")
+
+
+# ---------------------------------------------------------------- engine paths and predictions
+def test_gemm_paths_table_follows_the_engine():
+    t = course.gemm_paths_table()
+    assert list(t.columns) == ["GPUs", "fp32", "tf32", "3xtf32"]
+    assert (t["fp32"] == "simt").all()
+    assert t.loc["sm_75", "tf32"] == t.loc["sm_75", "3xtf32"] == "unsupported"
+    assert t.loc["sm_90a", "tf32"] == t.loc["sm_90a", "3xtf32"] == "wgmma"
+    for arch in ("sm_80", "sm_86", "sm_89", "sm_100", "sm_120"):
+        assert t.loc[arch, "tf32"] == t.loc[arch, "3xtf32"] == "mma"
+    assert course.gemm_paths_table([(9, 0)], k=3).loc["sm_90a", "tf32"] == "mma"   # TMA needs K % 4 == 0
+
+
+def test_gemm_paths_table_ignores_the_switch(monkeypatch):
+    """The table shows the default choice, whatever FUSEDLIB_GEMM_PATH says."""
+    monkeypatch.setenv("FUSEDLIB_GEMM_PATH", "mma")
+    assert course.gemm_paths_table([(9, 0)]).loc["sm_90a", "tf32"] == "wgmma"
+
+
+def test_prediction_by_precision_matches_prediction():
+    table, ms = course.prediction_by_precision("naive", "84")
+    for precision in ("fp32", "tf32", "3xtf32"):
+        passes, total = course.prediction("naive", "84", precision=precision)
+        assert ms[precision] == pytest.approx(total)
+        assert table[f"ms {precision}"].sum() == pytest.approx(total)
+        assert table[f"MB {precision}"].notna().sum() == len(passes)
+    split = [name for name in table.index if "split" in name]
+    assert len(split) == 1 and table.index[0] == split[0]           # launched first
+    assert table.loc[split[0], ["ms fp32", "ms tf32"]].isna().all() and table.loc[split[0], "ms 3xtf32"] > 0
+
+
+def test_measurement_table_marks_what_was_not_measured(tmp_path, monkeypatch):
+    """A stage × precision missing from bench.csv gives a row with NaN times, shown as
+    NOT_MEASURED, and a sentence that says so; the measured rows keep their numbers."""
+    import pandas as pd
+    bench = course.measured()
+    if bench is None or course.at_presets(bench).query("impl == 'fold' and precision == 'fp32'").empty:
+        pytest.skip("no committed fold fp32 timings at the KernelBench shapes")
+    bench[~((bench.impl == "fold") & (bench.precision == "tf32"))].to_csv(tmp_path / "bench.csv", index=False)
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    table = course.measurement_table("fold", ("fp32", "tf32"))
+    assert len(table) == 2 * len(course.PROBLEMS)
+    tf32, fp32 = table[table.precision == "tf32"], table[table.precision == "fp32"]
+    assert tf32["fold ms"].isna().all() and fp32["fold ms"].notna().all()
+    assert (table["predicted ms"] > 0).all()
+    view = course.measurement_view(table)
+    assert (view.loc[tf32.index, "fold ms"] == course.NOT_MEASURED).all()
+    assert not (view.loc[fp32.index, "fold ms"] == course.NOT_MEASURED).any()
+    text = course.measurement_md("fold", ("fp32", "tf32"))
+    assert text.count(course.NOT_MEASURED) == len(course.PROBLEMS)
+    assert pd.isna(table["rel_err"]).sum() == len(course.PROBLEMS)
+
+
+def test_ladder_md_lists_every_stage_in_order(tmp_path, monkeypatch):
+    """One line per problem and precision, the stages in ladder order; a stage missing from
+    bench.csv reads NOT_MEASURED, a problem and precision without any stage says so, and
+    without bench.csv one sentence says that."""
+    from fusedlib.algebra import STAGES
+    bench = course.measured()
+    if bench is None or course.at_presets(bench).query("impl in @STAGES and precision == 'fp32'").empty:
+        pytest.skip("no committed fp32 stage timings at the KernelBench shapes")
+    keep = ~((bench.impl == "sums") & (bench.precision == "fp32")) & ~((bench.impl.isin(STAGES)) & (bench.precision == "tf32"))
+    bench[keep].to_csv(tmp_path / "bench.csv", index=False)
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    text = course.ladder_md(("fp32", "tf32"))
+    lines = [line for line in text.splitlines() if line.startswith("- ")]
+    assert len(lines) == 2 * len(course.PROBLEMS)
+    fp32 = [line for line in lines if ", fp32:" in line]
+    tf32 = [line for line in lines if ", tf32:" in line]
+    for line in fp32:
+        positions = [line.index(f"`{s}`") for s in STAGES]
+        assert positions == sorted(positions) and f"`sums` {course.NOT_MEASURED}" in line
+    assert all(line.endswith(f"tf32: {course.NOT_MEASURED}.") for line in tf32)
+    (tmp_path / "bench.csv").unlink()
+    assert course.NO_RESULTS in course.ladder_md()
