@@ -1,4 +1,4 @@
-"""Command line: ``python -m fusedlib {info,check,bench,figures,report}``.
+"""Command line: ``python -m fusedlib {info,check,bench,figures,report,kernelbench}``.
 
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and
 ``main(args) -> int`` (the exit status); this file only dispatches, importing the
@@ -17,6 +17,7 @@ COMMANDS = {
     "bench": ("fusedlib.bench", "time stages and peers on the GPU into results/<gpu>/bench.csv"),
     "figures": ("fusedlib.figures", "draw the roofline, throughput, breakdown and ladder figures from committed CSVs"),
     "report": ("fusedlib.report", "regenerate the README's result sections from committed results"),
+    "kernelbench": ("fusedlib.kernelbench", "write a KernelBench ModelNew source for a problem, stage and precision"),
 }
 
 

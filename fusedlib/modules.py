@@ -14,10 +14,9 @@ import torch
 from torch import nn
 
 from . import algebra
-from .reference import GemmBatchNormScalingSoftmax, GemmScaleBatchNorm
 
 __all__ = ["FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm", "from_reference",
-           "validate_input"]
+           "reference_kind", "validate_input"]
 
 
 def validate_input(x, in_features: int, param: torch.Tensor, training: bool) -> None:
@@ -27,8 +26,9 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool) -> 
         TypeError: ``x`` is not a tensor, or its dtype is not the parameters' dtype
             (float32; float64 also on the CPU).
         ValueError: ``x`` is on another device than the parameters, is not 2-D
-            (batch, in_features), has the wrong in_features, is not contiguous, has an
-            empty batch, or has a batch of 1 in train mode.
+            (batch, in_features), has the wrong in_features, has an empty batch, or has a
+            batch of 1 in train mode. (A non-contiguous ``x`` is accepted: the forward makes
+            one row-major copy, as ``nn.Linear`` does internally.)
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor of shape (batch, in_features), got {type(x).__name__}")
@@ -40,8 +40,6 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool) -> 
         raise ValueError(f"x: expected a 2-D tensor (batch, in_features={in_features}), got shape {tuple(x.shape)}")
     if x.shape[1] != in_features:
         raise ValueError(f"x: expected in_features={in_features} columns, got shape {tuple(x.shape)}")
-    if not x.is_contiguous():
-        raise ValueError("x: expected a contiguous (row-major) tensor; call x.contiguous() first")
     if x.shape[0] == 0:
         raise ValueError(f"x: expected a non-empty batch, got shape {tuple(x.shape)}")
     if training and x.shape[0] == 1:
@@ -99,6 +97,7 @@ class _FusedBase(nn.Module):
         """x: (N, in_features) -> (N, out_features); see the class docstring."""
         w = self.gemm.weight
         validate_input(x, self.gemm.in_features, w, self.training)
+        x = x.contiguous()  # one copy for a strided or transposed input; none otherwise
         if x.is_cuda:
             from . import cuda
             return cuda.stage_forward(self, x)
@@ -121,7 +120,8 @@ class FusedGemmBatchNormScalingSoftmax(_FusedBase):
             every stage runs each; on CUDA, tf32 and 3xtf32 need compute capability 8.0 or
             later and raise :class:`fusedlib.engine.UnsupportedPrecision` below it).
 
-    Input (N, in_features) float32 (CPU: float32 or float64), contiguous; output (N, out_features).
+    Input (N, in_features) float32 (CPU: float32 or float64; a non-contiguous input is copied
+    once); output (N, out_features).
     Train mode uses batch statistics and updates ``bn.running_mean``, ``bn.running_var`` and
     ``bn.num_batches_tracked`` like ``nn.BatchNorm1d``; eval mode uses the running buffers.
 
@@ -163,27 +163,78 @@ class FusedGemmScaleBatchNorm(_FusedBase):
         self.bn = nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
 
 
+def reference_kind(model: nn.Module) -> str:
+    """The problem family of a module with the reference structure: ``"84"`` (it has a
+    ``softmax`` that is an ``nn.Softmax`` over dim 1) or ``"33"`` (problems 33 and 39).
+
+    The structure is KernelBench's (its own ``Model`` classes qualify, not only
+    :mod:`fusedlib.reference`'s): ``gemm`` an ``nn.Linear`` with a bias, ``bn`` an
+    ``nn.BatchNorm1d`` over ``gemm.out_features`` with affine weight/bias and running
+    statistics, ``scale`` an ``nn.Parameter`` with 1 element (84) or ``out_features`` (33/39).
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module`` or lacks part of the structure; the
+            message names every missing or mismatched attribute.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected an nn.Module with the KernelBench structure, got {type(model).__name__}")
+    gemm, bn, scale = (getattr(model, a, None) for a in ("gemm", "bn", "scale"))
+    problems = []
+    if not isinstance(gemm, nn.Linear):
+        problems.append(f"gemm: expected an nn.Linear, got {type(gemm).__name__}")
+    elif gemm.bias is None:
+        problems.append("gemm: expected an nn.Linear with a bias (bias=True)")
+    if not isinstance(bn, nn.BatchNorm1d):
+        problems.append(f"bn: expected an nn.BatchNorm1d, got {type(bn).__name__}")
+    else:
+        if not bn.affine:
+            problems.append("bn: expected affine=True (weight γ and bias β)")
+        if not bn.track_running_stats:
+            problems.append("bn: expected track_running_stats=True (running_mean, running_var)")
+        if isinstance(gemm, nn.Linear) and bn.num_features != gemm.out_features:
+            problems.append(f"bn: expected num_features == gemm.out_features = {gemm.out_features}, "
+                            f"got {bn.num_features}")
+    softmax = getattr(model, "softmax", None)
+    kind = "84" if isinstance(softmax, nn.Softmax) else "33"
+    if kind == "84" and softmax.dim not in (1, -1):
+        problems.append(f"softmax: expected nn.Softmax(dim=1), got dim={softmax.dim}")
+    if not isinstance(scale, nn.Parameter):
+        problems.append(f"scale: expected an nn.Parameter, got {type(scale).__name__}")
+    elif isinstance(gemm, nn.Linear):
+        allowed = (1,) if kind == "84" else (1, gemm.out_features)
+        if scale.numel() not in allowed:
+            problems.append(f"scale: expected {' or '.join(map(str, allowed))} elements for problem "
+                            f"{kind}, got shape {tuple(scale.shape)}")
+    if problems:
+        raise TypeError("model: not the KernelBench structure of problem 84 (gemm, bn, scale, softmax) "
+                        "or 33/39 (gemm, scale, bn): " + "; ".join(problems))
+    return kind
+
+
 def from_reference(model: nn.Module, *, stage: str = "fused", precision: str = "fp32") -> _FusedBase:
     """Build the fused module matching a reference model, with a copy of its parameters and
     buffers, on the same device and dtype and in the same train/eval mode.
 
+    ``model`` may be any module with the reference structure (see :func:`reference_kind`),
+    KernelBench's own ``Model`` included.
+
     Raises:
-        TypeError: ``model`` is not one of the reference classes.
+        TypeError: ``model`` lacks the reference structure (the message names what is missing).
         ValueError: unknown stage or precision.
     """
-    if isinstance(model, GemmBatchNormScalingSoftmax):
+    kind = reference_kind(model)
+    gemm, bn = model.gemm, model.bn
+    if kind == "84":
         fused = FusedGemmBatchNormScalingSoftmax(
-            model.gemm.in_features, model.gemm.out_features, model.bn.eps, model.bn.momentum,
+            gemm.in_features, gemm.out_features, bn.eps, bn.momentum,
             tuple(model.scale.shape), stage=stage, precision=precision)
-    elif isinstance(model, GemmScaleBatchNorm):
-        fused = FusedGemmScaleBatchNorm(
-            model.gemm.in_features, model.gemm.out_features, tuple(model.scale.shape),
-            model.bn.eps, model.bn.momentum, stage=stage, precision=precision)
     else:
-        raise TypeError("model: expected a fusedlib.reference.GemmBatchNormScalingSoftmax or "
-                        f"GemmScaleBatchNorm, got {type(model).__name__}")
-    p = model.gemm.weight
+        fused = FusedGemmScaleBatchNorm(
+            gemm.in_features, gemm.out_features, tuple(model.scale.shape),
+            bn.eps, bn.momentum, stage=stage, precision=precision)
+    p = gemm.weight
     fused.to(device=p.device, dtype=p.dtype)
-    fused.load_state_dict(model.state_dict())
+    state = model.state_dict()  # the structure check above guarantees every key below
+    fused.load_state_dict({k: state[k] for k in fused.state_dict()})
     fused.train(model.training)
     return fused

@@ -1,0 +1,90 @@
+"""KernelBench interop: a ``ModelNew`` source for KernelBench's own evaluation.
+
+KernelBench (Ouyang et al. 2025, github.com/ScalingIntelligence/KernelBench) evaluates a
+source file that defines ``class ModelNew`` with the constructor signature of the problem's
+``Model``: it seeds, builds ``Model(*get_init_inputs())``, seeds again, builds
+``ModelNew(*get_init_inputs())`` and compares outputs (fp32: atol = rtol = 1e-4) and times.
+:func:`model_new_source` writes such a file for a problem, stage and precision: ``ModelNew``
+subclasses the fused module with the upstream signature, so the same seed gives the same
+parameters (creation order as upstream) and ``load_state_dict`` works both ways.
+
+Which precision passes KernelBench's fp32 tolerance (results/h100/validation.json,
+allclose at 1e-4 against PyTorch's fp32 module): fp32 and 3xtf32 on every problem; tf32
+on problem 84 in most cases (36 of 40 at 1024×8192→8192) and never on 33/39 (TF32
+operands give ≈ 1e-3 relative error in Z, which BatchNorm's output keeps).
+
+``python -m fusedlib kernelbench --problem 84 --stage fused --precision tf32 -o 84_new.py``
+writes the file; then, in a KernelBench checkout with fusedlib installed in its environment,
+``python3 scripts/run_and_check.py ref_origin=kernelbench level=2 problem_id=84
+kernel_src_path=84_new.py eval_mode=local gpu_arch='["Hopper"]'``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import algebra
+
+__all__ = ["model_new_source", "add_arguments", "main"]
+
+#: KernelBench file of each problem id, and the fused class and constructor signature of its Model.
+_PROBLEMS = {
+    "84": ("84_Gemm_BatchNorm_Scaling_Softmax", "FusedGemmBatchNormScalingSoftmax",
+           "in_features, out_features, bn_eps=1e-5, bn_momentum=0.1, scale_shape=(1,)",
+           "in_features, out_features, bn_eps, bn_momentum, scale_shape"),
+    "33": ("33_Gemm_Scale_BatchNorm", "FusedGemmScaleBatchNorm",
+           "in_features, out_features, scale_shape, eps=1e-5, momentum=0.1",
+           "in_features, out_features, scale_shape, eps, momentum"),
+    "39": ("39_Gemm_Scale_BatchNorm", "FusedGemmScaleBatchNorm",
+           "in_features, out_features, scale_shape, eps=1e-5, momentum=0.1",
+           "in_features, out_features, scale_shape, eps, momentum"),
+}
+
+
+def model_new_source(problem: str, stage: str = "fused", precision: str = "fp32") -> str:
+    """Python source defining KernelBench's ``ModelNew`` for ``problem`` ("84", "33" or
+    "39") as fusedlib's ``stage`` at ``precision``.
+
+    Returns:
+        the source text (imports torch and fusedlib; defines ``ModelNew`` only, as
+        KernelBench expects: ``get_inputs``/``get_init_inputs`` come from the reference file).
+
+    Raises:
+        ValueError: unknown problem, stage or precision.
+    """
+    problem = str(problem)
+    if problem not in _PROBLEMS:
+        raise ValueError(f"problem: expected one of {tuple(_PROBLEMS)}, got {problem!r}")
+    algebra.check_stage_precision(stage, precision)
+    upstream, cls, signature, args = _PROBLEMS[problem]
+    return f'''"""KernelBench level 2 problem {problem} ({upstream}.py) as fusedlib's {stage!r} stage, {precision}.
+
+Written by `python -m fusedlib kernelbench`; needs fusedlib installed (CUDA kernels built on
+first use, for the GPU in use). Same constructor and parameters as the reference Model.
+"""
+from fusedlib.modules import {cls}
+
+
+class ModelNew({cls}):
+    def __init__(self, {signature}):
+        super().__init__({args}, stage={stage!r}, precision={precision!r})
+'''
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--problem", required=True, choices=list(_PROBLEMS), help="KernelBench level-2 problem id")
+    p.add_argument("--stage", default="fused", choices=list(algebra.STAGES))
+    p.add_argument("--precision", default="fp32", choices=list(algebra.PRECISIONS))
+    p.add_argument("-o", "--output", type=Path, help="file to write (default: standard output)")
+
+
+def main(args) -> int:
+    """Write the ``ModelNew`` source (exit status 0)."""
+    src = model_new_source(args.problem, args.stage, args.precision)
+    if args.output:
+        args.output.write_text(src)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(src)
+    return 0

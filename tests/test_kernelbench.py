@@ -1,0 +1,117 @@
+"""KernelBench interop: from_reference on KernelBench's own Model classes (structure, not
+class), and the ModelNew source for KernelBench's evaluation (same seed, same parameters,
+same outputs as Model on the CPU path)."""
+import pytest
+import torch
+from torch import nn
+
+import fusedlib
+from fusedlib import kernelbench, modules
+from fusedlib.cli import main as cli_main
+
+
+# KernelBench level 2, 84_Gemm_BatchNorm_Scaling_Softmax.py and 33_Gemm_Scale_BatchNorm.py
+# (the Model classes as upstream defines them: a class of their own, not fusedlib's).
+class Model84(nn.Module):
+    def __init__(self, in_features, out_features, bn_eps=1e-5, bn_momentum=0.1, scale_shape=(1,)):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.bn = nn.BatchNorm1d(out_features, eps=bn_eps, momentum=bn_momentum)
+        self.scale = nn.Parameter(torch.ones(scale_shape))
+        self.softmax = nn.Softmax(dim=1)
+
+    def forward(self, x):
+        return self.softmax(self.scale * self.bn(self.gemm(x)))
+
+
+class Model33(nn.Module):
+    def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.scale = nn.Parameter(torch.randn(scale_shape))
+        self.bn = nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
+
+    def forward(self, x):
+        return self.bn(self.gemm(x) * self.scale)
+
+
+UPSTREAM = {"84": (Model84, (64, 48)), "33": (Model33, (64, 48, (48,))), "39": (Model33, (64, 48, (48,)))}
+
+
+def _rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@pytest.mark.parametrize("problem", ["84", "33"])
+def test_from_reference_accepts_kernelbench_model(problem):
+    cls, init = UPSTREAM[problem]
+    torch.manual_seed(0)
+    ref = cls(*init)
+    fused = fusedlib.from_reference(ref, stage="fused")
+    assert modules.reference_kind(ref) == problem
+    x = torch.rand(16, 64)
+    with torch.no_grad():
+        assert _rel(fused(x), ref(x)) < 1e-5
+    assert torch.allclose(fused.bn.running_var, ref.bn.running_var, atol=1e-6)
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda m: delattr(m, "bn"), "bn: expected an nn.BatchNorm1d"),
+    (lambda m: setattr(m, "gemm", nn.Linear(64, 48, bias=False)), "gemm: expected an nn.Linear with a bias"),
+    (lambda m: setattr(m, "bn", nn.BatchNorm1d(48, affine=False)), "bn: expected affine=True"),
+    (lambda m: setattr(m, "bn", nn.BatchNorm1d(40)), "num_features == gemm.out_features = 48"),
+    (lambda m: setattr(m, "scale", nn.Parameter(torch.ones(3))), "scale: expected 1 elements for problem 84"),
+    (lambda m: setattr(m, "softmax", nn.Softmax(dim=0)), "softmax: expected nn.Softmax\\(dim=1\\)"),
+])
+def test_from_reference_names_what_is_missing(mutate, match):
+    ref = Model84(64, 48)
+    mutate(ref)
+    with pytest.raises(TypeError, match=match):
+        fusedlib.from_reference(ref)
+
+
+def test_from_reference_rejects_other_modules():
+    with pytest.raises(TypeError, match="model: not the KernelBench structure.*gemm: expected an nn.Linear"):
+        fusedlib.from_reference(nn.Sequential(nn.Linear(3, 4)))
+    with pytest.raises(TypeError, match="model: expected an nn.Module"):
+        fusedlib.from_reference("Model")
+
+
+@pytest.mark.parametrize("problem", ["84", "33", "39"])
+@pytest.mark.parametrize("stage,precision", [("fused", "fp32"), ("naive", "3xtf32"), ("sums", "fp32")])
+def test_model_new_matches_model(problem, stage, precision):
+    """KernelBench's protocol: seed, Model(*init); seed, ModelNew(*init); same parameters,
+    outputs within KernelBench's fp32 tolerance over train steps and then in eval mode."""
+    cls, init = UPSTREAM[problem]
+    namespace = {}
+    exec(compile(kernelbench.model_new_source(problem, stage, precision), f"{problem}_new.py", "exec"), namespace)
+    torch.manual_seed(42)
+    ref = cls(*init)
+    torch.manual_seed(42)
+    new = namespace["ModelNew"](*init)
+    assert (new.stage, new.precision) == (stage, precision)
+    for key, value in ref.state_dict().items():
+        assert torch.equal(new.state_dict()[key], value), key
+    with torch.no_grad():
+        for step in range(4):
+            if step == 3:
+                ref.eval(), new.eval()
+            x = torch.rand(32, 64)
+            assert torch.allclose(new(x), ref(x), atol=1e-4, rtol=1e-4)
+    assert torch.allclose(new.bn.running_mean, ref.bn.running_mean, atol=1e-5)
+
+
+def test_model_new_source_errors():
+    with pytest.raises(ValueError, match="problem"):
+        kernelbench.model_new_source("85")
+    with pytest.raises(ValueError, match="precision"):
+        kernelbench.model_new_source("84", "fused", "fp16")
+
+
+def test_cli_writes_model_new(tmp_path, capsys):
+    out = tmp_path / "84_new.py"
+    assert cli_main(["kernelbench", "--problem", "84", "--precision", "tf32", "-o", str(out)]) == 0
+    src = out.read_text()
+    assert "class ModelNew(FusedGemmBatchNormScalingSoftmax)" in src and "precision='tf32'" in src
+    assert cli_main(["kernelbench", "--problem", "39"]) == 0
+    assert "class ModelNew(FusedGemmScaleBatchNorm)" in capsys.readouterr().out
