@@ -8,34 +8,10 @@ from torch import nn
 import fusedlib
 from fusedlib import kernelbench, modules
 from fusedlib.cli import main as cli_main
+from upstream import Upstream33, Upstream84
 
 
-# KernelBench level 2, 84_Gemm_BatchNorm_Scaling_Softmax.py and 33_Gemm_Scale_BatchNorm.py
-# (the Model classes as upstream defines them: a class of their own, not fusedlib's).
-class Model84(nn.Module):
-    def __init__(self, in_features, out_features, bn_eps=1e-5, bn_momentum=0.1, scale_shape=(1,)):
-        super().__init__()
-        self.gemm = nn.Linear(in_features, out_features)
-        self.bn = nn.BatchNorm1d(out_features, eps=bn_eps, momentum=bn_momentum)
-        self.scale = nn.Parameter(torch.ones(scale_shape))
-        self.softmax = nn.Softmax(dim=1)
-
-    def forward(self, x):
-        return self.softmax(self.scale * self.bn(self.gemm(x)))
-
-
-class Model33(nn.Module):
-    def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1):
-        super().__init__()
-        self.gemm = nn.Linear(in_features, out_features)
-        self.scale = nn.Parameter(torch.randn(scale_shape))
-        self.bn = nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
-
-    def forward(self, x):
-        return self.bn(self.gemm(x) * self.scale)
-
-
-UPSTREAM = {"84": (Model84, (64, 48)), "33": (Model33, (64, 48, (48,))), "39": (Model33, (64, 48, (48,)))}
+UPSTREAM = {"84": (Upstream84, (64, 48)), "33": (Upstream33, (64, 48, (48,))), "39": (Upstream33, (64, 48, (48,)))}
 
 
 def _rel(a, b):
@@ -64,7 +40,7 @@ def test_from_reference_accepts_kernelbench_model(problem):
     (lambda m: setattr(m, "softmax", nn.Softmax(dim=0)), "softmax: expected nn.Softmax\\(dim=1\\)"),
 ])
 def test_from_reference_names_what_is_missing(mutate, match):
-    ref = Model84(64, 48)
+    ref = Upstream84(64, 48)
     mutate(ref)
     with pytest.raises(TypeError, match=match):
         fusedlib.from_reference(ref)
