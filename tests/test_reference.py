@@ -1,7 +1,6 @@
 """The reference models reproduce KernelBench level 2 problems 84 and 33/39 exactly."""
 import pytest
 import torch
-from torch import nn
 
 from fusedlib.reference import (PRESETS, GemmBatchNormScalingSoftmax, GemmScaleBatchNorm, Shape, get_inputs,
                                 make_reference, parse_shape, problem_kind)
