@@ -5,8 +5,9 @@ creation order and ``state_dict`` keys (so ``load_state_dict`` works both ways a
 same seed gives the same parameters), plus keyword-only ``stage`` and ``precision``: every
 stage runs every precision (the GEMM under all four stages is one engine,
 :mod:`fusedlib.engine`). On CPU tensors the forward runs the stage algebra of
-:mod:`fusedlib.algebra`; on CUDA tensors it runs that stage's kernels (:mod:`fusedlib.cuda`),
-forward only (no autograd).
+:mod:`fusedlib.algebra` (differentiable); on CUDA tensors it runs that stage's kernels
+(:mod:`fusedlib.cuda`), forward only: a CUDA forward that autograd would need raises
+(:func:`require_no_grad`) instead of silently dropping the gradients.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from torch import nn
 from . import algebra
 
 __all__ = ["FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm", "from_reference",
-           "reference_kind", "validate_input"]
+           "reference_kind", "require_no_grad", "validate_input"]
 
 
 def validate_input(x, in_features: int, param: torch.Tensor, training: bool) -> None:
@@ -46,6 +47,26 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool) -> 
         raise ValueError(
             f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)} "
             "(x: BatchNorm in train mode needs a batch of at least 2)")
+
+
+def require_no_grad(module: nn.Module, x: torch.Tensor) -> None:
+    """The CUDA kernels are forward-only: refuse a forward whose output autograd would need
+    (grad mode on and ``x`` or any parameter requiring grad), instead of returning a tensor
+    with no ``grad_fn`` that silently drops the gradients of x, gemm.weight, gemm.bias,
+    bn.weight, bn.bias and scale.
+
+    Raises:
+        RuntimeError: gradients would be needed; the message says how to run the forward.
+    """
+    if not torch.is_grad_enabled():
+        return
+    wanting = (["x"] if x.requires_grad else []) + [n for n, p in module.named_parameters() if p.requires_grad]
+    if wanting:
+        raise RuntimeError(
+            f"{type(module).__name__}: the CUDA kernels are forward-only (no backward yet), so the "
+            f"output would carry no gradient for {', '.join(wanting)}. Run the forward under "
+            "torch.no_grad() (inference, KernelBench's evaluation), call module.requires_grad_(False), "
+            "or train on the CPU path, which is differentiable.")
 
 
 class _FusedBase(nn.Module):
@@ -99,6 +120,7 @@ class _FusedBase(nn.Module):
         validate_input(x, self.gemm.in_features, w, self.training)
         x = x.contiguous()  # one copy for a strided or transposed input; none otherwise
         if x.is_cuda:
+            require_no_grad(self, x)
             from . import cuda
             return cuda.stage_forward(self, x)
         return algebra.stage_forward(self._kind, self._stage, x, w, self.gemm.bias, self.scale,

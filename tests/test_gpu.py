@@ -159,8 +159,9 @@ def test_reruns_are_bit_identical(problem, stage, precision):
     model = make_reference(problem, shape.in_features, shape.out_features, seed=0).cuda()
     fused = fusedlib.from_reference(model, stage=stage, precision=precision)
     x = torch.rand(shape.batch, shape.in_features, device="cuda")
-    first = fused(x)
-    same = all(torch.equal(first, fused(x)) for _ in range(9))
+    with torch.no_grad():
+        first = fused(x)
+        same = all(torch.equal(first, fused(x)) for _ in range(9))
     RECORD["determinism"].append({"problem": problem, "stage": stage, "precision": precision,
                                   "shape": str(shape), "reruns": 10, "bit_identical": same})
     assert same
@@ -177,7 +178,8 @@ for problem in ("84", "33"):
       ref = make_reference(problem, k, m, seed=0).cuda()
       f = fusedlib.from_reference(ref, stage="{stage}", precision=precision)
       x = torch.rand(n, k, device="cuda")
-      f(x); f(x); f.eval(); f(x)
+      with torch.no_grad():
+        f(x); f(x); f.eval(); f(x)
 torch.cuda.synchronize()
 """
 
@@ -219,3 +221,15 @@ def test_compute_sanitizer_clean():
         if proc.returncode != 0 or errors != 0:
             failures.append(f"{tool}/{stage}/{path}: rc={proc.returncode} errors={errors}\n{out[-2000:]}")
     assert not failures, "\n".join(failures)
+
+
+def test_cuda_forward_that_needs_gradients_raises():
+    """The CUDA path is forward-only: with grad mode on it raises instead of returning an
+    output without grad_fn; under no_grad it runs; the CPU path gives gradients."""
+    ref = make_reference("84", 64, 48, seed=0)
+    fused = fusedlib.from_reference(ref.cuda(), stage="fused", precision="tf32")
+    x = torch.rand(16, 64, device="cuda")
+    with pytest.raises(RuntimeError, match="forward-only"):
+        fused(x)
+    with torch.no_grad():
+        assert torch.isfinite(fused(x)).all()
