@@ -16,7 +16,7 @@ Works in float32 and float64 (the dtype of ``x``); accumulations are in that dty
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -25,7 +25,7 @@ __all__ = [
     "check_stage_precision", "BNState", "round_tf32", "truncate_tf32", "matmul_nt", "column_stats_two_pass",
     "tile_partials", "chan_merge", "column_stats_chan", "column_stats_textbook", "train_coefficients",
     "eval_coefficients", "fold_linear", "update_running_stats", "tracked_stats", "softmax_three_pass",
-    "softmax_online", "stage_forward",
+    "softmax_online", "stage_forward", "train_backward", "StageFunction",
 ]
 
 #: The four optimisation stages, in teaching order.
@@ -392,3 +392,87 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
         y = _finish(kind, v)
     update_running_stats(bn, *tracked_stats(kind, mean_p + bias.to(dt), var, scale), n)
     return y
+
+
+# --------------------------------------------------------------------------- backward (train mode)
+
+def train_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch.Tensor, var: torch.Tensor,
+                   x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, gamma: torch.Tensor,
+                   beta: torch.Tensor, eps: float):
+    """Gradients of a train-mode forward (batch statistics), DESIGN.md §10.
+
+    Args:
+        kind: "84" (Y = softmax_row(s·BN(Z))) or "33" (Y = BN(Z∘s)).
+        dy: (N, M) ∂L/∂Y. y: (N, M) the forward's output.
+        zc: (N, M) Z − μ, the centred pre-BatchNorm GEMM output (the bias cancels:
+            Z' − μ' is the same). var: (M,) its biased column variance σ².
+        x: (N, K). weight: (M, K). scale: (1,) or (M,). gamma, beta: (M,) bn.weight, bn.bias.
+        eps: BatchNorm ε.
+
+    Returns:
+        (dx (N, K), dweight (M, K), dbias (M,), dscale (scale's shape), dgamma (M,), dbeta (M,)).
+
+    The algebra, per column j (σ̂ the standard deviation of what BatchNorm sees, x̂ its
+    normalised value, dU the gradient arriving at BatchNorm's output):
+
+    * 84: x̂ = (Z − μ)/σ̂, U = γ∘x̂ + β, V = s·U. Softmax: dV = Y∘(dY − r), r_i = Σ_j dY_ij Y_ij;
+      scale: ds = Σ_ij dV∘U; dU = s·dV.
+    * 33: BatchNorm sees T = Z∘s: σ̂ = √(s²σ² + ε), x̂ = s∘(Z − μ)/σ̂; dU = dY.
+    * Affine: dγ = Σ_i dU∘x̂, dβ = Σ_i dU.
+    * Normalisation with batch statistics (Ioffe & Szegedy 2015, §3):
+      dT = (γ/σ̂)∘(dU − mean_i dU − x̂∘mean_i(dU∘x̂)). 84: dZ = dT. 33: ds = Σ_i dT∘(Z − μ),
+      dZ = s∘dT.
+    * GEMM: dX = dZ·W, dW = dZᵀ·X, and db = Σ_i dZ = 0 exactly: Σ_i dT = 0 because
+      mean_i(x̂) = 0 — the bias cancels in the backward as in the forward, so it is returned
+      as zeros (a gradient, not None, as the reference's is).
+    """
+    dt = dy.dtype
+    m = dy.shape[1]
+    s = _scale_vector(scale, m, dt)
+    g, b = gamma.to(dt), beta.to(dt)
+    if kind == "84":
+        sig = torch.sqrt(var + eps)
+        xhat = zc / sig
+        u = g * xhat + b
+        dv = y * (dy - (dy * y).sum(dim=1, keepdim=True))
+        ds_cols = (dv * u).sum(dim=0)
+        du = s * dv
+    else:
+        sig = torch.sqrt(s * s * var + eps)
+        xhat = s * zc / sig
+        du = dy
+    dgamma = (du * xhat).sum(dim=0)
+    dbeta = du.sum(dim=0)
+    dt_ = (g / sig) * (du - du.mean(dim=0) - xhat * (du * xhat).mean(dim=0))
+    if kind == "84":
+        dz = dt_
+    else:
+        ds_cols = (dt_ * zc).sum(dim=0)
+        dz = s * dt_
+    dscale = ds_cols.sum().reshape(scale.shape) if scale.numel() == 1 else ds_cols.reshape(scale.shape)
+    dx = dz @ weight.to(dt)
+    dweight = dz.t() @ x.to(dt)
+    return dx, dweight, torch.zeros(m, dtype=dt), dscale, dgamma, dbeta
+
+
+class StageFunction(torch.autograd.Function):
+    """A train-mode stage forward (:func:`stage_forward`) whose backward is
+    :func:`train_backward`: the specification of the fused backward, used by the CPU path.
+    Saves Y and Z − μ (two N×M tensors) and σ² (M)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, scale, gamma, beta, kind, stage, bn, precision):
+        with torch.no_grad():  # γ, β are this function's inputs; the running buffers are bn's
+            y = stage_forward(kind, stage, x, weight, bias, scale, replace(bn, weight=gamma, bias=beta), True,
+                              precision)
+            z = matmul_nt(x, weight, precision)
+            mean, var = column_stats_two_pass(z)
+        ctx.save_for_backward(y, z - mean, var, x, weight, scale, gamma, beta)
+        ctx.kind, ctx.eps = kind, bn.eps
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        y, zc, var, x, weight, scale, gamma, beta = ctx.saved_tensors
+        grads = train_backward(ctx.kind, dy, y, zc, var, x, weight, scale, gamma, beta, ctx.eps)
+        return (*grads, None, None, None, None)

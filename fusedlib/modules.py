@@ -5,7 +5,10 @@ creation order and ``state_dict`` keys (so ``load_state_dict`` works both ways a
 same seed gives the same parameters), plus keyword-only ``stage`` and ``precision``: every
 stage runs every precision (the GEMM under all four stages is one engine,
 :mod:`fusedlib.engine`). On CPU tensors the forward runs the stage algebra of
-:mod:`fusedlib.algebra` (differentiable); on CUDA tensors it runs that stage's kernels
+:mod:`fusedlib.algebra`, differentiable: in train mode with autograd through
+:class:`fusedlib.algebra.StageFunction`, whose backward is the derived one
+(:func:`fusedlib.algebra.train_backward`; the bias gets a zero gradient, as it cancels), in
+eval mode through the algebra's torch ops; on CUDA tensors it runs that stage's kernels
 (:mod:`fusedlib.cuda`), forward only: a CUDA forward that autograd would need raises
 (:func:`require_no_grad`) instead of silently dropping the gradients.
 """
@@ -123,6 +126,11 @@ class _FusedBase(nn.Module):
             require_no_grad(self, x)
             from . import cuda
             return cuda.stage_forward(self, x)
+        if self.training and torch.is_grad_enabled() and (
+                x.requires_grad or any(p.requires_grad for p in self.parameters())):
+            # train mode with autograd: the backward is the specification's (algebra.train_backward)
+            return algebra.StageFunction.apply(x, w, self.gemm.bias, self.scale, self.bn.weight, self.bn.bias,
+                                               self._kind, self._stage, self.bn_state(), self._precision)
         return algebra.stage_forward(self._kind, self._stage, x, w, self.gemm.bias, self.scale,
                                      self.bn_state(), self.training, self._precision)
 

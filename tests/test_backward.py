@@ -1,0 +1,143 @@
+"""The train-mode backward specification (algebra.train_backward, DESIGN.md §10) on the CPU:
+gradcheck in float64, gradients equal to PyTorch's autograd through the reference model
+for every problem, stage and precision, db = 0 (a zero gradient, not None), and a few SGD
+steps that track the reference's parameters and running buffers."""
+import copy
+
+import pytest
+import torch
+
+import fusedlib
+from fusedlib import algebra
+from fusedlib.reference import make_reference
+
+PROBLEMS = ["84", "33", "39"]
+
+
+def _model(problem, n_in=24, n_out=20, seed=0, dtype=torch.float64):
+    ref = make_reference(problem, n_in, n_out, seed=seed).to(dtype)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # away from the defaults: γ ≠ 1, β ≠ 0, s ≠ 1 (33: a zero and a negative s)
+        ref.bn.weight.copy_(1 + 0.3 * torch.randn(n_out, generator=gen, dtype=dtype))
+        ref.bn.bias.copy_(0.3 * torch.randn(n_out, generator=gen, dtype=dtype))
+        if problem == "84":
+            ref.scale.fill_(1.7)
+        else:
+            ref.scale[0], ref.scale[1] = 0.0, -0.8
+    return ref
+
+
+def _dl_dy(y):
+    """A generic ∂L/∂Y: a ramp from −1 to 1 over the elements."""
+    return torch.linspace(-1, 1, y.numel(), dtype=y.dtype).reshape(y.shape)
+
+
+def _grads(module, x):
+    x = x.clone().requires_grad_()
+    y = module(x)
+    (y * _dl_dy(y)).sum().backward()
+    named = dict(module.named_parameters())
+    return {"x": x.grad, **{k: named[k].grad for k in ("gemm.weight", "gemm.bias", "scale", "bn.weight", "bn.bias")}}
+
+
+@pytest.mark.parametrize("problem", PROBLEMS)
+@pytest.mark.parametrize("stage", algebra.STAGES)
+def test_gradients_match_autograd_of_the_reference(problem, stage):
+    ref = _model(problem)
+    fused = fusedlib.from_reference(ref, stage=stage)
+    x = torch.rand(17, 24, dtype=torch.float64)
+    want, got = _grads(ref, x), _grads(fused, x)
+    for name in want:
+        assert got[name] is not None, f"{name}: no gradient"
+        err = ((got[name] - want[name]).norm() / want[name].norm().clamp_min(1e-300)).item()
+        if name == "gemm.bias":  # zero exactly here, rounding noise in the reference
+            assert torch.equal(got[name], torch.zeros_like(got[name]))
+            assert want[name].abs().max() < 1e-12 * want["gemm.weight"].abs().max()
+        else:
+            assert err < 1e-10, (name, err)
+
+
+@pytest.mark.parametrize("problem", PROBLEMS)
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+def test_tensor_core_precisions_differentiate_their_own_forward(problem, precision):
+    """The backward uses Z as the precision's GEMM made it; against the reference (exact
+    products) the gradients stay within the forward's budget."""
+    ref = _model(problem)
+    fused = fusedlib.from_reference(ref, stage="fused", precision=precision)
+    x = torch.rand(17, 24, dtype=torch.float64)
+    want, got = _grads(ref, x), _grads(fused, x)
+    budget = {"tf32": 5e-3, "3xtf32": 1e-5}[precision]
+    for name in ("x", "gemm.weight", "scale", "bn.weight", "bn.bias"):
+        scale = want[name].norm()
+        if name == "scale" and problem == "84":
+            # ds = Σ_ij dV∘U adds terms of both signs, whose total can be 1e4 times smaller
+            # than they are: measure the error against the terms, not their sum.
+            with torch.no_grad():
+                u = ref.bn.train()(ref.gemm(x))
+                y = torch.softmax(ref.scale * u, dim=1)
+                dy = _dl_dy(y)
+                scale = (y * (dy - (dy * y).sum(1, keepdim=True)) * u).abs().sum()
+        err = ((got[name] - want[name]).norm() / scale).item()
+        assert err < budget, (name, err)
+
+
+@pytest.mark.parametrize("problem", ["84", "33"])
+@pytest.mark.parametrize("stage", ["naive", "fused"])
+def test_gradcheck_float64(problem, stage):
+    ref = _model(problem, n_in=6, n_out=5)
+    bn = fusedlib.from_reference(ref, stage=stage).bn_state()
+    x = torch.rand(7, 6, dtype=torch.float64, requires_grad=True)
+    params = [p.detach().clone().requires_grad_() for p in
+              (ref.gemm.weight, ref.gemm.bias, ref.scale, ref.bn.weight, ref.bn.bias)]
+    kind = "84" if problem == "84" else "33"
+
+    def fn(x, w, b, s, g, be):
+        return algebra.StageFunction.apply(x, w, b, s, g, be, kind, stage, bn, "fp32")
+
+    assert torch.autograd.gradcheck(fn, (x, *params), eps=1e-6, atol=1e-8)
+
+
+def test_bias_gradient_vanishes_in_train_mode():
+    """Σ_i dT = 0 because mean_i(x̂) = 0: the identity behind db = 0, checked numerically."""
+    ref = _model("33")
+    x = torch.rand(9, 24, dtype=torch.float64)
+    z = x @ ref.gemm.weight.t()
+    zc = z - z.mean(0)
+    var = (zc * zc).mean(0)
+    dy = torch.randn(9, 20, dtype=torch.float64)
+    s = ref.scale.detach()
+    sig = torch.sqrt(s * s * var + ref.bn.eps)
+    xhat = s * zc / sig
+    dt = (ref.bn.weight.detach() / sig) * (dy - dy.mean(0) - xhat * (dy * xhat).mean(0))
+    assert dt.sum(0).abs().max() < 1e-12 * dt.abs().max()
+
+
+@pytest.mark.parametrize("problem", ["84", "33"])
+def test_sgd_steps_track_the_reference(problem):
+    """Five SGD steps (momentum, weight decay) on a fixed batch stream, float32: parameters
+    and running buffers stay with the reference's."""
+    ref = _model(problem, dtype=torch.float32)
+    fused = fusedlib.from_reference(ref, stage="fused")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-2) for m in (ref, fused)]
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(5):
+        x = torch.rand(32, 24, generator=gen)
+        target = torch.rand(32, 20, generator=gen)
+        for model, opt in zip((ref, fused), opts):
+            opt.zero_grad()
+            ((model(x) - target) ** 2).mean().backward()
+            opt.step()
+    for (name, p), q in zip(ref.named_parameters(), fused.parameters()):
+        assert torch.allclose(p, q, atol=2e-5, rtol=1e-4), name
+    assert torch.allclose(ref.bn.running_var, fused.bn.running_var, atol=1e-5, rtol=1e-4)
+    assert torch.allclose(ref.bn.running_mean, fused.bn.running_mean, atol=1e-5, rtol=1e-4)
+
+
+def test_no_graph_without_grad_mode():
+    """Under no_grad the forward skips the autograd function (no saved tensors, no extra GEMM)."""
+    fused = fusedlib.from_reference(_model("84", dtype=torch.float32))
+    with torch.no_grad():
+        y = fused(torch.rand(8, 24))
+    assert y.grad_fn is None
+    y = fused(torch.rand(8, 24))
+    assert "StageFunction" in type(y.grad_fn).__name__
