@@ -16,7 +16,7 @@ Works in float32 and float64 (the dtype of ``x``); accumulations are in that dty
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -25,7 +25,7 @@ __all__ = [
     "check_stage_precision", "BNState", "round_tf32", "truncate_tf32", "matmul_nt", "column_stats_two_pass",
     "tile_partials", "chan_merge", "column_stats_chan", "column_stats_textbook", "train_coefficients",
     "eval_coefficients", "fold_linear", "update_running_stats", "tracked_stats", "softmax_three_pass",
-    "softmax_online", "stage_forward", "train_backward", "StageFunction",
+    "softmax_online", "stage_forward", "train_backward", "eval_backward",
 ]
 
 #: The four optimisation stages, in teaching order.
@@ -455,24 +455,42 @@ def train_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch.Tenso
     return dx, dweight, torch.zeros(m, dtype=dt), dscale, dgamma, dbeta
 
 
-class StageFunction(torch.autograd.Function):
-    """A train-mode stage forward (:func:`stage_forward`) whose backward is
-    :func:`train_backward`: the specification of the fused backward, used by the CPU path.
-    Saves Y and Z − μ (two N×M tensors) and σ² (M)."""
+def eval_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, z: torch.Tensor, x: torch.Tensor,
+                  weight: torch.Tensor, scale: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
+                  running_mean: torch.Tensor, running_var: torch.Tensor, eps: float):
+    """Gradients of an eval-mode forward (running statistics: constants), DESIGN.md §10.
 
-    @staticmethod
-    def forward(ctx, x, weight, bias, scale, gamma, beta, kind, stage, bn, precision):
-        with torch.no_grad():  # γ, β are this function's inputs; the running buffers are bn's
-            y = stage_forward(kind, stage, x, weight, bias, scale, replace(bn, weight=gamma, bias=beta), True,
-                              precision)
-            z = matmul_nt(x, weight, precision)
-            mean, var = column_stats_two_pass(z)
-        ctx.save_for_backward(y, z - mean, var, x, weight, scale, gamma, beta)
-        ctx.kind, ctx.eps = kind, bn.eps
-        return y
+    Args:
+        kind, dy, y, x, weight, scale, gamma, beta, eps: as :func:`train_backward`.
+        z: (N, M) Z = X Wᵀ + b, the GEMM output with the bias.
+        running_mean, running_var: (M,) the buffers the forward used.
 
-    @staticmethod
-    def backward(ctx, dy):
-        y, zc, var, x, weight, scale, gamma, beta = ctx.saved_tensors
-        grads = train_backward(ctx.kind, dy, y, zc, var, x, weight, scale, gamma, beta, ctx.eps)
-        return (*grads, None, None, None, None)
+    Returns:
+        (dx, dweight, dbias, dscale, dgamma, dbeta), shapes as :func:`train_backward`.
+
+    With r = 1/√(r_σ² + ε): 84: U = γ∘r∘(Z − r_μ) + β, V = s·U, dV from the softmax, ds = Σ dV∘U,
+    dU = s·dV, dZ = γ∘r∘dU. 33 (running statistics of T = Z∘s): Y = γ∘r∘(T − r_μ) + β, dU = dY,
+    dT = γ∘r∘dU, ds = Σ_i dT∘Z, dZ = s∘dT. Both: dγ = Σ_i dU∘r∘(· − r_μ), dβ = Σ_i dU, and the
+    bias now matters: db = Σ_i dZ.
+    """
+    dt = dy.dtype
+    m = dy.shape[1]
+    s = _scale_vector(scale, m, dt)
+    g, b = gamma.to(dt), beta.to(dt)
+    r = 1.0 / torch.sqrt(running_var.to(dt) + eps)
+    rm = running_mean.to(dt)
+    if kind == "84":
+        xhat = (z - rm) * r
+        dv = y * (dy - (dy * y).sum(dim=1, keepdim=True))
+        ds_cols = (dv * (g * xhat + b)).sum(dim=0)
+        du = s * dv
+        dz = g * r * du
+    else:
+        xhat = (z * s - rm) * r
+        du = dy
+        dtt = g * r * du
+        ds_cols = (dtt * z).sum(dim=0)
+        dz = s * dtt
+    dscale = ds_cols.sum().reshape(scale.shape) if scale.numel() == 1 else ds_cols.reshape(scale.shape)
+    return (dz @ weight.to(dt), dz.t() @ x.to(dt), dz.sum(dim=0), dscale, (du * xhat).sum(dim=0),
+            du.sum(dim=0))

@@ -4,11 +4,11 @@ Each module has the reference's constructor signature, attribute names, paramete
 creation order and ``state_dict`` keys (so ``load_state_dict`` works both ways and the
 same seed gives the same parameters), plus keyword-only ``stage`` and ``precision``: every
 stage runs every precision (the GEMM under all four stages is one engine,
-:mod:`fusedlib.engine`). On CPU tensors the forward runs the stage algebra of
-:mod:`fusedlib.algebra`, differentiable: in train mode with autograd through
-:class:`fusedlib.algebra.StageFunction`, whose backward is the derived one
-(:func:`fusedlib.algebra.train_backward`; the bias gets a zero gradient, as it cancels), in
-eval mode through the algebra's torch ops; on CUDA tensors it runs that stage's kernels
+:mod:`fusedlib.engine`). On CPU tensors the forward is the stage's operator
+(``torch.ops.fusedlib.<stage>``, :mod:`fusedlib.ops`: the stage algebra of
+:mod:`fusedlib.algebra`, traceable by ``torch.compile``), differentiable through the derived
+backward (:func:`fusedlib.algebra.train_backward`, :func:`~fusedlib.algebra.eval_backward`;
+in train mode the bias gets a zero gradient, as it cancels); on CUDA tensors it runs that stage's kernels
 (:mod:`fusedlib.cuda`), forward only: a CUDA forward that autograd would need raises
 (:func:`require_no_grad`) instead of silently dropping the gradients.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import algebra
+from . import algebra, ops
 
 __all__ = ["FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm", "from_reference",
            "reference_kind", "require_no_grad", "validate_input"]
@@ -126,13 +126,16 @@ class _FusedBase(nn.Module):
             require_no_grad(self, x)
             from . import cuda
             return cuda.stage_forward(self, x)
-        if self.training and torch.is_grad_enabled() and (
-                x.requires_grad or any(p.requires_grad for p in self.parameters())):
-            # train mode with autograd: the backward is the specification's (algebra.train_backward)
-            return algebra.StageFunction.apply(x, w, self.gemm.bias, self.scale, self.bn.weight, self.bn.bias,
-                                               self._kind, self._stage, self.bn_state(), self._precision)
-        return algebra.stage_forward(self._kind, self._stage, x, w, self.gemm.bias, self.scale,
-                                     self.bn_state(), self.training, self._precision)
+        bn = self.bn
+        y, running_mean, running_var, tracked = ops.OPS[self._stage](
+            x, w, self.gemm.bias, self.scale, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+            bn.num_batches_tracked, self._kind, self._precision, self.training, bn.eps, bn.momentum)
+        if self.training:  # the operator is functional: it returns the buffers this step leaves
+            with torch.no_grad():
+                bn.running_mean.copy_(running_mean)
+                bn.running_var.copy_(running_var)
+                bn.num_batches_tracked.copy_(tracked)
+        return y
 
     def extra_repr(self) -> str:
         """Shown by ``print(module)``: the stage and the precision."""

@@ -1,0 +1,79 @@
+"""The stage operators (torch.ops.fusedlib.<stage>, fusedlib.ops): torch.library.opcheck
+(schema, fake tensor, AOT dispatch, autograd registration) and torch.compile with
+fullgraph=True through a fused module, on the CPU."""
+import copy
+
+import pytest
+import torch
+
+import fusedlib
+from fusedlib import algebra, ops
+from fusedlib.reference import make_reference
+
+
+def _args(kind, training, requires_grad, momentum=0.1, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(3)
+    n, k, m = 9, 12, 7
+    x = torch.rand(n, k, generator=gen, dtype=dtype)
+    weight, bias = torch.randn(m, k, generator=gen, dtype=dtype), torch.randn(m, generator=gen, dtype=dtype)
+    scale = torch.tensor([1.3], dtype=dtype) if kind == "84" else torch.randn(m, generator=gen, dtype=dtype)
+    gamma, beta = 1 + 0.2 * torch.randn(m, generator=gen, dtype=dtype), 0.2 * torch.randn(m, generator=gen, dtype=dtype)
+    tensors = [x, weight, bias, scale, gamma, beta]
+    if requires_grad:
+        tensors = [t.requires_grad_() for t in tensors]
+    buffers = [0.1 * torch.randn(m, generator=gen, dtype=dtype), 0.5 + torch.rand(m, generator=gen, dtype=dtype),
+               torch.tensor(4)]
+    return (*tensors, *buffers, kind, "fp32", training, 1e-5, momentum)
+
+
+@pytest.mark.parametrize("stage", algebra.STAGES)
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("training,requires_grad,momentum",
+                         [(True, True, 0.1), (True, False, None), (False, True, 0.1)])
+def test_opcheck(stage, kind, training, requires_grad, momentum):
+    torch.library.opcheck(ops.OPS[stage], _args(kind, training, requires_grad, momentum))
+
+
+def test_operators_are_registered_under_torch_ops():
+    for stage in algebra.STAGES:
+        assert getattr(torch.ops.fusedlib, stage).default is not None
+    with pytest.raises(ValueError, match="stage"):
+        ops.stage_op("fastest")
+
+
+@pytest.mark.parametrize("problem,stage,momentum", [("84", "fused", 0.1), ("33", "sums", None)])
+def test_torch_compile_fullgraph_matches_eager(problem, stage, momentum):
+    """torch.compile(fullgraph=True) of a model holding a fused module: outputs, gradients and
+    buffer updates equal eager's over three train steps and an eval step (momentum None: the
+    cumulative average, no host sync in the graph)."""
+    ref = make_reference(problem, 12, 7, seed=0)
+    ref.bn.momentum = momentum
+    eager = fusedlib.from_reference(ref, stage=stage)
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    gen = torch.Generator().manual_seed(1)
+    for step in range(4):
+        if step == 3:
+            eager.eval(), model.eval()
+        x = torch.rand(9, 12, generator=gen)
+        y_eager, y_compiled = eager(x), compiled(x)
+        assert torch.allclose(y_compiled, y_eager, atol=1e-6, rtol=1e-5)
+        if step < 3:
+            y_eager.square().sum().backward()
+            y_compiled.square().sum().backward()
+    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-6, rtol=1e-5), name
+    for name, buf in eager.named_buffers():
+        assert torch.allclose(buf, dict(model.named_buffers())[name]), name
+
+
+def test_torch_compile_inductor():
+    """The default backend (Inductor, C++ codegen on the CPU) too, one train and one eval call."""
+    model = fusedlib.from_reference(make_reference("84", 12, 7, seed=0), stage="fused")
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(model, fullgraph=True)
+    x = torch.rand(9, 12)
+    assert torch.allclose(compiled(x), twin(x), atol=1e-6)
+    model.eval(), twin.eval()
+    assert torch.allclose(compiled(x), twin(x), atol=1e-6)
+    assert torch.equal(model.bn.running_mean, twin.bn.running_mean)
