@@ -394,7 +394,17 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
     return y
 
 
-# --------------------------------------------------------------------------- backward (train mode)
+# --------------------------------------------------------------------------- backward
+
+def _softmax_backward(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """dV = Y∘(dY − r), r_i = Σ_j dY_ij Y_ij: the row softmax's backward."""
+    return y * (dy - (dy * y).sum(dim=1, keepdim=True))
+
+
+def _scale_gradient(ds_cols: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The per-column ds summed to ``scale``'s shape (one element: the total)."""
+    return ds_cols.sum().reshape(scale.shape) if scale.numel() == 1 else ds_cols.reshape(scale.shape)
+
 
 def train_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch.Tensor, var: torch.Tensor,
                    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, gamma: torch.Tensor,
@@ -434,7 +444,7 @@ def train_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch.Tenso
         sig = torch.sqrt(var + eps)
         xhat = zc / sig
         u = g * xhat + b
-        dv = y * (dy - (dy * y).sum(dim=1, keepdim=True))
+        dv = _softmax_backward(dy, y)
         ds_cols = (dv * u).sum(dim=0)
         du = s * dv
     else:
@@ -449,7 +459,7 @@ def train_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch.Tenso
     else:
         ds_cols = (dt_ * zc).sum(dim=0)
         dz = s * dt_
-    dscale = ds_cols.sum().reshape(scale.shape) if scale.numel() == 1 else ds_cols.reshape(scale.shape)
+    dscale = _scale_gradient(ds_cols, scale)
     dx = dz @ weight.to(dt)
     dweight = dz.t() @ x.to(dt)
     return dx, dweight, torch.zeros(m, dtype=dt), dscale, dgamma, dbeta
@@ -481,7 +491,7 @@ def eval_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, z: torch.Tensor,
     rm = running_mean.to(dt)
     if kind == "84":
         xhat = (z - rm) * r
-        dv = y * (dy - (dy * y).sum(dim=1, keepdim=True))
+        dv = _softmax_backward(dy, y)
         ds_cols = (dv * (g * xhat + b)).sum(dim=0)
         du = s * dv
         dz = g * r * du
@@ -491,6 +501,6 @@ def eval_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, z: torch.Tensor,
         dtt = g * r * du
         ds_cols = (dtt * z).sum(dim=0)
         dz = s * dtt
-    dscale = ds_cols.sum().reshape(scale.shape) if scale.numel() == 1 else ds_cols.reshape(scale.shape)
+    dscale = _scale_gradient(ds_cols, scale)
     return (dz @ weight.to(dt), dz.t() @ x.to(dt), dz.sum(dim=0), dscale, (du * xhat).sum(dim=0),
             du.sum(dim=0))
