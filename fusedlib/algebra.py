@@ -368,8 +368,8 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
         a, c = eval_coefficients(kind, bn, scale, dt)
         if stage == "fold":                           # GEMM + bias, then one affine pass
             return _finish(kind, a * (matmul_nt(x, weight, precision) + bias) + c)
-        w2, b2 = fold_linear(weight.to(dt), bias.to(dt), a, c)   # BN and s inside the Linear
-        v = matmul_nt(x, w2, precision) + b2
+        # sums, fused: BN, s and the bias in the GEMM's epilogue, V = a∘(X Wᵀ) + (a∘b + c)
+        v = a * matmul_nt(x, weight, precision) + (a * bias.to(dt) + c)
         if stage == "fused" and kind == "84":
             return softmax_online(v)
         return _finish(kind, v)

@@ -10,7 +10,9 @@ implementation in turn makes about ``--iters``/R of its ``--iters`` timed calls 
 remainder goes to the first rounds). Each timed call is preceded by a 256 MiB write that
 flushes the L2 cache and timed with a pair of CUDA events, the device synchronized after
 it; the median (quoted), minimum and maximum of an implementation's calls are recorded in
-ms. Why rounds: the GPU's clocks drift (boost, temperature) during a table, so that timed
+ms, and beside them ``host_us``, the median host (CPU) time of a call: the time to enqueue
+one forward, measured around the call while the GPU is still busy with the flush (a forward
+whose host time exceeds the flush's ≈ 85 µs on the H100 leaves the GPU idle). Why rounds: the GPU's clocks drift (boost, temperature) during a table, so that timed
 one after the other an implementation late in a table looked 2-3 % slower on the H100 than
 an equal one early in it; interleaved, the drift falls on all implementations alike and
 the order effect disappears.
@@ -56,7 +58,7 @@ from .reference import PRESETS, PROBLEMS, Shape, parse_shape, problem_kind
 #: The bench.csv contract, in order.
 COLUMNS = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl", "median_ms",
            "min_ms", "max_ms", "iters", "tflops", "gbytes_per_s", "rel_err", "gpu", "torch", "cuda", "commit",
-           "timestamp"]
+           "timestamp", "host_us"]
 #: The profile.csv contract: torch.profiler's device time per kernel and call; the last two
 #: columns are Nsight Compute's DRAM bytes per call and SM throughput (% of peak), empty
 #: unless measured (``--ncu``).
@@ -199,26 +201,31 @@ def _flush_buffer(x, flush_mb: int):
     return torch.empty(flush_mb * (1 << 20) // 4, device=x.device, dtype=torch.float32)
 
 
-def _timed_call(fn, x, flush) -> float:
-    """One timed call of ``fn(x)`` in ms, the protocol of :func:`time_cuda` and
-    :func:`time_round_robin`. CUDA tensor: ``flush.zero_()`` (the L2 flush, unless ``flush``
-    is None), a CUDA event before and after the call, a device synchronize. CPU tensor: the
-    host clock around the call."""
+def _timed_call(fn, x, flush) -> tuple[float, float]:
+    """One timed call of ``fn(x)``, the protocol of :func:`time_cuda` and
+    :func:`time_round_robin`: (time in ms, host time in µs). CUDA tensor: ``flush.zero_()``
+    (the L2 flush, unless ``flush`` is None), a CUDA event before and after the call, a device
+    synchronize; the host time is the host clock around the call alone: the CPU time to
+    enqueue one forward (the GPU is still busy with the flush, so no launch waits for it).
+    CPU tensor: the host clock around the call, for both."""
     import time
 
     import torch
     if not x.is_cuda:
         start = time.perf_counter()
         fn(x)
-        return (time.perf_counter() - start) * 1e3
+        ms = (time.perf_counter() - start) * 1e3
+        return ms, ms * 1e3
     if flush is not None:
         flush.zero_()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
+    host = time.perf_counter()
     fn(x)
+    host = time.perf_counter() - host
     end.record()
     torch.cuda.synchronize(x.device)
-    return start.elapsed_time(end)
+    return start.elapsed_time(end), host * 1e6
 
 
 def _summary(times: list[float]) -> tuple[float, float, float]:
@@ -248,7 +255,7 @@ def time_cuda(fn, x, warmup: int = MIN_WARMUP, iters: int = MIN_ITERS, flush_mb:
     flush = _flush_buffer(x, flush_mb)
     if x.is_cuda:
         torch.cuda.synchronize(x.device)
-    return _summary([_timed_call(fn, x, flush) for _ in range(iters)])
+    return _summary([_timed_call(fn, x, flush)[0] for _ in range(iters)])
 
 
 class TimingError(RuntimeError):
@@ -289,9 +296,10 @@ def _precision_context(precision):
 
 
 def time_round_robin(fns: dict, x, warmup: int = MIN_WARMUP, iters: int = MIN_ITERS, rounds: int = ROUNDS,
-                     flush_mb: int = FLUSH_MB) -> dict[str, tuple[float, float, float]]:
+                     flush_mb: int = FLUSH_MB) -> dict[str, tuple[float, float, float, float]]:
     """Time several implementations of one computation against each other, interleaved:
-    impl → (median, min, max) in ms over ``iters`` calls each.
+    impl → (median, min, max) in ms over ``iters`` calls each, and the median host time in µs
+    (the CPU time to enqueue one call, :func:`_timed_call`).
 
     Args:
         fns: impl name → (callable, precision): a precision string (the calls run under
@@ -338,7 +346,7 @@ def time_round_robin(fns: dict, x, warmup: int = MIN_WARMUP, iters: int = MIN_IT
     for n in counts:
         for name, (fn, _) in fns.items():
             times[name] += calls(name, fn, n, timed=True, flush=flush)
-    return {name: _summary(t) for name, t in times.items()}
+    return {name: (*_summary([ms for ms, _ in t]), _summary([us for _, us in t])[0]) for name, t in times.items()}
 
 
 def rel_err(y, y64) -> float:
@@ -397,11 +405,12 @@ def _environment(device: str = "cuda") -> dict:
 
 def make_row(problem: str, shape: Shape, mode: str, precision: str, impl: str, times, iters: int,
              rel_error: float, env: dict) -> dict:
-    """One bench.csv row (:data:`COLUMNS`). ``times`` = (median, min, max) in ms; ``tflops``
+    """One bench.csv row (:data:`COLUMNS`). ``times`` = (median, min, max) in ms, optionally
+    followed by the median host time per call in µs (``host_us``, empty without it); ``tflops``
     (TFLOP/s) and ``gbytes_per_s`` (GB/s) are the cost model's FLOPs and compulsory bytes of
     ``impl`` divided by the median; ``timestamp`` is ISO-8601 UTC."""
     from .costmodel import cost
-    median, lo, hi = times
+    median, lo, hi, *host = times
     c = cost(problem_kind(problem), impl, shape.batch, shape.in_features, shape.out_features, mode, precision)
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return {"problem": str(problem), "batch": shape.batch, "in_features": shape.in_features,
@@ -409,7 +418,7 @@ def make_row(problem: str, shape: Shape, mode: str, precision: str, impl: str, t
             "median_ms": _sig(median), "min_ms": _sig(lo), "max_ms": _sig(hi), "iters": iters,
             "tflops": _sig(c.flops / (median * 1e-3) / 1e12), "gbytes_per_s": _sig(c.bytes / (median * 1e-3) / 1e9),
             "rel_err": _sig(rel_error, 3), "gpu": env["gpu"], "torch": env["torch"], "cuda": env["cuda"],
-            "commit": env["commit"], "timestamp": now}
+            "commit": env["commit"], "timestamp": now, "host_us": _sig(host[0], 4) if host else ""}
 
 
 def _sig(value: float, digits: int = 6) -> float:

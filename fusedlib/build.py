@@ -24,38 +24,14 @@ HEADERS = ("common.cuh", "epilogue.cuh", "gemm_simt.cuh", "gemm_mma.cuh", "gemm_
 ARCHS = ((7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0))
 STAGE_FILES = {"naive": "01_naive.cu", "fold": "02_fold.cu", "sums": "03_sums.cu", "fused": "04_fused.cu"}
 
-# Host glue compiled with the stage file: unpacks flat argument lists into fl::Problem and
-# turns a kernel error string into a Python RuntimeError.
-_GLUE = r"""
-void forward(std::vector<int64_t> ptrs, std::vector<int64_t> ints, double eps, double momentum,
-             int64_t stream) {
-  TORCH_CHECK(ptrs.size() == 15 && ints.size() == 8, "fusedlib: bad argument count");
-  fl::Problem p;
-  p.x = reinterpret_cast<const float*>(ptrs[0]);
-  p.w = reinterpret_cast<const float*>(ptrs[1]);
-  p.bias = reinterpret_cast<const float*>(ptrs[2]);
-  p.scale = reinterpret_cast<const float*>(ptrs[3]);
-  p.gamma = reinterpret_cast<const float*>(ptrs[4]);
-  p.beta = reinterpret_cast<const float*>(ptrs[5]);
-  p.running_mean = reinterpret_cast<float*>(ptrs[6]);
-  p.running_var = reinterpret_cast<float*>(ptrs[7]);
-  p.y = reinterpret_cast<float*>(ptrs[8]);
-  p.z = reinterpret_cast<float*>(ptrs[9]);
-  p.part = reinterpret_cast<float*>(ptrs[10]);
-  p.coef = reinterpret_cast<float*>(ptrs[11]);
-  p.counters = reinterpret_cast<unsigned int*>(ptrs[12]);
-  p.xsplit = reinterpret_cast<float*>(ptrs[13]);
-  p.wsplit = reinterpret_cast<const float*>(ptrs[14]);
-  p.n = (int)ints[0]; p.k = (int)ints[1]; p.m = (int)ints[2];
-  p.kind = (int)ints[3]; p.training = (int)ints[4]; p.precision = (int)ints[5]; p.scale_len = (int)ints[6];
-  p.path = (int)ints[7];
-  p.eps = (float)eps; p.momentum = (float)momentum;
-  const char* err = fl_STAGE_forward(&p, reinterpret_cast<cudaStream_t>(stream));
-  TORCH_CHECK(err == nullptr, "fusedlib STAGE kernels: ", err ? err : "");
-}
-"""
-_DECL = ("void forward(std::vector<int64_t> ptrs, std::vector<int64_t> ints, double eps, "
-         "double momentum, int64_t stream);")
+#: The operator's host side, compiled after each stage file (argument checks, workspace,
+#: launch; registers the stage's CUDA kernel of ``torch.ops.fusedlib.<stage>``).
+HOST = "torch_op.cuh"
+_DECL = ("at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, "
+         "const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta, at::Tensor& running_mean, "
+         "at::Tensor& running_var, at::Tensor& num_batches_tracked, c10::string_view kind, "
+         "c10::string_view precision, bool training, double eps, std::optional<double> momentum, "
+         "std::optional<c10::string_view> gemm_path, const std::optional<at::Tensor>& weight_split);")
 
 
 class KernelBuildError(RuntimeError):
@@ -63,8 +39,8 @@ class KernelBuildError(RuntimeError):
 
 
 def source_files() -> list[Path]:
-    """Every kernel source: the shared headers, then the stage files in stage order."""
-    return [KERNEL_DIR / h for h in HEADERS] + [KERNEL_DIR / f for f in STAGE_FILES.values()]
+    """Every kernel source: the shared headers, the stage files in stage order, the operator's host side."""
+    return [KERNEL_DIR / h for h in HEADERS] + [KERNEL_DIR / f for f in STAGE_FILES.values()] + [KERNEL_DIR / HOST]
 
 
 def sources_sha256(root: Path | None = None) -> dict[str, str]:
@@ -100,7 +76,10 @@ def arch_flags(capability: tuple[int, int]) -> list[str]:
 def load_stage(stage: str, device_index: int = 0):
     """Build (or load from the cache) the extension of ``stage`` and return it.
 
-    The extension exposes ``forward(ptrs, ints, eps, momentum, stream)`` (see ``_GLUE``).
+    Loading it registers the stage's CUDA kernel of ``torch.ops.fusedlib.<stage>``
+    (:mod:`fusedlib.ops`); the extension also exposes that function as ``forward`` (same
+    arguments as the operator), which the modules call directly when neither autograd nor
+    tracing needs the dispatcher.
 
     Raises:
         ValueError: unknown stage.
@@ -118,17 +97,17 @@ def load_stage(stage: str, device_index: int = 0):
     digest = hashlib.sha256()
     for path in source_files():
         digest.update(path.read_bytes())
-    digest.update(_GLUE.encode())
+    digest.update(_DECL.encode())
     digest.update(" ".join(arch_flags(capability)).encode())
     name = f"fusedlib_{stage}_{digest.hexdigest()[:16]}"
     build_dir = cache_dir() / name
     build_dir.mkdir(parents=True, exist_ok=True)
-    stage_src = (KERNEL_DIR / STAGE_FILES[stage]).read_text()
-    cuda_src = stage_src + _GLUE.replace("STAGE", stage)
+    from . import ops  # noqa: F401  the schema the extension registers its CUDA kernel for
+    cuda_src = f'#include "{STAGE_FILES[stage]}"\n#include "{HOST}"\n'
     try:
         return load_inline(
             name=name, cpp_sources=_DECL, cuda_sources=cuda_src, functions=["forward"],
-            extra_cuda_cflags=["-O3", "-std=c++17", *arch_flags(capability)],
+            extra_cuda_cflags=["-O3", "-std=c++17", f"-DFL_STAGE={stage}", *arch_flags(capability)],
             extra_include_paths=[str(KERNEL_DIR)], build_directory=str(build_dir), verbose=False)
     except Exception as exc:  # compiler or linker failure: keep the log, say where it is
         log = build_dir / "build.log"

@@ -6,10 +6,8 @@ source file that defines ``class ModelNew`` with the constructor signature of th
 ``ModelNew(*get_init_inputs())`` and compares outputs (fp32: atol = rtol = 1e-4) and times.
 :func:`model_new_source` writes such a file for a problem, stage and precision: ``ModelNew``
 subclasses the fused module with the upstream signature, so the same seed gives the same
-parameters (creation order as upstream) and ``load_state_dict`` works both ways. Its
-parameters are frozen (``requires_grad=False``): KernelBench times the forward with grad
-mode on, where the forward-only CUDA kernels otherwise refuse to run
-(:func:`fusedlib.modules.require_no_grad`).
+parameters (creation order as upstream) and ``load_state_dict`` works both ways; like
+``Model`` it is differentiable (KernelBench times the forward with grad mode on).
 
 Which precision passes KernelBench's fp32 tolerance (results/h100/validation.json,
 allclose at 1e-4 against PyTorch's fp32 module): fp32 and 3xtf32 on every problem; tf32
@@ -72,9 +70,6 @@ from fusedlib.modules import {cls}
 class ModelNew({cls}):
     def __init__(self, {signature}):
         super().__init__({args}, stage={stage!r}, precision={precision!r})
-        # KernelBench evaluates the forward only, and times it with grad mode on: the
-        # parameters are frozen so that the forward-only CUDA kernels may run there.
-        self.requires_grad_(False)
 '''
 
 

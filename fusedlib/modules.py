@@ -4,13 +4,12 @@ Each module has the reference's constructor signature, attribute names, paramete
 creation order and ``state_dict`` keys (so ``load_state_dict`` works both ways and the
 same seed gives the same parameters), plus keyword-only ``stage`` and ``precision``: every
 stage runs every precision (the GEMM under all four stages is one engine,
-:mod:`fusedlib.engine`). On CPU tensors the forward is the stage's operator
-(``torch.ops.fusedlib.<stage>``, :mod:`fusedlib.ops`: the stage algebra of
-:mod:`fusedlib.algebra`, traceable by ``torch.compile``), differentiable through the derived
-backward (:func:`fusedlib.algebra.train_backward`, :func:`~fusedlib.algebra.eval_backward`;
-in train mode the bias gets a zero gradient, as it cancels); on CUDA tensors it runs that stage's kernels
-(:mod:`fusedlib.cuda`), forward only: a CUDA forward that autograd would need raises
-(:func:`require_no_grad`) instead of silently dropping the gradients.
+:mod:`fusedlib.engine`). The forward is the stage's operator (``torch.ops.fusedlib.<stage>``,
+:mod:`fusedlib.ops`): on CPU tensors the stage algebra of :mod:`fusedlib.algebra`, on CUDA
+tensors that stage's kernels (:mod:`fusedlib.cuda`); on both, differentiable through the
+derived backward (:func:`fusedlib.algebra.train_backward`, :func:`~fusedlib.algebra.eval_backward`;
+in train mode the bias gets a zero gradient, as it cancels), traceable by ``torch.compile``
+and, on CUDA, capturable in a CUDA graph.
 """
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from torch import nn
 from . import algebra, ops
 
 __all__ = ["FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm", "from_reference",
-           "reference_kind", "require_no_grad", "validate_input"]
+           "reference_kind", "validate_input"]
 
 
 def validate_input(x, in_features: int, param: torch.Tensor, training: bool) -> None:
@@ -50,26 +49,6 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool) -> 
         raise ValueError(
             f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)} "
             "(x: BatchNorm in train mode needs a batch of at least 2)")
-
-
-def require_no_grad(module: nn.Module, x: torch.Tensor) -> None:
-    """The CUDA kernels are forward-only: refuse a forward whose output autograd would need
-    (grad mode on and ``x`` or any parameter requiring grad), instead of returning a tensor
-    with no ``grad_fn`` that silently drops the gradients of x, gemm.weight, gemm.bias,
-    bn.weight, bn.bias and scale.
-
-    Raises:
-        RuntimeError: gradients would be needed; the message says how to run the forward.
-    """
-    if not torch.is_grad_enabled():
-        return
-    wanting = (["x"] if x.requires_grad else []) + [n for n, p in module.named_parameters() if p.requires_grad]
-    if wanting:
-        raise RuntimeError(
-            f"{type(module).__name__}: the CUDA kernels are forward-only (no backward yet), so the "
-            f"output would carry no gradient for {', '.join(wanting)}. Run the forward under "
-            "torch.no_grad() (inference, KernelBench's evaluation), call module.requires_grad_(False), "
-            "or train on the CPU path, which is differentiable.")
 
 
 class _FusedBase(nn.Module):
@@ -103,12 +82,11 @@ class _FusedBase(nn.Module):
         self._precision = value
 
     def invalidate_caches(self) -> None:
-        """Drop the CUDA path's cached eval-mode weights (W' = diag(a)·W, b') and 3xTF32 weight
-        split. They are rebuilt automatically when a parameter or buffer changes through
-        PyTorch ops (optimizer steps, ``load_state_dict``, in-place ops under ``no_grad``,
-        train steps), which bump tensor versions; writes through ``.data`` bypass the version
-        counters, so after those call this method."""
-        self._eval_cache = None
+        """Drop the CUDA path's cached TF32 split of the weight (3xtf32 on the wgmma path).
+        It is rebuilt automatically when the weight changes through PyTorch ops (optimizer
+        steps, ``load_state_dict``, in-place ops under ``no_grad``), which bump its version;
+        writes through ``.data`` bypass the version counter, so after those call this
+        method. Nothing else is cached: eval mode recomputes its coefficients every call."""
         self._split_cache = None
 
     def bn_state(self) -> algebra.BNState:
@@ -122,20 +100,14 @@ class _FusedBase(nn.Module):
         w = self.gemm.weight
         validate_input(x, self.gemm.in_features, w, self.training)
         x = x.contiguous()  # one copy for a strided or transposed input; none otherwise
-        if x.is_cuda:
-            require_no_grad(self, x)
-            from . import cuda
-            return cuda.stage_forward(self, x)
         bn = self.bn
-        y, running_mean, running_var, tracked = ops.OPS[self._stage](
-            x, w, self.gemm.bias, self.scale, bn.weight, bn.bias, bn.running_mean, bn.running_var,
-            bn.num_batches_tracked, self._kind, self._precision, self.training, bn.eps, bn.momentum)
-        if self.training:  # the operator is functional: it returns the buffers this step leaves
-            with torch.no_grad():
-                bn.running_mean.copy_(running_mean)
-                bn.running_var.copy_(running_var)
-                bn.num_batches_tracked.copy_(tracked)
-        return y
+        args = (x, w, self.gemm.bias, self.scale, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                bn.num_batches_tracked, self._kind, self._precision, self.training, bn.eps, bn.momentum)
+        if x.is_cuda and not torch.compiler.is_compiling():
+            from . import cuda
+            return cuda.stage_forward(self, x, args)
+        # The CPU, and tracing (torch.compile, FakeTensor; on CUDA the device's default GEMM path)
+        return ops.OPS[self._stage](*args)
 
     def extra_repr(self) -> str:
         """Shown by ``print(module)``: the stage and the precision."""

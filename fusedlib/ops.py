@@ -1,66 +1,69 @@
 """The stages as PyTorch operators: ``torch.ops.fusedlib.naive``, ``.fold``, ``.sums`` and
-``.fused``, registered with :mod:`torch.library` (custom ops, PyTorch 2.4 and later).
-
-Each operator takes tensors and plain values only and is functional (PyTorch registers a
-backward only on operators that mutate nothing): it returns the output and the BatchNorm
-buffers as this forward leaves them (``running_mean``, ``running_var``,
-``num_batches_tracked``: updated in train mode, as given in eval mode), which the module
-copies into its buffers. It has a fake (meta) implementation for tracing
-(``torch.compile``, FakeTensor) and its backward registered
-(``torch.library.register_autograd``): the derived gradients of
-:func:`fusedlib.algebra.train_backward` (batch statistics) and
-:func:`fusedlib.algebra.eval_backward` (running statistics). Implemented for CPU tensors
-here, by the stage algebra :func:`fusedlib.algebra.stage_forward`; CUDA tensors go through
-the modules' kernel path (:mod:`fusedlib.cuda`).
+``.fused``, registered with :mod:`torch.library`.
 
 Schema (every stage)::
 
     fusedlib::<stage>(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma,
-        Tensor beta, Tensor running_mean, Tensor running_var, Tensor num_batches_tracked,
-        str kind, str precision, bool training, float eps, float? momentum)
-        -> (Tensor y, Tensor running_mean, Tensor running_var, Tensor num_batches_tracked)
+        Tensor beta, Tensor(a!) running_mean, Tensor(b!) running_var,
+        Tensor(c!) num_batches_tracked, str kind, str precision, bool training, float eps,
+        float? momentum, str? gemm_path=None, Tensor? weight_split=None) -> Tensor
 
-x (N, K), weight (M, K), bias (M), scale (1) or (M), gamma/beta and the running buffers (M):
-float32 or float64; num_batches_tracked: int64 scalar; kind "84" or "33"; y is (N, M).
+x (N, K), weight (M, K), bias (M), scale (1) or (M), gamma/beta (bn.weight, bn.bias) and the
+running buffers (M): float32 (float64 too on the CPU); num_batches_tracked: int64 scalar;
+kind "84" (softmax(s·BN(Z))) or "33" (BN(Z∘s), problems 33 and 39); precision "fp32",
+"tf32" or "3xtf32"; returns Y (N, M). In train mode the operator updates running_mean,
+running_var and num_batches_tracked in place, as ``nn.BatchNorm1d`` does (the schema
+declares the three mutations, so ``torch.compile`` functionalizes them); momentum None is
+the cumulative average, computed on the device (no host sync: CUDA-graph capturable).
+``gemm_path`` forces the CUDA GEMM path (``simt``, ``mma``, ``wgmma``; None: the device's
+default, :func:`fusedlib.engine.select_path`); ``weight_split`` optionally supplies W's
+TF32 parts [rna(W); rna(W − rna(W))] (2, M, K) for 3xTF32 on the wgmma path, which
+otherwise splits W on every call. The CPU kernel ignores both.
+
+Kernels: CPU, the stage algebra (:func:`fusedlib.algebra.stage_forward`); CUDA, the stage's
+kernels (``fusedlib/kernels/torch_op.cuh``, registered when :func:`fusedlib.build.load_stage`
+loads the stage's extension); fake (meta), for tracing; Autograd, the derived backward
+(:func:`fusedlib.algebra.train_backward`, :func:`~fusedlib.algebra.eval_backward`) through
+:class:`StageFunction` whenever a gradient is needed, on both devices. ``torch.library.opcheck``
+covers schema, fake tensor, AOT dispatch and autograd registration (tests/test_ops.py and,
+on CUDA, tests/test_gpu.py).
 """
 from __future__ import annotations
-
-from typing import Optional
 
 import torch
 
 from . import algebra
 
-__all__ = ["OPS", "stage_op"]
+__all__ = ["OPS", "SCHEMA", "StageFunction", "stage_op"]
 
-def _define(stage: str):
-    name = f"fusedlib::{stage}"
+SCHEMA = ("(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma, Tensor beta, "
+          "Tensor(a!) running_mean, Tensor(b!) running_var, Tensor(c!) num_batches_tracked, str kind, "
+          "str precision, bool training, float eps, float? momentum, str? gemm_path=None, "
+          "Tensor? weight_split=None) -> Tensor")
+_LIB = torch.library.Library("fusedlib", "DEF")
+_DIFFERENTIABLE = 6  # x, weight, bias, scale, gamma, beta
 
-    @torch.library.custom_op(name, mutates_args=(), device_types="cpu")
-    def op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, scale: torch.Tensor, gamma: torch.Tensor,
-           beta: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
-           num_batches_tracked: torch.Tensor, kind: str, precision: str, training: bool, eps: float,
-           momentum: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        bn = algebra.BNState(gamma, beta, running_mean.clone(), running_var.clone(), num_batches_tracked.clone(),
-                             momentum, eps)
-        y = algebra.stage_forward(kind, stage, x, weight, bias, scale, bn, training, precision)
-        return y, bn.running_mean, bn.running_var, bn.num_batches_tracked
 
-    @op.register_fake
-    def _(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision,
-          training, eps, momentum):
-        return (x.new_empty(x.shape[0], weight.shape[0]), torch.empty_like(running_mean),
-                torch.empty_like(running_var), torch.empty_like(num_batches_tracked))
+class StageFunction(torch.autograd.Function):
+    """The stage's forward (its operator, below autograd) with the derived backward.
 
-    def setup_context(ctx, inputs, output):
-        x, weight, bias, scale, gamma, beta, running_mean, running_var, _, kind, precision, training, eps, _ = inputs
+    ``apply(op, args)``: ``args`` the operator's arguments in schema order. The running
+    buffers travel inside ``args`` (a tuple), out of autograd's sight: they get no gradient,
+    as in BatchNorm. Saves Y, x, weight, bias, scale, gamma, beta (+ the running buffers in
+    eval mode); the backward recomputes Z' = X Wᵀ at the forward's precision.
+    """
+
+    @staticmethod
+    def forward(ctx, op, args, x, weight, bias, scale, gamma, beta):
+        y = op(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:])
+        kind, precision, training, eps = args[9:13]
         ctx.kind, ctx.precision, ctx.training, ctx.eps = kind, precision, training, eps
-        ctx.mark_non_differentiable(*output[1:])  # buffers: no gradient flows through them (as in BatchNorm)
-        # eval mode reads the running buffers (this output returns them unchanged); train mode needs none
-        buffers = () if training else (output[1], output[2])
-        ctx.save_for_backward(output[0], x, weight, bias, scale, gamma, beta, *buffers)
+        buffers = () if training else (args[6], args[7])  # eval reads the running buffers
+        ctx.save_for_backward(y, x, weight, bias, scale, gamma, beta, *buffers)
+        return y
 
-    def backward(ctx, dy, *_buffer_grads):
+    @staticmethod
+    def backward(ctx, dy):
         y, x, weight, bias, scale, gamma, beta, *buffers = ctx.saved_tensors
         with torch.no_grad():
             z = algebra.matmul_nt(x, weight, ctx.precision)  # Z' as the forward's GEMM made it
@@ -71,13 +74,33 @@ def _define(stage: str):
             else:
                 grads = algebra.eval_backward(ctx.kind, dy, y, z + bias, x, weight, scale, gamma, beta,
                                               *buffers, ctx.eps)
-        return (*grads, None, None, None, None, None, None, None, None)
+        return (None, None, *grads)
 
-    op.register_autograd(backward, setup_context=setup_context)
+
+def _define(stage: str):
+    _LIB.define(stage + SCHEMA)
+    op = getattr(torch.ops.fusedlib, stage).default
+
+    def cpu(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision,
+            training, eps, momentum, gemm_path=None, weight_split=None):
+        bn = algebra.BNState(gamma, beta, running_mean, running_var, num_batches_tracked, momentum, eps)
+        return algebra.stage_forward(kind, stage, x, weight, bias, scale, bn, training, precision)
+
+    def fake(x, weight, *_):
+        return x.new_empty(x.shape[0], weight.shape[0])
+
+    def autograd_kernel(keyset, *args):
+        if torch.is_grad_enabled() and any(t.requires_grad for t in args[:_DIFFERENTIABLE]):
+            return StageFunction.apply(op, args, *args[:_DIFFERENTIABLE])
+        return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+
+    _LIB.impl(stage, cpu, "CPU")
+    torch.library.register_fake(f"fusedlib::{stage}", fake, lib=_LIB)
+    _LIB.impl(stage, autograd_kernel, "Autograd", with_keyset=True)
     return op
 
 
-#: stage -> its operator (a ``torch.library.custom_op``; ``torch.ops.fusedlib.<stage>`` too).
+#: stage -> its operator, ``torch.ops.fusedlib.<stage>.default``.
 OPS = {stage: _define(stage) for stage in algebra.STAGES}
 
 

@@ -280,7 +280,7 @@ def test_round_robin_interleaves_every_impl_in_blocks_per_round():
     fns = {name: (_recorder(log, name), "fp32") for name in ("a", "b", "c")}
     times = bench.time_round_robin(fns, torch.zeros(2), warmup=2, iters=6, rounds=3)
     assert list(times) == ["a", "b", "c"]
-    assert all(len(t) == 3 and t[1] <= t[0] <= t[2] and t[1] >= 0 for t in times.values())
+    assert all(len(t) == 4 and t[1] <= t[0] <= t[2] and t[1] >= 0 and t[3] >= 0 for t in times.values())
     assert {name: log.count(name) for name in fns} == {"a": 8, "b": 8, "c": 8}       # warmup + iters each
     assert log[:6] == ["a", "a", "b", "b", "c", "c"]                                   # warm-ups first
     assert log[6:] == ["a", "a", "b", "b", "c", "c"] * 3                               # then 3 rounds of 2

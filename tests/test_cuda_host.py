@@ -1,5 +1,6 @@
-"""Host-side logic of the CUDA path that needs no GPU: the eval-mode W' cache and the 3xTF32
-weight split are rebuilt whenever a parameter or buffer they depend on changes."""
+"""Host-side logic of the CUDA path that needs no GPU: the 3xTF32 weight split kept per
+module is rebuilt whenever the weight changes, and nothing else is cached (eval mode
+recomputes its coefficients every call)."""
 import torch
 
 import fusedlib
@@ -8,52 +9,52 @@ from fusedlib import cuda as fl_cuda
 from fusedlib.reference import make_reference
 
 
-def _eval_module():
-    ref = make_reference("33", 12, 7, seed=0)
-    ref(torch.rand(9, 12))
-    ref.eval()
-    return fusedlib.from_reference(ref, stage="fused", precision="tf32")
+def _module():
+    return fusedlib.from_reference(make_reference("33", 12, 7, seed=0), stage="fused", precision="3xtf32")
 
 
-def test_eval_cache_is_reused_until_something_changes():
-    m = _eval_module()
-    w1, b1 = fl_cuda._eval_weights(m, "33")
-    w2, _ = fl_cuda._eval_weights(m, "33")
-    assert w1 is w2  # cached
-    a, c = algebra.eval_coefficients("33", m.bn_state(), m.scale, torch.float32)
-    assert torch.allclose(w1, m.gemm.weight * a[:, None]) and torch.allclose(b1, a * m.gemm.bias + c)
-    # in-place updates as optimizers, load_state_dict and train steps make them (versions bump)
-    changes = [lambda: m.gemm.weight.mul_(2), lambda: m.gemm.bias.add_(1), lambda: m.scale.neg_(),
-               lambda: m.bn.weight.mul_(3), lambda: m.bn.bias.add_(1), lambda: m.bn.running_mean.add_(1),
-               lambda: m.bn.running_var.mul_(2), lambda: m.bn.num_batches_tracked.add_(1),
-               lambda: m.load_state_dict(_eval_module().state_dict())]
-    for change in changes:
-        before, _ = fl_cuda._eval_weights(m, "33")
+def test_weight_split_cache():
+    m = _module()
+    w = m.gemm.weight
+    split = fl_cuda.weight_split(m, w, "3xtf32", "wgmma")
+    assert split.shape == (2, 7, 12) and fl_cuda.weight_split(m, w, "3xtf32", "wgmma") is split
+    assert torch.equal(split[0], algebra.round_tf32(w))
+    assert torch.equal(split[1], algebra.round_tf32(w - split[0]))
+    # in-place updates as optimizers and load_state_dict make them (the version bumps)
+    for change in (lambda: w.mul_(2), lambda: m.load_state_dict(_module().state_dict())):
+        before = fl_cuda.weight_split(m, w, "3xtf32", "wgmma")
         with torch.no_grad():
             change()
-        after, _ = fl_cuda._eval_weights(m, "33")
-        assert after is not before
-        a, _ = algebra.eval_coefficients("33", m.bn_state(), m.scale, torch.float32)
-        assert torch.allclose(after, m.gemm.weight * a[:, None])
+        after = fl_cuda.weight_split(m, w, "3xtf32", "wgmma")
+        assert after is not before and torch.equal(after[0], algebra.round_tf32(w))
 
 
-def test_tf32_split_cache():
-    m = _eval_module()
-    split = fl_cuda._tf32_split(m, m.gemm.weight)
-    assert split.shape == (2, 7, 12) and fl_cuda._tf32_split(m, m.gemm.weight) is split
-    assert torch.equal(split[0], algebra.round_tf32(m.gemm.weight))
-    assert torch.equal(split[1], algebra.round_tf32(m.gemm.weight - split[0]))
-    with torch.no_grad():
-        m.gemm.weight.mul_(2)
-    assert fl_cuda._tf32_split(m, m.gemm.weight) is not split
+def test_weight_split_only_for_3xtf32_on_wgmma():
+    m = _module()
+    for precision, path in [("3xtf32", "mma"), ("tf32", "wgmma"), ("fp32", "simt")]:
+        assert fl_cuda.weight_split(m, m.gemm.weight, precision, path) is None
 
 
 def test_writes_through_data_need_invalidate_caches():
-    m = _eval_module()
-    before, _ = fl_cuda._eval_weights(m, "33")
-    m.bn.weight.data.mul_(2)  # .data has its own version counter: the cache cannot see this
-    assert fl_cuda._eval_weights(m, "33")[0] is before
+    m = _module()
+    before = fl_cuda.weight_split(m, m.gemm.weight, "3xtf32", "wgmma")
+    m.gemm.weight.data.mul_(2)  # .data has its own version counter: the cache cannot see this
+    assert fl_cuda.weight_split(m, m.gemm.weight, "3xtf32", "wgmma") is before
     m.invalidate_caches()
-    after, _ = fl_cuda._eval_weights(m, "33")
-    a, _ = algebra.eval_coefficients("33", m.bn_state(), m.scale, torch.float32)
-    assert after is not before and torch.allclose(after, m.gemm.weight * a[:, None])
+    after = fl_cuda.weight_split(m, m.gemm.weight, "3xtf32", "wgmma")
+    assert after is not before and torch.equal(after[0], algebra.round_tf32(m.gemm.weight))
+
+
+def test_eval_mode_keeps_no_folded_weights():
+    """Eval mode reads the parameters every call: a write through .data shows at once."""
+    ref = make_reference("84", 12, 7, seed=0)
+    ref(torch.rand(9, 12))
+    ref.eval()
+    m = fusedlib.from_reference(ref, stage="fused")
+    x = torch.rand(5, 12)
+    y1 = m(x)
+    m.bn.weight.data.mul_(2)
+    ref.bn.weight.data.mul_(2)
+    y2 = m(x)
+    assert not torch.allclose(y1, y2)
+    assert torch.allclose(y2, ref(x), atol=1e-6)

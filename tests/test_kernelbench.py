@@ -66,7 +66,7 @@ def test_model_new_matches_model(problem, stage, precision):
     torch.manual_seed(42)
     new = namespace["ModelNew"](*init)
     assert (new.stage, new.precision) == (stage, precision)
-    modules.require_no_grad(new, torch.rand(4, 64))  # KernelBench times it with grad mode on
+    assert all(p.requires_grad for p in new.parameters())  # differentiable, like Model
     for key, value in ref.state_dict().items():
         assert torch.equal(new.state_dict()[key], value), key
     with torch.no_grad():

@@ -67,7 +67,7 @@ __global__ void update_running_kernel(const Problem p, const float* __restrict__
                                       const float* __restrict__ var) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= p.m) return;
-  const float mom = p.momentum;
+  const float mom = step_momentum(p);
   p.running_mean[j] = (1.f - mom) * p.running_mean[j] + mom * mean[j];
   p.running_var[j] = (1.f - mom) * p.running_var[j] + mom * (var[j] * ((float)p.n / (float)(p.n - 1)));
 }

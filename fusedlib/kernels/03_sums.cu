@@ -3,8 +3,8 @@
 // partials (mean_t, M2_t); a finalize kernel merges them in tile order with Chan's formula
 // into a, c and the running buffers; one row pass writes Y (84: with the row softmax).
 // What changes from fold: the epilogue (the two column passes are gone).
-// Eval mode: BN and the scale are folded into W' and b' by the caller; GEMM + bias, then
-// the softmax (84). Specification: algebra.stage_forward("sums"), algebra.tile_rows.
+// Eval mode: the coefficients a, c from the running buffers (bias folded into c), applied by
+// the GEMM's AffineStore epilogue, then the softmax (84). Specification: algebra.stage_forward("sums"), algebra.tile_rows.
 #include "gemm.cuh"
 #include "passes.cuh"
 
@@ -24,8 +24,10 @@ extern "C" const char* fl_sums_forward(const fl::Problem* pp, cudaStream_t st) {
   using namespace fl;
   const Problem& p = *pp;
   const char* err;
-  if (!p.training) {  // W', b' already hold BN and the scale
-    if ((err = launch_gemm<BiasStore>(p, p.x, p.w, p.kind == 84 ? p.z : p.y, st))) return err;
+  if (!p.training) {  // BN (running statistics), the scale and the bias in the GEMM's epilogue
+    if ((err = launch_eval_coefficients(p, st)) ||
+        (err = launch_gemm<AffineStore>(p, p.x, p.w, p.kind == 84 ? p.z : p.y, st)))
+      return err;
     return p.kind == 84 ? launch_affine_softmax_rows(p.z, nullptr, p.y, p.n, p.m, st) : nullptr;
   }
   if ((err = launch_gemm<ColumnStats>(p, p.x, p.w, p.z, st))) return err;  // Z', partials

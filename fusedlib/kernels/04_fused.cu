@@ -3,8 +3,8 @@
 // row tiles in order into a, c and the running buffers. Then one row pass reads Z' once:
 // V = a∘Z' + c and (84) the softmax from online (max, Σexp) partials, writing Y once.
 // What changes from sums: the finalize kernel moves into the epilogue and the row softmax
-// reads each row once (online). Eval mode: W', b' hold BN and the scale (folded by the
-// caller), GEMM + bias, then the online softmax (84).
+// reads each row once (online). Eval mode: as sums (coefficients from the running buffers
+// in the GEMM's AffineStore epilogue), then the online softmax (84).
 // Specification: algebra.stage_forward("fused"), algebra.tile_rows.
 #include "gemm.cuh"
 #include "passes.cuh"
@@ -13,8 +13,10 @@ extern "C" const char* fl_fused_forward(const fl::Problem* pp, cudaStream_t st) 
   using namespace fl;
   const Problem& p = *pp;
   const char* err;
-  if (!p.training) {  // W', b' already hold BN and the scale
-    if ((err = launch_gemm<BiasStore>(p, p.x, p.w, p.kind == 84 ? p.z : p.y, st))) return err;
+  if (!p.training) {  // BN (running statistics), the scale and the bias in the GEMM's epilogue
+    if ((err = launch_eval_coefficients(p, st)) ||
+        (err = launch_gemm<AffineStore>(p, p.x, p.w, p.kind == 84 ? p.z : p.y, st)))
+      return err;
     return p.kind == 84 ? launch_online_softmax_rows(p.z, nullptr, p.y, p.n, p.m, st) : nullptr;
   }
   if ((err = launch_gemm<ColumnStatsMerge>(p, p.x, p.w, p.z, st))) return err;  // Z', partials, a, c

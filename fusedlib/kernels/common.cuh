@@ -33,8 +33,10 @@ struct Problem {
   float* part;             // (T, 2, M) per-row-tile partials: mean_t, M2_t
   float* coef;             // (4, M) a, c, then batch mean and variance scratch
   unsigned int* counters;  // (ceil(M / 32)) column-tile counters, zero between calls
+  long long* num_batches_tracked;  // bn.num_batches_tracked (int64 scalar), +1 per train step
   float* xsplit;           // (2, N, K) workspace for X's TF32 parts (3xtf32 on wgmma), or null
-  const float* wsplit;     // (2, M, K) W's TF32 parts [Wb; Ws] (3xtf32 on wgmma), or null
+  float* wsplit;           // (2, M, K) W's TF32 parts [Wb; Ws] (3xtf32 on wgmma), or null
+  int split_w;             // 1: the GEMM writes W's parts into wsplit first; 0: wsplit holds them
   int n, k, m;             // batch N, in_features K, out_features M
   int kind;                // 84 or 33 (33 and 39)
   int training;            // 1: batch statistics and running-buffer update
@@ -42,7 +44,8 @@ struct Problem {
   int scale_len;           // 1 or M
   int path;                // GemmPath of the GEMM
   float eps;               // BatchNorm eps
-  float momentum;          // this step's exponential-average factor
+  float momentum;          // exponential-average factor (when momentum_none is 0)
+  int momentum_none;       // 1: bn.momentum is None, cumulative average 1/num_batches_tracked
 };
 
 #define FL_RETURN_IF_ERROR(expr)                        \
@@ -129,6 +132,17 @@ __device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows)
   return acc;
 }
 
+// This train step's running-average factor: the momentum, or for momentum=None the
+// cumulative 1/num_batches_tracked after this step's increment (the counter is incremented by
+// the stage's last kernel, count_batch_kernel, so every reader here sees the old value).
+// Read on the device: no host sync, so the forward can be captured in a CUDA graph.
+__device__ __forceinline__ float step_momentum(const Problem& p) {
+  return p.momentum_none ? 1.f / (float)(*p.num_batches_tracked + 1) : p.momentum;
+}
+
+// num_batches_tracked += 1, once per train step, after every kernel that reads it.
+__global__ void count_batch_kernel(long long* num_batches_tracked) { *num_batches_tracked += 1; }
+
 // Train mode, column j: coefficients a, c with V = a·Z + c from the batch mean and biased
 // variance of the Z the stage holds (with bias if z_has_bias), then the running buffers.
 // 84: a = sγ/√(σ²+ε), c = sβ − aμ.  33: a = γs/√(s²σ²+ε), c = β − aμ (s = 0 gives c = β).
@@ -147,24 +161,27 @@ __device__ void finalize_column(const Problem& p, int j, float mean, float var, 
   p.coef[p.m + j] = c;
   float tm = z_has_bias ? mean : mean + p.bias[j], tv = var;
   if (p.kind != 84) { tm = s * tm; tv = s * s * tv; }
-  const float mom = p.momentum;
+  const float mom = step_momentum(p);
   p.running_mean[j] = (1.f - mom) * p.running_mean[j] + mom * tm;
   p.running_var[j] = (1.f - mom) * p.running_var[j] + mom * (tv * ((float)p.n / (float)(p.n - 1)));
 }
 
 // Eval mode, column j: a, c with V = a·(XWᵀ + b) + c from the running buffers.
 // 84: a = sγ/√(r_σ²+ε), c = sβ − a·r_μ.  33: a = γs/√(r_σ²+ε), c = β − γ·r_μ/√(r_σ²+ε).
-__device__ void eval_column(const Problem& p, int j) {
+// With fold_bias, c becomes a·b + c, so that V = a·(XWᵀ) + c (the GEMM adds no bias).
+__device__ void eval_column(const Problem& p, int j, bool fold_bias = false) {
   const float s = scale_at(p, j), g = p.gamma[j], be = p.beta[j];
   const float inv = 1.f / sqrtf(p.running_var[j] + p.eps), rm = p.running_mean[j];
+  float a, c;
   if (p.kind == 84) {
-    const float a = s * g * inv;
-    p.coef[j] = a;
-    p.coef[p.m + j] = s * be - a * rm;
+    a = s * g * inv;
+    c = s * be - a * rm;
   } else {
-    p.coef[j] = g * s * inv;
-    p.coef[p.m + j] = be - g * rm * inv;
+    a = g * s * inv;
+    c = be - g * rm * inv;
   }
+  p.coef[j] = a;
+  p.coef[p.m + j] = fold_bias ? a * p.bias[j] + c : c;
 }
 
 }  // namespace fl

@@ -3,7 +3,8 @@
 // shared-memory tile C (row stride BN + 1) and hands it to the epilogue it was instantiated
 // with, so each epilogue exists once for every hardware path (CUTLASS 3's collective
 // epilogue, and its visitor trees' column reductions, at a fraction of the size):
-//   BiasStore          out = C + bias                                   (naive, fold, eval)
+//   BiasStore          out = C + bias                                   (naive, fold)
+//   AffineStore        out = a∘C + c, a = coef[0:M], c = coef[M:2M]     (sums, fused: eval)
 //   ColumnStats        out = C (Z' = XWᵀ) and the tile's column partials (sums)
 //                      (n_t, mean_t, M2_t): mean first, then Σ(z − mean_t)²
 //   ColumnStatsMerge   ColumnStats, then the last tile of each column   (fused)
@@ -24,16 +25,22 @@ __device__ __forceinline__ void epilogue_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
 }
 
+enum class Store { kPlain, kBias, kAffine };
+
 // Store the valid part of the tile, rows m0…, columns n0…, coalesced (consecutive threads
-// write consecutive columns), adding the bias when BIAS.
-template <int BM, int BN, int THREADS, bool BIAS>
+// write consecutive columns): as is, plus the bias, or a∘C + c with the coefficients in p.coef.
+template <int BM, int BN, int THREADS, Store S>
 __device__ __forceinline__ void store_tile(const Problem& p, const float* C, float* out, int m0, int n0, int tid) {
   constexpr int LDC = BN + 1;
   const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
   for (int idx = tid; idx < BM * BN; idx += THREADS) {
-    const int r = idx / BN, c = idx % BN;
-    if (r < rows && c < cols)
-      out[(size_t)(m0 + r) * p.m + n0 + c] = C[r * LDC + c] + (BIAS ? p.bias[n0 + c] : 0.f);
+    const int r = idx / BN, c = idx % BN, j = n0 + c;
+    if (r < rows && c < cols) {
+      float v = C[r * LDC + c];
+      if (S == Store::kBias) v += p.bias[j];
+      if (S == Store::kAffine) v = p.coef[j] * v + p.coef[p.m + j];
+      out[(size_t)(m0 + r) * p.m + j] = v;
+    }
   }
 }
 
@@ -41,7 +48,18 @@ struct BiasStore {
   template <int BM, int BN, int THREADS>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
-    store_tile<BM, BN, THREADS, true>(p, C, out, m0, n0, tid);
+    store_tile<BM, BN, THREADS, Store::kBias>(p, C, out, m0, n0, tid);
+  }
+};
+
+// Eval mode of sums and fused: BatchNorm (running statistics), the scale and the Linear's
+// bias applied per column as V = a∘(XWᵀ) + c (eval_column with fold_bias), so no folded
+// copy of W is kept: the coefficients are recomputed from the parameters every call.
+struct AffineStore {
+  template <int BM, int BN, int THREADS>
+  __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
+                               int tid) {
+    store_tile<BM, BN, THREADS, Store::kAffine>(p, C, out, m0, n0, tid);
   }
 };
 
@@ -54,7 +72,7 @@ struct ColumnStats {
                                int tid) {
     constexpr int LDC = BN + 1, R = THREADS / BN;  // threads past R·BN only store
     static_assert(THREADS >= BN, "need a thread per column");
-    store_tile<BM, BN, THREADS, false>(p, C, out, m0, n0, tid);
+    store_tile<BM, BN, THREADS, Store::kPlain>(p, C, out, m0, n0, tid);
     const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
     const int c = tid % BN, g = tid / BN;
     const bool active = g < R;

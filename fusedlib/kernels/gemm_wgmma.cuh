@@ -3,8 +3,8 @@
 // mbarriers; warp-specialized: one producer warpgroup (one thread issues the copies), two
 // consumer warpgroups of 64 rows each; 128×BN block tile, grouped raster order.
 //  * tf32: BN = 256, one pass over K; the tensor cores read the top 19 bits of the fp32 words.
-//  * 3xtf32: X = Xb + Xs split into TF32 parts by split_tf32_kernel (W's parts come cached
-//    from the host), then the same kernel with BN = 192 over three K segments Xb·Wb, Xs·Wb,
+//  * 3xtf32: X = Xb + Xs split into TF32 parts by split_tf32_kernel (W's parts too, unless
+//    the caller passed them cached: p.split_w = 0), then the same kernel with BN = 192 over three K segments Xb·Wb, Xs·Wb,
 //    Xb·Ws, with promoted accumulation (fp32-class at any K).
 // The consumers stage the accumulators in the shared-memory C tile (over the drained ring)
 // and run the epilogue Epi. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
@@ -293,6 +293,10 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   const size_t nk = (size_t)p.n * p.k, mk = (size_t)p.m * p.k;
   split_tf32_kernel<<<132 * 8, 256, 0, st>>>(x, p.xsplit, p.xsplit + nk, nk);
   FL_CHECK_LAUNCH();
+  if (p.split_w) {  // no cached [Wb; Ws] from the caller: split W too
+    split_tf32_kernel<<<132 * 8, 256, 0, st>>>(w, p.wsplit, p.wsplit + mk, mk);
+    FL_CHECK_LAUNCH();
+  }
   if ((err = encode_map(&a0, p.xsplit, p.n, p.k, kWgBM)) || (err = encode_map(&a1, p.xsplit + nk, p.n, p.k, kWgBM)) ||
       (err = encode_map(&b0, p.wsplit, p.m, p.k, kSplitBN)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, kSplitBN)))
     return err;

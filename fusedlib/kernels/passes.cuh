@@ -55,6 +55,20 @@ inline const char* launch_column_stats(const float* z, float* mean, float* var, 
   return nullptr;
 }
 
+// ---------------------------------------------------------------- eval coefficients (sums, fused)
+// One thread a column: a and c = a·b + c from the running buffers, γ, β, the scale and the
+// Linear's bias, for the AffineStore epilogue (V = a∘(XWᵀ) + c).
+__global__ void eval_coefficients_kernel(const Problem p) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j < p.m) eval_column(p, j, true);
+}
+
+inline const char* launch_eval_coefficients(const Problem& p, cudaStream_t st) {
+  eval_coefficients_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p);
+  FL_CHECK_LAUNCH();
+  return nullptr;
+}
+
 // ---------------------------------------------------------------- row passes (fold, sums, fused)
 // Y = a∘Z + c, elementwise (problems 33/39); a = coef[0:M], c = coef[M:2M].
 __global__ void affine_kernel(const float* __restrict__ z, const float* __restrict__ coef,

@@ -1,0 +1,189 @@
+"""The stage operators on CUDA (``pytest -m gpu``): torch.library.opcheck on CUDA inputs, the
+modules' direct call against the dispatcher, the C++ default GEMM path against
+fusedlib.engine, gradients against a float64 reference per precision, torch.compile
+(fullgraph, Inductor), CUDA-graph capture and replay in train mode (momentum None included),
+the current CUDA stream, and clear errors for bad arguments."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import fusedlib
+from fusedlib import algebra, cuda, ops
+from fusedlib.build import load_stage
+from fusedlib.reference import make_reference
+
+pytestmark = pytest.mark.gpu
+
+
+def _model(problem="84", k=96, m=80, seed=0, momentum=0.1, precision="fp32", stage="fused", train_steps=1):
+    ref = make_reference(problem, k, m, seed=seed).cuda()
+    ref.bn.momentum = momentum
+    with torch.no_grad():  # non-trivial running buffers
+        for _ in range(train_steps):
+            ref(torch.rand(32, k, device="cuda"))
+    return ref, fusedlib.from_reference(ref, stage=stage, precision=precision)
+
+
+def _op_args(module, x):
+    bn = module.bn
+    return (x, module.gemm.weight, module.gemm.bias, module.scale, bn.weight, bn.bias, bn.running_mean,
+            bn.running_var, bn.num_batches_tracked, module._kind, module.precision, module.training, bn.eps,
+            bn.momentum)
+
+
+@pytest.mark.parametrize("stage", algebra.STAGES)
+@pytest.mark.parametrize("problem,precision,training,momentum",
+                         [("84", "fp32", True, 0.1), ("33", "tf32", True, None), ("84", "3xtf32", False, 0.1)])
+def test_opcheck_cuda(stage, problem, precision, training, momentum):
+    _, module = _model(problem, 64, 48, momentum=momentum, precision=precision, stage=stage)
+    module.train(training)
+    load_stage(stage)
+    x = torch.rand(40, 64, device="cuda")
+    args = _op_args(module, x)
+    args = tuple(a.detach().clone().requires_grad_(i < 6 and a.is_floating_point())
+                 if isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
+    torch.library.opcheck(ops.OPS[stage], args)
+
+
+@pytest.mark.parametrize("stage", algebra.STAGES)
+@pytest.mark.parametrize("precision", algebra.PRECISIONS)
+def test_direct_call_equals_dispatcher_and_default_path(stage, precision):
+    """The modules' direct call, the operator through the dispatcher, and the operator with
+    gemm_path None (the C++ default rule) all give bit-identical outputs and buffers, equal to
+    the path fusedlib.engine picks."""
+    _, module = _model("84", 128, 200, precision=precision, stage=stage)
+    x = torch.rand(70, 128, device="cuda")
+    twins = [copy.deepcopy(module) for _ in range(2)]
+    with torch.no_grad():
+        y_module = module(x)
+        y_op = ops.OPS[stage](*_op_args(twins[0], x), cuda.gemm_path(precision, x.device, 128, x))
+        y_default = ops.OPS[stage](*_op_args(twins[1], x))
+    assert torch.equal(y_module, y_op) and torch.equal(y_module, y_default)
+    for twin in twins:
+        for (name, a), b in zip(module.named_buffers(), twin.buffers()):
+            assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("problem", ["84", "33"])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("precision,budget", [("fp32", 1e-5), ("3xtf32", 1e-5), ("tf32", 5e-3)])
+@pytest.mark.parametrize("stage", ["naive", "fused"])
+def test_gradients_match_float64(problem, training, precision, budget, stage):
+    """x, gemm.weight, gemm.bias, bn.weight, bn.bias and scale against the float64 reference's
+    autograd (normwise relative error); in train mode gemm.bias gets zeros, not None."""
+    ref, module = _model(problem, 96, 80, seed=1, precision=precision, stage=stage, train_steps=3)
+    ref.train(training), module.train(training)
+    ref64 = copy.deepcopy(ref).double()
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.rand(64, 96, device="cuda", generator=gen)
+    dy = torch.randn(64, 80, device="cuda", generator=gen)
+    x32, x64 = x.clone().requires_grad_(), x.double().requires_grad_()
+    module(x32).backward(dy)
+    ref64(x64).backward(dy.double())
+    pairs = [("x", x32.grad, x64.grad)] + [(n, p.grad, q.grad) for (n, p), q in
+                                          zip(module.named_parameters(), ref64.parameters())]
+    for name, got, want in pairs:
+        assert got is not None, name
+        if training and name == "gemm.bias":
+            assert torch.equal(got, torch.zeros_like(got))
+            continue
+        err = ((got.double() - want).norm() / want.norm().clamp_min(1e-30)).item()
+        assert err < budget, (name, err)
+
+
+@pytest.mark.parametrize("problem,stage,momentum", [("84", "fused", 0.1), ("33", "sums", None)])
+def test_torch_compile_fullgraph_on_cuda(problem, stage, momentum):
+    """Inductor, fullgraph: outputs, gradients and buffers equal eager over three train steps
+    and an eval step."""
+    _, eager = _model(problem, 64, 48, momentum=momentum, stage=stage, precision="3xtf32")
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, fullgraph=True)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for step in range(4):
+        if step == 3:
+            eager.eval(), model.eval()
+        x = torch.rand(40, 64, device="cuda", generator=gen)
+        y_eager, y_compiled = eager(x), compiled(x)
+        assert torch.allclose(y_compiled, y_eager, atol=1e-6, rtol=1e-5), step
+        if step < 3:
+            y_eager.square().sum().backward()
+            y_compiled.square().sum().backward()
+    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-5, rtol=1e-4), name
+    for name, buf in eager.named_buffers():
+        assert torch.allclose(buf, dict(model.named_buffers())[name]), name
+
+
+@pytest.mark.parametrize("stage", algebra.STAGES)
+@pytest.mark.parametrize("precision,momentum", [("fp32", None), ("3xtf32", 0.1)])
+def test_cuda_graph_replay_in_train_mode(stage, precision, momentum):
+    """A train-mode forward captured once and replayed equals eager steps, buffers included
+    (momentum None: the cumulative average on the device); 3xtf32 also sees a weight changed
+    in place between replays (W's TF32 split is made inside the graph)."""
+    _, module = _model("84", 128, 96, momentum=momentum, precision=precision, stage=stage)
+    eager = copy.deepcopy(module)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    static_x = torch.rand(64, 128, device="cuda", generator=gen)
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up (builds, allocations) outside the capture
+            copy.deepcopy(module)(static_x)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = module(static_x)
+        for step in range(3):  # capture ran nothing: replay does the steps
+            static_x.copy_(torch.rand(64, 128, device="cuda", generator=gen))
+            if step == 2:
+                module.gemm.weight.mul_(1.5)
+                eager.gemm.weight.mul_(1.5)
+            graph.replay()
+            y = eager(static_x)
+            assert torch.equal(static_y, y), step
+        for (name, a), b in zip(module.named_buffers(), eager.buffers()):
+            assert torch.equal(a, b), name
+    assert int(module.bn.num_batches_tracked) == 1 + 3
+
+
+def test_runs_on_the_current_stream():
+    """Under torch.cuda.stream(s) every kernel goes to s: the default stream stays idle while
+    s is held up behind a sleep, and the output is right once s is done."""
+    _, module = _model("84", 1024, 1024, stage="fused")
+    module.eval()
+    x = torch.rand(2048, 1024, device="cuda")
+    with torch.no_grad():
+        want = module(x)
+        torch.cuda.synchronize()
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(200_000_000)  # ≈ 0.1 s of GPU cycles on s
+            got = module(x)
+        idle = torch.cuda.default_stream().query()
+        busy = not s.query()
+        s.synchronize()
+    assert idle and busy
+    assert torch.equal(got, want)
+
+
+def test_bad_arguments_raise_clear_errors():
+    _, module = _model("33", 64, 48, stage="fused")
+    load_stage("fused")
+    x = torch.rand(8, 64, device="cuda")
+    args = list(_op_args(module, x))
+    op = ops.OPS["fused"]
+    cases = [(0, x.double(), "x: the CUDA kernels take float32"), (1, module.gemm.weight[:, :32], "weight"),
+             (2, module.gemm.bias[:10], "bias: expected shape"), (6, module.bn.running_mean.cpu(), "running_mean"),
+             (9, "42", "kind"), (10, "bf16", "precision")]
+    for i, value, match in cases:
+        bad = list(args)
+        bad[i] = value
+        with torch.no_grad(), pytest.raises(RuntimeError, match=match):
+            op(*bad)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="gemm_path"):
+        op(*args, "fastest")
+    with torch.no_grad(), pytest.raises(ValueError, match="batch of at least 2"):
+        module(x[:1])
