@@ -169,7 +169,7 @@ def tile_partials(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor, torch.
         counts.append(cnt)
         means.append(mu)
         m2s.append(((blk - mu) ** 2).sum(0))
-    return (torch.tensor(counts, dtype=z.dtype), torch.stack(means), torch.stack(m2s))
+    return (torch.tensor(counts, dtype=z.dtype, device=z.device), torch.stack(means), torch.stack(m2s))
 
 
 def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,8 +200,8 @@ def column_stats_textbook(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor
     then σ² = S2/N − (S1/N)². Loses about log10(κ²) digits, κ² = 1 + μ²/σ²
     (Chan, Golub & LeVeque 1983); catastrophic when |μ|/σ ≳ 100."""
     n = z.shape[0]
-    s1 = torch.zeros(z.shape[1], dtype=z.dtype)
-    s2 = torch.zeros(z.shape[1], dtype=z.dtype)
+    s1 = z.new_zeros(z.shape[1])
+    s2 = z.new_zeros(z.shape[1])
     for r0 in range(0, n, tile_rows):
         blk = z[r0:r0 + tile_rows]
         s1 = s1 + blk.sum(0)
@@ -462,7 +462,7 @@ def train_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch.Tenso
     dscale = _scale_gradient(ds_cols, scale)
     dx = dz @ weight.to(dt)
     dweight = dz.t() @ x.to(dt)
-    return dx, dweight, torch.zeros(m, dtype=dt), dscale, dgamma, dbeta
+    return dx, dweight, dy.new_zeros(m, dtype=dt), dscale, dgamma, dbeta
 
 
 def eval_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, z: torch.Tensor, x: torch.Tensor,

@@ -4,7 +4,8 @@
 // into a, c and the running buffers; one row pass writes Y (84: with the row softmax).
 // What changes from fold: the epilogue (the two column passes are gone).
 // Eval mode: the coefficients a, c from the running buffers (bias folded into c), applied by
-// the GEMM's AffineStore epilogue, then the softmax (84). Specification: algebra.stage_forward("sums"), algebra.tile_rows.
+// the GEMM's AffineStore epilogue, then the softmax (84).
+// Specification: algebra.stage_forward("sums"), algebra.tile_rows.
 #include "gemm.cuh"
 #include "passes.cuh"
 

@@ -32,7 +32,7 @@ struct Problem {
   float* z;                // (N, M) workspace: Z = XWᵀ + b or Z' = XWᵀ
   float* part;             // (T, 2, M) per-row-tile partials: mean_t, M2_t
   float* coef;             // (4, M) a, c, then batch mean and variance scratch
-  unsigned int* counters;  // (ceil(M / 32)) column-tile counters, zero between calls
+  unsigned int* counters;  // (ceil(M / 32)) column-tile counters, zeroed by begin_train_step_kernel
   long long* num_batches_tracked;  // bn.num_batches_tracked (int64 scalar), +1 per train step
   float* xsplit;           // (2, N, K) workspace for X's TF32 parts (3xtf32 on wgmma), or null
   float* wsplit;           // (2, M, K) W's TF32 parts [Wb; Ws] (3xtf32 on wgmma), or null
@@ -133,15 +133,18 @@ __device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows)
 }
 
 // This train step's running-average factor: the momentum, or for momentum=None the
-// cumulative 1/num_batches_tracked after this step's increment (the counter is incremented by
-// the stage's last kernel, count_batch_kernel, so every reader here sees the old value).
-// Read on the device: no host sync, so the forward can be captured in a CUDA graph.
+// cumulative 1/num_batches_tracked (incremented by begin_train_step_kernel, the step's first
+// kernel). Read on the device: no host sync, so the forward can be captured in a CUDA graph.
 __device__ __forceinline__ float step_momentum(const Problem& p) {
-  return p.momentum_none ? 1.f / (float)(*p.num_batches_tracked + 1) : p.momentum;
+  return p.momentum_none ? 1.f / (float)*p.num_batches_tracked : p.momentum;
 }
 
-// num_batches_tracked += 1, once per train step, after every kernel that reads it.
-__global__ void count_batch_kernel(long long* num_batches_tracked) { *num_batches_tracked += 1; }
+// The first kernel of a train step: num_batches_tracked += 1 (as nn.BatchNorm1d does before
+// it reads the counter) and the column-tile counters of ColumnStatsMerge zeroed.
+__global__ void begin_train_step_kernel(long long* num_batches_tracked, unsigned int* counters, int count) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *num_batches_tracked += 1;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) counters[i] = 0;
+}
 
 // Train mode, column j: coefficients a, c with V = a·Z + c from the batch mean and biased
 // variance of the Z the stage holds (with bias if z_has_bias), then the running buffers.

@@ -118,7 +118,8 @@ struct ColumnStats {
 struct ColumnStatsMerge {
   // ColumnStats, then count this tile on its column block's counter (fence first); the
   // last tile of the column block merges all row tiles in order 0, 1, … (Chan) and
-  // finalizes the BatchNorm coefficients and running buffers, then resets the counter.
+  // finalizes the BatchNorm coefficients and running buffers (the counters are zeroed by the
+  // train step's first kernel, begin_train_step_kernel).
   template <int BM, int BN, int THREADS>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
@@ -135,7 +136,6 @@ struct ColumnStatsMerge {
       const Moments mo = merge_column_partials(p, n0 + cc, BM);
       finalize_column(p, n0 + cc, mo.mean, mo.m2 / mo.n, false);
     }
-    if (tid == 0) p.counters[col_block] = 0;  // ready for the next call
   }
 };
 

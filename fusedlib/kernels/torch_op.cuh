@@ -2,10 +2,10 @@
 // (fusedlib/ops.py defines the schema, the CPU kernel, the fake and the autograd kernel).
 // Compiled after one stage file (fusedlib/build.py), which defines fl_<FL_STAGE>_forward:
 // argument checks, the GEMM path (engine.select_path's default rule), one workspace
-// allocation from PyTorch's caching allocator, the launches on the current CUDA stream, and
-// num_batches_tracked += 1 on the device ($FUSEDLIB_POISON=1: output and workspace filled
-// with NaN first, for the correctness tests). Nothing here waits for the GPU, so a forward can be
-// captured in a CUDA graph. The same function is registered for the CUDA dispatch key and
+// allocation from PyTorch's caching allocator, the launches on the current CUDA stream, the
+// first of a train step adding 1 to num_batches_tracked on the device ($FUSEDLIB_POISON=1:
+// output and workspace filled with NaN first, for the correctness tests). Nothing here waits
+// for the GPU, so a forward can be captured in a CUDA graph. The same function is registered for the CUDA dispatch key and
 // exported to Python (`forward`) for the modules' eager calls, which skip the dispatcher.
 #pragma once
 #include <torch/extension.h>
@@ -103,7 +103,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
                 "weight_split: expected a contiguous float32 (2, ", m, ", ", k, ") tensor on ", x.device());
 
   // Workspace, one allocation: Z (N×M), tile partials, coefficients (4, M), column-tile
-  // counters (zeroed here; the last tile of a column block leaves its counter at zero),
+  // counters (zeroed by the train step's first kernel),
   // and for 3xTF32 on wgmma X's and (unless cached by the caller) W's TF32 parts.
   const int64_t tiles = (n + 31) / 32;  // the smallest statistics tile is 32 rows
   const int64_t n_z = aligned_floats(n * m), n_part = aligned_floats(std::max(2 * tiles * m, 2 * n)),
@@ -149,15 +149,15 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
     C10_CUDA_CHECK(cudaMemsetAsync(base, 0xFF, ws.nbytes(), stream));
     C10_CUDA_CHECK(cudaMemsetAsync(p.y, 0xFF, y.nbytes(), stream));
   }
-  C10_CUDA_CHECK(cudaMemsetAsync(p.counters, 0, sizeof(unsigned int) * ((m + 31) / 32), stream));
+  if (training) {  // num_batches_tracked += 1, counters zeroed: one launch before the stage's
+    begin_train_step_kernel<<<1, 256, 0, stream>>>(p.num_batches_tracked, p.counters, (int)((m + 31) / 32));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
   const char* err = FL_ENTRY(&p, stream);
   TORCH_CHECK(err == nullptr, "fusedlib " FL_STR(FL_STAGE) " kernels: ", err ? err : "");
-  if (training) {  // after every kernel that reads it (step_momentum)
-    count_batch_kernel<<<1, 1, 0, stream>>>(p.num_batches_tracked);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (training)
     for (at::Tensor* t : {&running_mean, &running_var, &num_batches_tracked})  // the schema's (a!), (b!), (c!)
       if (!t->is_inference()) t->unsafeGetTensorImpl()->bump_version();
-  }
   return y;
 }
 

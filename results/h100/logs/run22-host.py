@@ -52,3 +52,32 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+def breakdown():
+    """Where the host time of one direct call goes (v0, train): the module against its C++
+    entry with prebuilt arguments, and torch.profiler's CPU-side events of the entry."""
+    from fusedlib import cuda
+    from fusedlib.build import load_stage
+    shape = PRESETS["v0"]
+    ref = make_reference("84", shape.in_features, shape.out_features, seed=0).cuda()
+    x = torch.rand(shape.batch, shape.in_features, device="cuda")
+    for precision in ("fp32", "tf32"):
+        m = fusedlib.from_reference(ref, stage="fused", precision=precision)
+        bn = m.bn
+        args = (x, m.gemm.weight, m.gemm.bias, m.scale, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                bn.num_batches_tracked, "84", precision, True, bn.eps, bn.momentum,
+                cuda.gemm_path(precision, x.device, shape.in_features, x), None)
+        ext = load_stage("fused")
+        with torch.no_grad():
+            print(precision, "module", round(host_us(m, x), 1), "entry", round(host_us(lambda x: ext.forward(*args), x), 1),
+                  "empty", round(host_us(lambda x: torch.empty(128, 512, device="cuda"), x), 1))
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                for _ in range(50):
+                    ext.forward(*args)
+                    torch.cuda.synchronize()
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14))
+
+
+if __name__ == "__main__":
+    breakdown()
