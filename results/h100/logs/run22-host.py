@@ -13,11 +13,14 @@ from fusedlib.reference import PRESETS, make_reference
 
 
 def host_us(fn, x, calls=200):
+    """Median host time of one call in µs, calls enqueued back to back behind a GPU sleep, so
+    that none waits for the GPU and the CPU stays busy (no idle state between calls)."""
     for _ in range(10):
         fn(x)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(1_000_000_000)  # ≈ 0.6 s of GPU cycles ahead of the calls
     out = []
     for _ in range(calls):
-        torch.cuda.synchronize()
         t = time.perf_counter()
         fn(x)
         out.append((time.perf_counter() - t) * 1e6)
