@@ -31,6 +31,13 @@ def _path(precision: str, dev: torch.device, k: int, aligned: bool, forced: str)
     return engine.select_path(precision, _capability(dev), k, aligned, forced)
 
 
+@functools.lru_cache(maxsize=256)
+def _route(stage: str, precision: str, dev: torch.device, k: int, aligned: bool, forced: str):
+    """(GEMM path, the stage extension's ``forward``) of a call: one cached lookup per call."""
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    return _path(precision, dev, k, aligned, forced), load_stage(stage, index).forward
+
+
 def gemm_path(precision: str, dev: torch.device, k: int, x: torch.Tensor | None = None,
               weight: torch.Tensor | None = None) -> str:
     """The GEMM path (``simt``, ``mma`` or ``wgmma``) a forward at ``precision`` takes on
@@ -76,10 +83,10 @@ def stage_forward(module, x: torch.Tensor, args: tuple) -> torch.Tensor:
     """
     if x.dtype != torch.float32:
         raise TypeError(f"x: the CUDA kernels take float32, got {x.dtype}")
-    weight, precision, dev = args[1], module._precision, x.device
-    path = gemm_path(precision, dev, x.shape[1], x, weight)
-    ext = load_stage(module._stage, dev.index if dev.index is not None else torch.cuda.current_device())
+    weight, precision = args[1], module._precision
+    aligned = x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0
+    path, forward = _route(module._stage, precision, x.device, x.shape[1], aligned, engine.forced_path())
     tail = (path, weight_split(module, weight, precision, path))
     if torch.is_grad_enabled() and any(t.requires_grad for t in args[:6]):
-        return ops.OPS[module._stage](*args, *tail)
-    return ext.forward(*args, *tail)
+        return ops.OPS[module._stage](*args, *tail)  # through the dispatcher: the autograd kernel
+    return forward(*args, *tail)

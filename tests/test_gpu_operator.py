@@ -111,8 +111,8 @@ def test_torch_compile_fullgraph_on_cuda(problem, stage, momentum):
         if step < 3:
             y_eager.square().sum().backward()
             y_compiled.square().sum().backward()
-    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
-        assert torch.allclose(p.grad, q.grad, atol=1e-5, rtol=1e-4), name
+    for (name, p), q in zip(eager.named_parameters(), model.parameters()):  # Inductor reorders sums: normwise
+        assert ((p.grad - q.grad).norm() / p.grad.norm()).item() < 1e-5, name
     for name, buf in eager.named_buffers():
         assert torch.allclose(buf, dict(model.named_buffers())[name]), name
 
@@ -176,7 +176,7 @@ def test_bad_arguments_raise_clear_errors():
     args = list(_op_args(module, x))
     op = ops.OPS["fused"]
     cases = [(0, x.double(), "x: the CUDA kernels take float32"), (1, module.gemm.weight[:, :32], "weight"),
-             (2, module.gemm.bias[:10], "bias: expected shape"), (6, module.bn.running_mean.cpu(), "running_mean"),
+             (2, module.gemm.bias[:10], r"bias: expected shape \(48,\), got \(10,\)"), (6, module.bn.running_mean.cpu(), "running_mean"),
              (9, "42", "kind"), (10, "bf16", "precision")]
     for i, value, match in cases:
         bad = list(args)

@@ -138,18 +138,25 @@ inline bool row_fits_smem(size_t bytes) {
   return bytes <= (size_t)kMaxRowSmemBytes && bytes + 1024 <= (size_t)max_smem_optin();
 }
 
-inline const char* launch_affine_softmax_rows(const float* z, const float* coef, float* y, int n, int m,
-                                              cudaStream_t st) {
+// One block of 512 threads a row; the row in shared memory (in_smem) when it fits, else
+// re-read from global memory (in_global). Both row-softmax passes launch through here.
+using RowKernel = void (*)(const float*, const float*, float*, int);
+inline const char* launch_rows(RowKernel in_smem, RowKernel in_global, const float* z, const float* coef, float* y,
+                               int n, int m, cudaStream_t st) {
   const size_t bytes = (size_t)m * sizeof(float);
   if (row_fits_smem(bytes)) {
-    FL_RETURN_IF_ERROR(cudaFuncSetAttribute(affine_softmax_rows_kernel<true>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    affine_softmax_rows_kernel<true><<<n, 512, bytes, st>>>(z, coef, y, m);
+    FL_RETURN_IF_ERROR(cudaFuncSetAttribute(in_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    in_smem<<<n, 512, bytes, st>>>(z, coef, y, m);
   } else {
-    affine_softmax_rows_kernel<false><<<n, 512, 0, st>>>(z, coef, y, m);
+    in_global<<<n, 512, 0, st>>>(z, coef, y, m);
   }
   FL_CHECK_LAUNCH();
   return nullptr;
+}
+
+inline const char* launch_affine_softmax_rows(const float* z, const float* coef, float* y, int n, int m,
+                                              cudaStream_t st) {
+  return launch_rows(affine_softmax_rows_kernel<true>, affine_softmax_rows_kernel<false>, z, coef, y, n, m, st);
 }
 
 // ---------------------------------------------------------------- online row softmax (fused)
@@ -220,16 +227,7 @@ __global__ void online_softmax_rows_kernel(const float* __restrict__ z, const fl
 
 inline const char* launch_online_softmax_rows(const float* z, const float* coef, float* y, int n, int m,
                                               cudaStream_t st) {
-  const size_t bytes = (size_t)m * sizeof(float);
-  if (row_fits_smem(bytes)) {
-    FL_RETURN_IF_ERROR(cudaFuncSetAttribute(online_softmax_rows_kernel<true>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    online_softmax_rows_kernel<true><<<n, 512, bytes, st>>>(z, coef, y, m);
-  } else {
-    online_softmax_rows_kernel<false><<<n, 512, 0, st>>>(z, coef, y, m);
-  }
-  FL_CHECK_LAUNCH();
-  return nullptr;
+  return launch_rows(online_softmax_rows_kernel<true>, online_softmax_rows_kernel<false>, z, coef, y, n, m, st);
 }
 
 }  // namespace fl

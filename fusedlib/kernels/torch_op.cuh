@@ -21,10 +21,17 @@
 
 namespace fl {
 
+// A tensor's shape as Python prints it: (8, 64), (10,).
+inline std::string shape_str(const at::Tensor& t) {
+  std::string s = "(";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + (t.dim() == 1 ? ",)" : ")");
+}
+
 inline void check_vector(const at::Tensor& t, const char* name, int64_t m, const at::Tensor& x) {
   TORCH_CHECK(t.device() == x.device(), name, ": expected a tensor on ", x.device(), ", got one on ", t.device());
   TORCH_CHECK(t.scalar_type() == at::kFloat, name, ": the CUDA kernels take float32, got ", t.scalar_type());
-  TORCH_CHECK(t.dim() == 1 && t.size(0) == m, name, ": expected shape (", m, ",), got ", t.sizes());
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == m, name, ": expected shape (", m, ",), got ", shape_str(t));
   TORCH_CHECK(t.is_contiguous(), name, ": expected a contiguous tensor");
 }
 
@@ -66,14 +73,14 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
   using namespace fl;
   TORCH_CHECK(x_in.is_cuda(), "x: expected a CUDA tensor, got one on ", x_in.device());
   TORCH_CHECK(x_in.scalar_type() == at::kFloat, "x: the CUDA kernels take float32, got ", x_in.scalar_type());
-  TORCH_CHECK(x_in.dim() == 2 && x_in.size(0) > 0, "x: expected a non-empty 2-D tensor (batch, in_features), got ",
-              x_in.sizes());
+  TORCH_CHECK(x_in.dim() == 2 && x_in.size(0) > 0, "x: expected a non-empty 2-D tensor (batch, in_features), got shape ",
+              shape_str(x_in));
   TORCH_CHECK(weight_in.device() == x_in.device() && weight_in.scalar_type() == at::kFloat && weight_in.dim() == 2 &&
               weight_in.size(1) == x_in.size(1),
               "weight: expected a float32 (out_features, ", x_in.size(1), ") tensor on ", x_in.device(), ", got ",
-              weight_in.scalar_type(), " ", weight_in.sizes(), " on ", weight_in.device());
+              weight_in.scalar_type(), " ", shape_str(weight_in), " on ", weight_in.device());
   TORCH_CHECK(!training || x_in.size(0) > 1, "Expected more than 1 value per channel when training, got input size ",
-              x_in.sizes(), " (x: BatchNorm in train mode needs a batch of at least 2)");
+              shape_str(x_in), " (x: BatchNorm in train mode needs a batch of at least 2)");
   TORCH_CHECK(kind == "84" || kind == "33", "kind: expected '84' or '33', got '", std::string(kind), "'");
   const int prec = precision == "fp32" ? FP32 : precision == "tf32" ? TF32 : precision == "3xtf32" ? TF32X3 : -1;
   TORCH_CHECK(prec >= 0, "precision: expected 'fp32', 'tf32' or '3xtf32', got '", std::string(precision), "'");
@@ -88,7 +95,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
   TORCH_CHECK(scale.device() == x.device() && scale.scalar_type() == at::kFloat && scale.is_contiguous() &&
               (scale.numel() == 1 || (kind == "33" && scale.numel() == m)),
               "scale: expected a contiguous float32 tensor on ", x.device(), " with 1 element",
-              kind == "33" ? " or out_features" : "", ", got ", scale.scalar_type(), " ", scale.sizes());
+              kind == "33" ? " or out_features" : "", ", got ", scale.scalar_type(), " ", shape_str(scale));
   TORCH_CHECK(num_batches_tracked.device() == x.device() && num_batches_tracked.scalar_type() == at::kLong &&
               num_batches_tracked.numel() == 1,
               "num_batches_tracked: expected an int64 scalar tensor on ", x.device());
