@@ -22,7 +22,7 @@ def _args(*argv):
 def test_columns_are_the_contract():
     assert bench.COLUMNS == ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl",
                              "median_ms", "min_ms", "max_ms", "iters", "tflops", "gbytes_per_s", "rel_err",
-                             "gpu", "torch", "cuda", "commit", "timestamp"]
+                             "gpu", "torch", "cuda", "commit", "timestamp", "host_us"]
     assert bench.PROFILE_COLUMNS[:8] == ["problem", "shape", "mode", "precision", "impl", "kernel", "calls",
                                          "cuda_time_us_per_call"]
 
