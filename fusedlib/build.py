@@ -107,7 +107,7 @@ def load_stage(stage: str, device_index: int = 0):
     try:
         return load_inline(
             name=name, cpp_sources=_DECL, cuda_sources=cuda_src, functions=["forward"],
-            extra_cuda_cflags=["-O3", "-std=c++17", f"-DFL_STAGE={stage}", *arch_flags(capability)],
+            extra_cuda_cflags=["-O3", f"-DFL_STAGE={stage}", *arch_flags(capability)],
             extra_include_paths=[str(KERNEL_DIR)], build_directory=str(build_dir), verbose=False)
     except Exception as exc:  # compiler or linker failure: keep the log, say where it is
         log = build_dir / "build.log"
