@@ -98,7 +98,8 @@ def load_stage(stage: str, device_index: int = 0):
     for path in source_files():
         digest.update(path.read_bytes())
     digest.update(_DECL.encode())
-    digest.update(" ".join(arch_flags(capability)).encode())
+    cuda_flags = ["-O3", f"-DFL_STAGE={stage}", *arch_flags(capability)]
+    digest.update(" ".join(cuda_flags).encode())
     name = f"fusedlib_{stage}_{digest.hexdigest()[:16]}"
     build_dir = cache_dir() / name
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -107,7 +108,7 @@ def load_stage(stage: str, device_index: int = 0):
     try:
         return load_inline(
             name=name, cpp_sources=_DECL, cuda_sources=cuda_src, functions=["forward"],
-            extra_cuda_cflags=["-O3", f"-DFL_STAGE={stage}", *arch_flags(capability)],
+            extra_cuda_cflags=cuda_flags,
             extra_include_paths=[str(KERNEL_DIR)], build_directory=str(build_dir), verbose=False)
     except Exception as exc:  # compiler or linker failure: keep the log, say where it is
         log = build_dir / "build.log"

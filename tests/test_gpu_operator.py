@@ -112,7 +112,7 @@ def test_torch_compile_fullgraph_on_cuda(problem, stage, momentum):
             y_eager.square().sum().backward()
             y_compiled.square().sum().backward()
     for (name, p), q in zip(eager.named_parameters(), model.parameters()):  # Inductor reorders sums: normwise
-        assert ((p.grad - q.grad).norm() / p.grad.norm()).item() < 1e-5, name
+        assert (p.grad - q.grad).norm().item() <= 1e-5 * p.grad.norm().item(), name  # gemm.bias: zeros
     for name, buf in eager.named_buffers():
         assert torch.allclose(buf, dict(model.named_buffers())[name]), name
 
