@@ -26,6 +26,9 @@ try:
 except Exception as e:
     print(type(e).__name__, str(e).splitlines()[0][:200])
 '''
+if len(sys.argv) > 1:  # one case in this process (under a debugger)
+    exec(compile(CASE, "case", "exec"), {"__name__": "case"})
+    sys.exit()
 for i in (0, 1, 2, 6, 9, 10, 99):
     p = subprocess.run([sys.executable, "-X", "faulthandler", "-c", CASE, str(i)], capture_output=True, text=True)
     print(i, "rc", p.returncode, p.stdout.strip()[-300:], p.stderr.strip().splitlines()[:3] if p.returncode else "")
