@@ -97,10 +97,11 @@ def test_gradients_match_float64(problem, training, precision, budget, stage):
 @pytest.mark.parametrize("problem,stage,momentum", [("84", "fused", 0.1), ("33", "sums", None)])
 def test_torch_compile_fullgraph_on_cuda(problem, stage, momentum):
     """Inductor, fullgraph: outputs and buffers equal eager's over three train steps and an eval
-    step; the gradients of eager and compiled both within 1e-5 (normwise) of the float64
-    reference's (Inductor reorders the backward's sums, so the two differ by rounding)."""
+    step; the gradients of eager and compiled both within the float64 reference's by twice
+    PyTorch fp32's own error or 1e-5, normwise (Inductor reorders the backward's sums, so the
+    two differ by rounding)."""
     ref, eager = _model(problem, 64, 48, momentum=momentum, stage=stage, precision="3xtf32")
-    model, ref64 = copy.deepcopy(eager), copy.deepcopy(ref).double()
+    model, ref64 = copy.deepcopy(eager), copy.deepcopy(ref).double()  # ref: PyTorch fp32, the peer
     compiled = torch.compile(model, fullgraph=True)
     gen = torch.Generator(device="cuda").manual_seed(1)
     for step in range(4):
@@ -110,14 +111,17 @@ def test_torch_compile_fullgraph_on_cuda(problem, stage, momentum):
         y_eager, y_compiled, y64 = eager(x), compiled(x), ref64(x.double())
         assert torch.allclose(y_compiled, y_eager, atol=1e-6, rtol=1e-5), step
         if step < 3:
-            for y in (y_eager, y_compiled, y64):
+            for y in (y_eager, y_compiled, y64, ref(x)):
                 y.square().sum().backward()
-    for (name, p), q, r in zip(eager.named_parameters(), model.parameters(), ref64.parameters()):
+    for (name, p), q, r, peer in zip(eager.named_parameters(), model.parameters(), ref64.parameters(),
+                                     ref.parameters()):
         if name == "gemm.bias":  # zeros in train mode, exactly
             assert torch.equal(p.grad, torch.zeros_like(p.grad)) and torch.equal(q.grad, p.grad)
             continue
+        # issue 12's budget: twice PyTorch fp32's own gradient error, or 1e-5, normwise
+        budget = max(1e-5, 2 * (peer.grad.double() - r.grad).norm().item() / r.grad.norm().item())
         for grad in (p.grad, q.grad):
-            assert (grad.double() - r.grad).norm().item() <= 1e-5 * r.grad.norm().item(), name
+            assert (grad.double() - r.grad).norm().item() <= budget * r.grad.norm().item(), name
     for name, buf in eager.named_buffers():
         assert torch.allclose(buf, dict(model.named_buffers())[name]), name
 
