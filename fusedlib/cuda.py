@@ -17,7 +17,7 @@ import functools
 
 import torch
 
-from . import engine, ops
+from . import algebra, engine, ops
 from .build import load_stage
 
 
@@ -61,7 +61,6 @@ def weight_split(module, weight: torch.Tensor, precision: str, path: str) -> tor
     cache = module._split_cache
     if cache is None or cache[0] != key:
         with torch.no_grad():
-            from . import algebra
             big = algebra.round_tf32(weight)
             split = torch.stack([big, algebra.round_tf32(weight - big)]).contiguous()
         cache = module._split_cache = (key, split)
