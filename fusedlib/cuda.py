@@ -1,19 +1,23 @@
 """A fused module's forward on CUDA tensors: the stage's operator (:mod:`fusedlib.ops`), whose
-CUDA kernel is the host code in ``fusedlib/kernels/torch_op.cuh`` (argument checks,
-workspace, launches, ``num_batches_tracked`` on the device).
+CUDA kernel is the host code in ``fusedlib/kernels/torch_op.cuh`` (argument checks, the GEMM
+path's default rule, the output and the stream's scratch, launches, ``num_batches_tracked``
+on the device).
 
-What stays in Python, per call: the GEMM path (:func:`gemm_path`, honouring
-``$FUSEDLIB_GEMM_PATH``), the 3xTF32 split of W kept per module (:func:`weight_split`), and
-the route: eager calls that need neither autograd nor tracing call the extension's
-``forward`` directly (the same C++ function, without the dispatcher's per-call cost); the
-rest (a gradient is needed, ``torch.compile``, FakeTensor) go through
-``torch.ops.fusedlib.<stage>``, whose Autograd kernel gives the derived backward.
+What stays in Python, per call: the route, one cached lookup (the stage's extension, and
+whether the GEMM path must be chosen here: for 3xtf32, whose W split is kept per module
+(:func:`weight_split`), under ``$FUSEDLIB_GEMM_PATH``, and on GPUs without TF32 tensor cores,
+for the error :class:`fusedlib.engine.UnsupportedPrecision`; otherwise the C++ side applies
+the same rule, :func:`fusedlib.engine.select_path`). Eager calls that need neither autograd
+nor tracing call the extension's ``forward`` directly (the same C++ function, without the
+dispatcher's per-call cost); the rest (a gradient is needed, ``torch.compile``, FakeTensor)
+go through ``torch.ops.fusedlib.<stage>``, whose Autograd kernel gives the derived backward.
 Nothing caches a folded copy of W: the eval-mode coefficients are recomputed every call
 in the GEMM's epilogue, so writes through ``.data`` are seen at once.
 """
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -32,10 +36,12 @@ def _path(precision: str, dev: torch.device, k: int, aligned: bool, forced: str)
 
 
 @functools.lru_cache(maxsize=256)
-def _route(stage: str, precision: str, dev: torch.device, k: int, aligned: bool, forced: str):
-    """(GEMM path, the stage extension's ``forward``) of a call: one cached lookup per call."""
+def _route(stage: str, precision: str, dev: torch.device, forced: str | None):
+    """(the stage extension's ``forward``, whether :func:`gemm_path` runs per call) for a call
+    at ``precision`` on ``dev`` with ``$FUSEDLIB_GEMM_PATH`` = ``forced`` (None: unset)."""
     index = dev.index if dev.index is not None else torch.cuda.current_device()
-    return _path(precision, dev, k, aligned, forced), load_stage(stage, index).forward
+    in_python = precision == "3xtf32" or (forced or "auto").strip().lower() != "auto" or _capability(dev) < (8, 0)
+    return load_stage(stage, index).forward, in_python
 
 
 def gemm_path(precision: str, dev: torch.device, k: int, x: torch.Tensor | None = None,
@@ -67,11 +73,11 @@ def weight_split(module, weight: torch.Tensor, precision: str, path: str) -> tor
     return cache[1]
 
 
-def stage_forward(module, x: torch.Tensor, args: tuple) -> torch.Tensor:
-    """Forward of a fused module on CUDA tensors. x: (N, K) float32 contiguous on the
-    module's device (validated by the caller); ``args``: the operator's arguments without
-    ``gemm_path`` and ``weight_split``. Returns (N, M) float32, differentiable through the
-    operator's Autograd kernel when a gradient is needed.
+def stage_forward(module, args: tuple) -> torch.Tensor:
+    """Forward of a fused module on CUDA tensors. ``args``: the operator's arguments without
+    ``gemm_path`` and ``weight_split``, x (N, K) first, validated by the caller. Returns
+    (N, M) float32, differentiable through the operator's Autograd kernel when a gradient
+    is needed.
 
     Raises:
         TypeError: x is not float32 (the kernels are fp32 in and out).
@@ -80,12 +86,15 @@ def stage_forward(module, x: torch.Tensor, args: tuple) -> torch.Tensor:
             ``$FUSEDLIB_GEMM_PATH`` cannot run it here.
         fusedlib.build.KernelBuildError: the stage's kernels could not be built.
     """
+    x, weight = args[0], args[1]
     if x.dtype != torch.float32:
         raise TypeError(f"x: the CUDA kernels take float32, got {x.dtype}")
-    weight, precision = args[1], module._precision
-    aligned = x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0
-    path, forward = _route(module._stage, precision, x.device, x.shape[1], aligned, engine.forced_path())
-    tail = (path, weight_split(module, weight, precision, path))
+    precision = module._precision
+    forward, in_python = _route(module._stage, precision, x.device, os.environ.get(engine.ENV_VAR))
+    path = split = None  # None: the C++ side's default path
+    if in_python:
+        path = gemm_path(precision, x.device, x.shape[1], x, weight)
+        split = weight_split(module, weight, precision, path)
     if torch.is_grad_enabled() and any(t.requires_grad for t in args[:6]):
-        return ops.OPS[module._stage](*args, *tail)  # through the dispatcher: the autograd kernel
-    return forward(*args, *tail)
+        return ops.OPS[module._stage](*args, path, split)  # through the dispatcher: the autograd kernel
+    return forward(*args, path, split)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import algebra, ops
+from . import algebra, cuda, ops
 
 __all__ = ["FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm", "from_reference",
            "reference_kind", "validate_input"]
@@ -97,15 +97,14 @@ class _FusedBase(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (N, in_features) -> (N, out_features); see the class docstring."""
-        w = self.gemm.weight
-        validate_input(x, self.gemm.in_features, w, self.training)
+        gemm, bn = self.gemm, self.bn
+        w = gemm.weight
+        validate_input(x, gemm.in_features, w, self.training)
         x = x.contiguous()  # one copy for a strided or transposed input; none otherwise
-        bn = self.bn
-        args = (x, w, self.gemm.bias, self.scale, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+        args = (x, w, gemm.bias, self.scale, bn.weight, bn.bias, bn.running_mean, bn.running_var,
                 bn.num_batches_tracked, self._kind, self._precision, self.training, bn.eps, bn.momentum)
         if x.is_cuda and not torch.compiler.is_compiling():
-            from . import cuda
-            return cuda.stage_forward(self, x, args)
+            return cuda.stage_forward(self, args)
         # The CPU, and tracing (torch.compile, FakeTensor; on CUDA the device's default GEMM path)
         return ops.OPS[self._stage](*args)
 

@@ -196,3 +196,30 @@ def test_bad_arguments_raise_clear_errors():
         op(*args, "fastest")
     with torch.no_grad(), pytest.raises(ValueError, match="batch of at least 2"):
         module(x[:1])
+
+
+@pytest.mark.parametrize("stage", ["fused", "sums"])
+def test_streams_and_shape_changes_keep_scratch_apart(stage):
+    """Train steps on two streams at once (each stream has its own scratch and tile
+    counters) with shapes changing from call to call on each stream (the counters grow, and
+    every GEMM leaves them zero for the next call) equal the same steps run one at a time
+    on the default stream, outputs and buffers bit for bit."""
+    shapes = [(128, 520), (64, 96), (128, 1040), (40, 520)]  # (in_features, out_features)
+    cases = []
+    for i, (k, m) in enumerate(shapes):
+        _, module = _model("84", k, m, seed=i, precision="tf32", stage=stage)
+        cases.append((module, copy.deepcopy(module), torch.rand(256, k, device="cuda")))
+    with torch.no_grad():
+        want = [[twin(x) for _ in range(3)] for _, twin, x in cases]
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+        torch.cuda.synchronize()
+        got = [[] for _ in cases]
+        for _ in range(3):
+            for i, (module, _, x) in enumerate(cases):
+                with torch.cuda.stream(streams[i % 2]):
+                    got[i].append(module(x))
+        torch.cuda.synchronize()
+    for i, (module, twin, _) in enumerate(cases):
+        assert all(torch.equal(a, b) for a, b in zip(got[i], want[i])), shapes[i]
+        for (name, a), b in zip(module.named_buffers(), twin.buffers()):
+            assert torch.equal(a, b), (shapes[i], name)

@@ -3,6 +3,8 @@
 // column variance → normalize+affine → ×scale → row max → row Σexp → normalize.
 // Problems 33/39: GEMM+bias → ×scale → column mean → column variance → normalize+affine.
 // The GEMM is the engine's (gemm.cuh) with the plain bias-store epilogue, at any precision.
+// Z lives in Y's memory and every pass after the GEMM works in place (the last one leaves Y
+// there); BatchNorm updates the running buffers as soon as its batch statistics exist.
 // Specification: fusedlib/algebra.py, _naive().
 #include "gemm.cuh"
 #include "passes.cuh"
@@ -18,11 +20,13 @@ __global__ void scale_kernel(float* __restrict__ z, const float* __restrict__ sc
 }
 
 // y = γ (z − μ)/√(σ² + ε) + β with per-column μ, σ² (batch or running statistics).
-// In place allowed (z == y): each element is read and written by the same thread.
+// In place (z == y): each element is read and written by the same thread. 33/39's last
+// kernel: counts the train step (step = num_batches_tracked; nullptr: eval, or not last).
 __global__ void normalize_affine_kernel(const float* z, const float* __restrict__ mean,
                                         const float* __restrict__ var, const float* __restrict__ gamma,
                                         const float* __restrict__ beta, float eps, float* y,
-                                        int n, int m) {
+                                        int n, int m, long long* step) {
+  count_train_step(step);
   const size_t total = (size_t)n * m;
   for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x) {
     const int j = (int)(q % m);
@@ -52,9 +56,10 @@ __global__ void row_sumexp_kernel(const float* __restrict__ v, const float* __re
   if (threadIdx.x == 0) rsum[blockIdx.x] = l;
 }
 
-// y = exp(v − max)/Σ, elementwise.
-__global__ void softmax_normalize_kernel(const float* __restrict__ v, const float* __restrict__ rmax,
-                                         const float* __restrict__ rsum, float* __restrict__ y, int n, int m) {
+// y = exp(v − max)/Σ, elementwise, in place (v == y). 84's last kernel: counts the train step.
+__global__ void softmax_normalize_kernel(const float* v, const float* __restrict__ rmax,
+                                         const float* __restrict__ rsum, float* y, int n, int m, long long* step) {
+  count_train_step(step);
   const size_t total = (size_t)n * m;
   for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x) {
     const size_t i = q / m;
@@ -90,11 +95,14 @@ extern "C" const char* fl_naive_forward(const fl::Problem* pp, cudaStream_t st) 
     float* bmean = p.coef + 2 * p.m;
     float* bvar = p.coef + 3 * p.m;
     if ((err = launch_column_stats(p.z, bmean, bvar, p.n, p.m, st))) return err;
+    update_running_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p, bmean, bvar);
+    FL_CHECK_LAUNCH();
     mean = bmean;
     var = bvar;
   }
-  float* out = p.kind == 84 ? p.z : p.y;  // 84 keeps normalizing in place before the softmax
-  normalize_affine_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, mean, var, p.gamma, p.beta, p.eps, out, p.n, p.m);
+  long long* step = p.training ? p.num_batches_tracked : nullptr;
+  normalize_affine_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, mean, var, p.gamma, p.beta, p.eps, p.z, p.n, p.m,
+                                                            p.kind == 84 ? nullptr : step);
   FL_CHECK_LAUNCH();
   if (p.kind == 84) {
     scale_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, p.scale, 1, p.n, p.m);
@@ -105,11 +113,7 @@ extern "C" const char* fl_naive_forward(const fl::Problem* pp, cudaStream_t st) 
     FL_CHECK_LAUNCH();
     row_sumexp_kernel<<<p.n, 256, 0, st>>>(p.z, rmax, rsum, p.m);
     FL_CHECK_LAUNCH();
-    softmax_normalize_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, rmax, rsum, p.y, p.n, p.m);
-    FL_CHECK_LAUNCH();
-  }
-  if (p.training) {
-    update_running_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p, mean, var);
+    softmax_normalize_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, rmax, rsum, p.y, p.n, p.m, step);
     FL_CHECK_LAUNCH();
   }
   return nullptr;

@@ -14,10 +14,13 @@ namespace fl {
 __global__ void fold_coefficients_kernel(const Problem p) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= p.m) return;
-  if (p.training)
+  if (p.training) {
     finalize_column(p, j, p.coef[2 * p.m + j], p.coef[3 * p.m + j], true);
-  else
-    eval_column(p, j);
+  } else {
+    const Affine ac = eval_affine(p, j, false);
+    p.coef[j] = ac.a;
+    p.coef[p.m + j] = ac.c;
+  }
 }
 
 }  // namespace fl
@@ -31,6 +34,7 @@ extern "C" const char* fl_fold_forward(const fl::Problem* pp, cudaStream_t st) {
     return err;
   fold_coefficients_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p);
   FL_CHECK_LAUNCH();
-  return p.kind == 84 ? launch_affine_softmax_rows(p.z, p.coef, p.y, p.n, p.m, st)
-                      : launch_affine(p.z, p.coef, p.y, p.n, p.m, st);
+  long long* step = p.training ? p.num_batches_tracked : nullptr;
+  return p.kind == 84 ? launch_affine_softmax_rows(p.z, p.coef, p.y, p.n, p.m, step, st)
+                      : launch_affine(p.z, p.coef, p.y, p.n, p.m, step, st);
 }

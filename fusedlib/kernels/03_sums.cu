@@ -3,8 +3,8 @@
 // partials (mean_t, M2_t); a finalize kernel merges them in tile order with Chan's formula
 // into a, c and the running buffers; one row pass writes Y (84: with the row softmax).
 // What changes from fold: the epilogue (the two column passes are gone).
-// Eval mode: the coefficients a, c from the running buffers (bias folded into c), applied by
-// the GEMM's AffineStore epilogue, then the softmax (84).
+// Eval mode: the GEMM's AffineStore epilogue computes the coefficients a, c from the
+// running buffers (bias folded into c) and applies them, then the softmax (84).
 // Specification: algebra.stage_forward("sums"), algebra.tile_rows.
 #include "gemm.cuh"
 #include "passes.cuh"
@@ -26,14 +26,12 @@ extern "C" const char* fl_sums_forward(const fl::Problem* pp, cudaStream_t st) {
   const Problem& p = *pp;
   const char* err;
   if (!p.training) {  // BN (running statistics), the scale and the bias in the GEMM's epilogue
-    if ((err = launch_eval_coefficients(p, st)) ||
-        (err = launch_gemm<AffineStore>(p, p.x, p.w, p.kind == 84 ? p.z : p.y, st)))
-      return err;
-    return p.kind == 84 ? launch_affine_softmax_rows(p.z, nullptr, p.y, p.n, p.m, st) : nullptr;
+    if ((err = launch_gemm<AffineStore>(p, p.x, p.w, p.y, st))) return err;
+    return p.kind == 84 ? launch_affine_softmax_rows(p.y, nullptr, p.y, p.n, p.m, nullptr, st) : nullptr;
   }
   if ((err = launch_gemm<ColumnStats>(p, p.x, p.w, p.z, st))) return err;  // Z', partials
   sums_finalize_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p, gemm_tile_rows(p));
   FL_CHECK_LAUNCH();
-  return p.kind == 84 ? launch_affine_softmax_rows(p.z, p.coef, p.y, p.n, p.m, st)
-                      : launch_affine(p.z, p.coef, p.y, p.n, p.m, st);
+  return p.kind == 84 ? launch_affine_softmax_rows(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st)
+                      : launch_affine(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st);
 }

@@ -4,7 +4,8 @@
 // V = a∘Z' + c and (84) the softmax from online (max, Σexp) partials, writing Y once.
 // What changes from sums: the finalize kernel moves into the epilogue and the row softmax
 // reads each row once (online). Eval mode: as sums (coefficients from the running buffers
-// in the GEMM's AffineStore epilogue), then the online softmax (84).
+// in the GEMM's AffineStore epilogue), then the online softmax (84). Two kernels a forward.
+// The column-tile counters are the host's, zero between calls (torch_op.cuh).
 // Specification: algebra.stage_forward("fused"), algebra.tile_rows.
 #include "gemm.cuh"
 #include "passes.cuh"
@@ -14,12 +15,10 @@ extern "C" const char* fl_fused_forward(const fl::Problem* pp, cudaStream_t st) 
   const Problem& p = *pp;
   const char* err;
   if (!p.training) {  // BN (running statistics), the scale and the bias in the GEMM's epilogue
-    if ((err = launch_eval_coefficients(p, st)) ||
-        (err = launch_gemm<AffineStore>(p, p.x, p.w, p.kind == 84 ? p.z : p.y, st)))
-      return err;
-    return p.kind == 84 ? launch_online_softmax_rows(p.z, nullptr, p.y, p.n, p.m, st) : nullptr;
+    if ((err = launch_gemm<AffineStore>(p, p.x, p.w, p.y, st))) return err;
+    return p.kind == 84 ? launch_online_softmax_rows(p.y, nullptr, p.y, p.n, p.m, nullptr, st) : nullptr;
   }
   if ((err = launch_gemm<ColumnStatsMerge>(p, p.x, p.w, p.z, st))) return err;  // Z', partials, a, c
-  return p.kind == 84 ? launch_online_softmax_rows(p.z, p.coef, p.y, p.n, p.m, st)
-                      : launch_affine(p.z, p.coef, p.y, p.n, p.m, st);
+  return p.kind == 84 ? launch_online_softmax_rows(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st)
+                      : launch_affine(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st);
 }

@@ -11,6 +11,10 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 namespace fl {
 
 enum Precision { FP32 = 0, TF32 = 1, TF32X3 = 2 };
@@ -29,10 +33,12 @@ struct Problem {
   float* running_mean;     // (M)    bn.running_mean, updated in train mode
   float* running_var;      // (M)    bn.running_var, updated in train mode
   float* y;                // (N, M) output
-  float* z;                // (N, M) workspace: Z = XWᵀ + b or Z' = XWᵀ
-  float* part;             // (T, 2, M) per-row-tile partials: mean_t, M2_t
+  float* z;                // (N, M) Z = XWᵀ + b or Z' = XWᵀ, in Y's memory: the passes after the
+                           //        GEMM read and write it in place, the last one leaves Y there
+  float* part;             // (T, 2, M) per-row-tile partials: mean_t, M2_t (naive: row max, Σexp)
   float* coef;             // (4, M) a, c, then batch mean and variance scratch
-  unsigned int* counters;  // (ceil(M / 32)) column-tile counters, zeroed by begin_train_step_kernel
+  unsigned int* counters;  // (ceil(M / 32)) column-tile counters of ColumnStatsMerge: zero
+                           //        before the GEMM, left zero by it (each last tile resets its own)
   long long* num_batches_tracked;  // bn.num_batches_tracked (int64 scalar), +1 per train step
   float* xsplit;           // (2, N, K) workspace for X's TF32 parts (3xtf32 on wgmma), or null
   float* wsplit;           // (2, M, K) W's TF32 parts [Wb; Ws] (3xtf32 on wgmma), or null
@@ -56,6 +62,24 @@ struct Problem {
 #define FL_CHECK_LAUNCH() FL_RETURN_IF_ERROR(cudaGetLastError())
 
 __host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Opt `kernel` in to `bytes` of dynamic shared memory on the current device. The attribute
+// is set once per kernel and device (to the largest size asked for so far): a
+// cudaFuncSetAttribute call costs ≈ 1.5 µs of host time, as much as a third of a launch.
+inline cudaError_t opt_in_smem(const void* kernel, size_t bytes) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t> set;
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  const std::lock_guard<std::mutex> lock(mu);
+  size_t& have = set[{kernel, dev}];
+  if (have >= bytes) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+  if (err == cudaSuccess) have = bytes;
+  return err;
+}
+#define FL_OPT_IN_SMEM(kernel, bytes) FL_RETURN_IF_ERROR(opt_in_smem(reinterpret_cast<const void*>(kernel), (bytes)))
 
 // Dynamic shared memory a block may opt in to on the current device (bytes): 227 KB on
 // sm_90, 163 KB on sm_80, 99 KB on sm_86/89/120, 64 KB on sm_75.
@@ -133,17 +157,18 @@ __device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows)
 }
 
 // This train step's running-average factor: the momentum, or for momentum=None the
-// cumulative 1/num_batches_tracked (incremented by begin_train_step_kernel, the step's first
-// kernel). Read on the device: no host sync, so the forward can be captured in a CUDA graph.
+// cumulative 1/num_batches_tracked, counting this step (the step's last kernel adds it:
+// count_train_step). Read on the device: no host sync, so a forward can be captured in a
+// CUDA graph.
 __device__ __forceinline__ float step_momentum(const Problem& p) {
-  return p.momentum_none ? 1.f / (float)*p.num_batches_tracked : p.momentum;
+  return p.momentum_none ? 1.f / (float)(*p.num_batches_tracked + 1) : p.momentum;
 }
 
-// The first kernel of a train step: num_batches_tracked += 1 (as nn.BatchNorm1d does before
-// it reads the counter) and the column-tile counters of ColumnStatsMerge zeroed.
-__global__ void begin_train_step_kernel(long long* num_batches_tracked, unsigned int* counters, int count) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) *num_batches_tracked += 1;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) counters[i] = 0;
+// num_batches_tracked += 1, as nn.BatchNorm1d does in train mode: by one thread of the train
+// step's last kernel, after every kernel that reads the counter (step_momentum); nothing in
+// eval mode (num_batches_tracked == nullptr).
+__device__ __forceinline__ void count_train_step(long long* num_batches_tracked) {
+  if (num_batches_tracked && blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) *num_batches_tracked += 1;
 }
 
 // Train mode, column j: coefficients a, c with V = a·Z + c from the batch mean and biased
@@ -172,7 +197,8 @@ __device__ void finalize_column(const Problem& p, int j, float mean, float var, 
 // Eval mode, column j: a, c with V = a·(XWᵀ + b) + c from the running buffers.
 // 84: a = sγ/√(r_σ²+ε), c = sβ − a·r_μ.  33: a = γs/√(r_σ²+ε), c = β − γ·r_μ/√(r_σ²+ε).
 // With fold_bias, c becomes a·b + c, so that V = a·(XWᵀ) + c (the GEMM adds no bias).
-__device__ void eval_column(const Problem& p, int j, bool fold_bias = false) {
+struct Affine { float a, c; };
+__device__ __forceinline__ Affine eval_affine(const Problem& p, int j, bool fold_bias) {
   const float s = scale_at(p, j), g = p.gamma[j], be = p.beta[j];
   const float inv = 1.f / sqrtf(p.running_var[j] + p.eps), rm = p.running_mean[j];
   float a, c;
@@ -183,8 +209,7 @@ __device__ void eval_column(const Problem& p, int j, bool fold_bias = false) {
     a = g * s * inv;
     c = be - g * rm * inv;
   }
-  p.coef[j] = a;
-  p.coef[p.m + j] = fold_bias ? a * p.bias[j] + c : c;
+  return {a, fold_bias ? a * p.bias[j] + c : c};
 }
 
 }  // namespace fl

@@ -4,7 +4,8 @@
 // with, so each epilogue exists once for every hardware path (CUTLASS 3's collective
 // epilogue, and its visitor trees' column reductions, at a fraction of the size):
 //   BiasStore          out = C + bias                                   (naive, fold)
-//   AffineStore        out = a∘C + c, a = coef[0:M], c = coef[M:2M]     (sums, fused: eval)
+//   AffineStore        out = a∘C + c, a and c of the tile's columns     (sums, fused: eval)
+//                      from the running buffers, γ, β, s and the bias
 //   ColumnStats        out = C (Z' = XWᵀ) and the tile's column partials (sums)
 //                      (n_t, mean_t, M2_t): mean first, then Σ(z − mean_t)²
 //   ColumnStatsMerge   ColumnStats, then the last tile of each column   (fused)
@@ -13,7 +14,7 @@
 // Interface: Epi::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid), called by THREADS
 // threads numbered tid = 0 … THREADS − 1 (a mainloop may keep other warps out, as the wgmma
 // producer warpgroup is); they synchronise on named barrier 1 only. scratch holds
-// THREADS + 32 floats. Specification: fusedlib/algebra.py (tile_partials, chan_merge).
+// scratch_floats<THREADS, BN>() floats. Specification: fusedlib/algebra.py (tile_partials, chan_merge).
 #pragma once
 #include "common.cuh"
 
@@ -25,12 +26,21 @@ __device__ __forceinline__ void epilogue_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
 }
 
+// Scratch words an epilogue may use: a row group's partial sums (THREADS), or a tile's
+// coefficients a, c (2·BN); then 32 words of flags.
+template <int THREADS, int BN>
+__host__ __device__ constexpr int scratch_floats() {
+  return (THREADS > 2 * BN ? THREADS : 2 * BN) + 32;
+}
+
 enum class Store { kPlain, kBias, kAffine };
 
 // Store the valid part of the tile, rows m0…, columns n0…, coalesced (consecutive threads
-// write consecutive columns): as is, plus the bias, or a∘C + c with the coefficients in p.coef.
+// write consecutive columns): as is, plus the bias, or a∘C + c with the tile's coefficients
+// a = ac[0:BN], c = ac[BN:2BN].
 template <int BM, int BN, int THREADS, Store S>
-__device__ __forceinline__ void store_tile(const Problem& p, const float* C, float* out, int m0, int n0, int tid) {
+__device__ __forceinline__ void store_tile(const Problem& p, const float* C, float* out, int m0, int n0, int tid,
+                                           const float* ac = nullptr) {
   constexpr int LDC = BN + 1;
   const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
   for (int idx = tid; idx < BM * BN; idx += THREADS) {
@@ -38,7 +48,7 @@ __device__ __forceinline__ void store_tile(const Problem& p, const float* C, flo
     if (r < rows && c < cols) {
       float v = C[r * LDC + c];
       if (S == Store::kBias) v += p.bias[j];
-      if (S == Store::kAffine) v = p.coef[j] * v + p.coef[p.m + j];
+      if (S == Store::kAffine) v = ac[c] * v + ac[BN + c];
       out[(size_t)(m0 + r) * p.m + j] = v;
     }
   }
@@ -53,13 +63,20 @@ struct BiasStore {
 };
 
 // Eval mode of sums and fused: BatchNorm (running statistics), the scale and the Linear's
-// bias applied per column as V = a∘(XWᵀ) + c (eval_column with fold_bias), so no folded
-// copy of W is kept: the coefficients are recomputed from the parameters every call.
+// bias applied per column as V = a∘(XWᵀ) + c (eval_affine with fold_bias). Each tile
+// computes its columns' a, c into shared memory from the parameters, so nothing is cached
+// between calls (a write through .data is seen at once) and no kernel runs before the GEMM.
 struct AffineStore {
   template <int BM, int BN, int THREADS>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
-    store_tile<BM, BN, THREADS, Store::kAffine>(p, C, out, m0, n0, tid);
+    for (int c = tid; c < BN && n0 + c < p.m; c += THREADS) {
+      const Affine ac = eval_affine(p, n0 + c, true);
+      scratch[c] = ac.a;
+      scratch[BN + c] = ac.c;
+    }
+    epilogue_sync<THREADS>();
+    store_tile<BM, BN, THREADS, Store::kAffine>(p, C, out, m0, n0, tid, scratch);
   }
 };
 
@@ -117,18 +134,21 @@ struct ColumnStats {
 
 struct ColumnStatsMerge {
   // ColumnStats, then count this tile on its column block's counter (fence first); the
-  // last tile of the column block merges all row tiles in order 0, 1, … (Chan) and
-  // finalizes the BatchNorm coefficients and running buffers (the counters are zeroed by the
-  // train step's first kernel, begin_train_step_kernel).
+  // last tile of the column block resets the counter to zero for the next call (the host
+  // keeps the counters between calls: fusedlib/kernels/torch_op.cuh), merges all row tiles
+  // in order 0, 1, … (Chan) and finalizes the BatchNorm coefficients and running buffers.
   template <int BM, int BN, int THREADS>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
     ColumnStats::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid);
     const int col_block = n0 / BN, row_tiles = ceil_div(p.n, BM), cols = min(BN, p.m - n0);
-    int* is_last = reinterpret_cast<int*>(scratch + THREADS);
+    int* is_last = reinterpret_cast<int*>(scratch + scratch_floats<THREADS, BN>() - 32);
     __threadfence();  // this tile's partials visible device-wide before it is counted
     epilogue_sync<THREADS>();
-    if (tid == 0) *is_last = atomicAdd(p.counters + col_block, 1u) == (unsigned)row_tiles - 1;
+    if (tid == 0) {
+      *is_last = atomicAdd(p.counters + col_block, 1u) == (unsigned)row_tiles - 1;
+      if (*is_last) p.counters[col_block] = 0;  // every tile of the block has counted
+    }
     epilogue_sync<THREADS>();
     if (!*is_last) return;
     __threadfence();
@@ -142,7 +162,7 @@ struct ColumnStatsMerge {
 // Shared memory an epilogue needs beside nothing else: the C tile and the scratch words.
 template <int BM, int BN, int THREADS>
 constexpr size_t epilogue_smem_bytes() {
-  return ((size_t)BM * (BN + 1) + THREADS + 32) * sizeof(float);
+  return ((size_t)BM * (BN + 1) + scratch_floats<THREADS, BN>()) * sizeof(float);
 }
 
 }  // namespace fl

@@ -207,7 +207,7 @@ const char* launch_mma_gemm(const Problem& p, const float* x, const float* w, fl
   const bool split = p.precision == TF32X3;
   auto kernel = vec ? (split ? mma_gemm_kernel<true, true, Epi> : mma_gemm_kernel<true, false, Epi>)
                     : (split ? mma_gemm_kernel<false, true, Epi> : mma_gemm_kernel<false, false, Epi>);
-  FL_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kMmaSmem));
+  FL_OPT_IN_SMEM(kernel, kMmaSmem);
   kernel<<<dim3(ceil_div(p.m, kMmaBN), ceil_div(p.n, kMmaBM)), kMmaThreads, kMmaSmem, st>>>(p, x, w, out);
   FL_CHECK_LAUNCH();
   return nullptr;

@@ -106,7 +106,7 @@ template <int BM, int BN, int BK, int TM, int TN, class Epi>
 const char* launch_simt_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
   using T = SimtTile<BM, BN, BK, TM, TN>;
   auto kernel = simt_gemm_kernel<BM, BN, BK, TM, TN, Epi>;
-  FL_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)T::kSmem));
+  FL_OPT_IN_SMEM(kernel, T::kSmem);
   const dim3 grid(ceil_div(p.m, BN), ceil_div(p.n, BM));
   kernel<<<grid, T::kThreads, T::kSmem, st>>>(p, x, w, out);
   FL_CHECK_LAUNCH();

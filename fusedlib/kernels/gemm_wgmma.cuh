@@ -34,6 +34,8 @@ struct WgTile {
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;
   static constexpr int kStages = (192 * 1024) / kStageBytes;
   static constexpr size_t kSmem = 1024 + (size_t)kStages * kStageBytes + 2 * kStages * sizeof(uint64_t);
+  static_assert(epilogue_smem_bytes<kWgBM, BN, 256>() <= (size_t)kStages * kStageBytes,
+                "the epilogue's C tile and scratch overlay the drained ring");
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) { return (uint32_t)__cvta_generic_to_shared(ptr); }
@@ -285,7 +287,7 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   if (p.precision == TF32) {
     if ((err = encode_map(&a0, x, p.n, p.k, kWgBM)) || (err = encode_map(&b0, w, p.m, p.k, 256))) return err;
     auto kernel = wgmma_gemm_kernel<256, false, Epi>;
-    FL_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgTile<256>::kSmem));
+    FL_OPT_IN_SMEM(kernel, WgTile<256>::kSmem);
     kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, 256), kWgThreads, WgTile<256>::kSmem, st>>>(p, out, a0, b0, a0, b0, 1);
     FL_CHECK_LAUNCH();
     return nullptr;
@@ -301,7 +303,7 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
       (err = encode_map(&b0, p.wsplit, p.m, p.k, kSplitBN)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, kSplitBN)))
     return err;
   auto kernel = wgmma_gemm_kernel<kSplitBN, true, Epi>;
-  FL_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgTile<kSplitBN>::kSmem));
+  FL_OPT_IN_SMEM(kernel, WgTile<kSplitBN>::kSmem);
   kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitBN), kWgThreads, WgTile<kSplitBN>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
   FL_CHECK_LAUNCH();
   return nullptr;

@@ -1,6 +1,9 @@
 // Shared passes over a whole N×M tensor, launched after the GEMM by the stages that need
 // them: column statistics in two passes (naive, fold), the affine Y = a∘Z + c (33/39) and
 // the row softmax of V = a∘Z + c (84) in three passes (fold, sums) or online (fused).
+// The row passes may run in place (z == y, as every stage runs them: Z lives in Y's memory),
+// since each element is read before it is written, by the thread that writes it; and, as the
+// last kernel of a train step, they count it (num_batches_tracked += 1; nullptr: eval).
 // Specification: fusedlib/algebra.py (column_stats_two_pass, softmax_three_pass, softmax_online).
 #pragma once
 #include "common.cuh"
@@ -8,33 +11,20 @@
 namespace fl {
 
 // ---------------------------------------------------------------- column statistics (naive, fold)
-// Column mean of z (N×M): block (32, 8); threadIdx.x picks the column, rows strided by 8.
-__global__ void column_mean_kernel(const float* __restrict__ z, float* __restrict__ mean, int n, int m) {
-  __shared__ float red[8][33];
-  const int j = blockIdx.x * 32 + threadIdx.x;
-  float s = 0.f;
-  if (j < m)
-    for (int i = threadIdx.y; i < n; i += 8) s += z[(size_t)i * m + j];
-  red[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && j < m) {
-    float t = 0.f;
-    for (int r = 0; r < 8; ++r) t += red[r][threadIdx.x];
-    mean[j] = t / n;
-  }
-}
-
-// Column biased variance Σ(z − mean)²/N, given the mean (second pass over z).
-__global__ void column_var_kernel(const float* __restrict__ z, const float* __restrict__ mean,
-                                  float* __restrict__ var, int n, int m) {
+// One column moment of z (N×M) per thread column, block (32, 8): threadIdx.x picks the
+// column, rows strided by 8, the 8 row sums added in order. VARIANCE = false: the mean
+// Σz/N; true: the biased variance Σ(z − mean)²/N, given the mean (a second pass over z).
+template <bool VARIANCE>
+__global__ void column_moment_kernel(const float* __restrict__ z, const float* __restrict__ mean,
+                                     float* __restrict__ out, int n, int m) {
   __shared__ float red[8][33];
   const int j = blockIdx.x * 32 + threadIdx.x;
   float s = 0.f;
   if (j < m) {
-    const float mu = mean[j];
+    const float mu = VARIANCE ? mean[j] : 0.f;
     for (int i = threadIdx.y; i < n; i += 8) {
       const float d = z[(size_t)i * m + j] - mu;
-      s += d * d;
+      s += VARIANCE ? d * d : d;
     }
   }
   red[threadIdx.y][threadIdx.x] = s;
@@ -42,37 +32,24 @@ __global__ void column_var_kernel(const float* __restrict__ z, const float* __re
   if (threadIdx.y == 0 && j < m) {
     float t = 0.f;
     for (int r = 0; r < 8; ++r) t += red[r][threadIdx.x];
-    var[j] = t / n;
+    out[j] = t / n;
   }
 }
 
 inline const char* launch_column_stats(const float* z, float* mean, float* var, int n, int m, cudaStream_t st) {
   const dim3 block(32, 8), grid(ceil_div(m, 32));
-  column_mean_kernel<<<grid, block, 0, st>>>(z, mean, n, m);
+  column_moment_kernel<false><<<grid, block, 0, st>>>(z, nullptr, mean, n, m);
   FL_CHECK_LAUNCH();
-  column_var_kernel<<<grid, block, 0, st>>>(z, mean, var, n, m);
-  FL_CHECK_LAUNCH();
-  return nullptr;
-}
-
-// ---------------------------------------------------------------- eval coefficients (sums, fused)
-// One thread a column: a and c = a·b + c from the running buffers, γ, β, the scale and the
-// Linear's bias, for the AffineStore epilogue (V = a∘(XWᵀ) + c).
-__global__ void eval_coefficients_kernel(const Problem p) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j < p.m) eval_column(p, j, true);
-}
-
-inline const char* launch_eval_coefficients(const Problem& p, cudaStream_t st) {
-  eval_coefficients_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p);
+  column_moment_kernel<true><<<grid, block, 0, st>>>(z, mean, var, n, m);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
 
 // ---------------------------------------------------------------- row passes (fold, sums, fused)
 // Y = a∘Z + c, elementwise (problems 33/39); a = coef[0:M], c = coef[M:2M].
-__global__ void affine_kernel(const float* __restrict__ z, const float* __restrict__ coef,
-                              float* __restrict__ y, int n, int m) {
+__global__ void affine_kernel(const float* z, const float* __restrict__ coef, float* y, int n, int m,
+                              long long* step) {
+  count_train_step(step);
   const size_t total = (size_t)n * m;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   if ((m & 3) == 0) {  // 16-byte accesses
@@ -95,10 +72,11 @@ __global__ void affine_kernel(const float* __restrict__ z, const float* __restri
   }
 }
 
-inline const char* launch_affine(const float* z, const float* coef, float* y, int n, int m, cudaStream_t st) {
+inline const char* launch_affine(const float* z, const float* coef, float* y, int n, int m, long long* step,
+                                 cudaStream_t st) {
   const size_t work = ((size_t)n * m + 3) / 4;
   const int blocks = (int)(work < 132 * 16 * 256 ? ceil_div((int)work, 256) : 132 * 16);
-  affine_kernel<<<blocks, 256, 0, st>>>(z, coef, y, n, m);
+  affine_kernel<<<blocks, 256, 0, st>>>(z, coef, y, n, m, step);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
@@ -106,10 +84,11 @@ inline const char* launch_affine(const float* z, const float* coef, float* y, in
 // Row softmax of V = a∘Z + c (coef == nullptr: V = Z), three passes over the row
 // (max, Σexp, normalize) held in shared memory when it fits (ROW_IN_SMEM), one block a row.
 template <bool ROW_IN_SMEM>
-__global__ void affine_softmax_rows_kernel(const float* __restrict__ z, const float* __restrict__ coef,
-                                           float* __restrict__ y, int m) {
+__global__ void affine_softmax_rows_kernel(const float* z, const float* __restrict__ coef, float* y, int m,
+                                           long long* step) {
   extern __shared__ float row[];
   __shared__ float red[32];
+  count_train_step(step);
   const float* zr = z + (size_t)blockIdx.x * m;
   float* yr = y + (size_t)blockIdx.x * m;
   float mx = -INFINITY;
@@ -140,23 +119,24 @@ inline bool row_fits_smem(size_t bytes) {
 
 // One block of 512 threads a row; the row in shared memory (in_smem) when it fits, else
 // re-read from global memory (in_global). Both row-softmax passes launch through here.
-using RowKernel = void (*)(const float*, const float*, float*, int);
+using RowKernel = void (*)(const float*, const float*, float*, int, long long*);
 inline const char* launch_rows(RowKernel in_smem, RowKernel in_global, const float* z, const float* coef, float* y,
-                               int n, int m, cudaStream_t st) {
+                               int n, int m, long long* step, cudaStream_t st) {
   const size_t bytes = (size_t)m * sizeof(float);
   if (row_fits_smem(bytes)) {
-    FL_RETURN_IF_ERROR(cudaFuncSetAttribute(in_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    in_smem<<<n, 512, bytes, st>>>(z, coef, y, m);
+    FL_OPT_IN_SMEM(in_smem, bytes);
+    in_smem<<<n, 512, bytes, st>>>(z, coef, y, m, step);
   } else {
-    in_global<<<n, 512, 0, st>>>(z, coef, y, m);
+    in_global<<<n, 512, 0, st>>>(z, coef, y, m, step);
   }
   FL_CHECK_LAUNCH();
   return nullptr;
 }
 
 inline const char* launch_affine_softmax_rows(const float* z, const float* coef, float* y, int n, int m,
-                                              cudaStream_t st) {
-  return launch_rows(affine_softmax_rows_kernel<true>, affine_softmax_rows_kernel<false>, z, coef, y, n, m, st);
+                                              long long* step, cudaStream_t st) {
+  return launch_rows(affine_softmax_rows_kernel<true>, affine_softmax_rows_kernel<false>, z, coef, y, n, m, step,
+                     st);
 }
 
 // ---------------------------------------------------------------- online row softmax (fused)
@@ -172,10 +152,11 @@ __device__ __forceinline__ void softmax_merge(float& m, float& l, float m2, floa
 // while each thread keeps online (max, Σexp) partials over its columns; the partials merge
 // across the block in a fixed order; then Y = exp(V − M)/L is written once.
 template <bool ROW_IN_SMEM>
-__global__ void online_softmax_rows_kernel(const float* __restrict__ z, const float* __restrict__ coef,
-                                           float* __restrict__ y, int m) {
+__global__ void online_softmax_rows_kernel(const float* z, const float* __restrict__ coef, float* y, int m,
+                                           long long* step) {
   extern __shared__ float row[];
   __shared__ float red_m[32], red_l[32];
+  count_train_step(step);
   const float* zr = z + (size_t)blockIdx.x * m;
   float* yr = y + (size_t)blockIdx.x * m;
   float mx = -INFINITY, l = 0.f;
@@ -226,8 +207,9 @@ __global__ void online_softmax_rows_kernel(const float* __restrict__ z, const fl
 }
 
 inline const char* launch_online_softmax_rows(const float* z, const float* coef, float* y, int n, int m,
-                                              cudaStream_t st) {
-  return launch_rows(online_softmax_rows_kernel<true>, online_softmax_rows_kernel<false>, z, coef, y, n, m, st);
+                                              long long* step, cudaStream_t st) {
+  return launch_rows(online_softmax_rows_kernel<true>, online_softmax_rows_kernel<false>, z, coef, y, n, m, step,
+                     st);
 }
 
 }  // namespace fl

@@ -1,17 +1,23 @@
 // The host side of the PyTorch operator torch.ops.fusedlib.<stage> on CUDA tensors
 // (fusedlib/ops.py defines the schema, the CPU kernel, the fake and the autograd kernel).
 // Compiled after one stage file (fusedlib/build.py), which defines fl_<FL_STAGE>_forward:
-// argument checks, the GEMM path (engine.select_path's default rule), one workspace
-// allocation from PyTorch's caching allocator, the launches on the current CUDA stream, the
-// first of a train step adding 1 to num_batches_tracked on the device ($FUSEDLIB_POISON=1:
-// output and workspace filled with NaN first, for the correctness tests). Nothing here waits
-// for the GPU, so a forward can be captured in a CUDA graph. The same function is registered for the CUDA dispatch key and
-// exported to Python (`forward`) for the modules' eager calls, which skip the dispatcher.
+// argument checks, the GEMM path (engine.select_path's default rule), the output Y (whose
+// memory also holds Z: the passes work in place), the stream's scratch, the launches on the
+// current CUDA stream ($FUSEDLIB_POISON=1: Y and the scratch filled with NaN first, for the
+// correctness tests). The heavy launch, the GEMM, is the first; nothing here waits for the
+// GPU, so a forward can be captured in a CUDA graph. Host cost of an eager call: one
+// allocation and the stage's launches (two for fused). The same function is registered for
+// the CUDA dispatch key and exported to Python (`forward`) for the modules' eager calls,
+// which skip the dispatcher.
 #pragma once
 #include <torch/extension.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <map>
+#include <mutex>
+#include <utility>
 
 #define FL_CAT2(a, b) a##b
 #define FL_CAT(a, b) FL_CAT2(a, b)
@@ -21,7 +27,8 @@
 
 namespace fl {
 
-// A tensor's shape as Python prints it: (8, 64), (10,).
+// A tensor's shape as Python prints it: (8, 64), (10,). (Numbers in messages go through
+// std::to_string: streaming an int64 into TORCH_CHECK's message crashes this nvcc build.)
 inline std::string shape_str(const at::Tensor& t) {
   std::string s = "(";
   for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
@@ -31,8 +38,20 @@ inline std::string shape_str(const at::Tensor& t) {
 inline void check_vector(const at::Tensor& t, const char* name, int64_t m, const at::Tensor& x) {
   TORCH_CHECK(t.device() == x.device(), name, ": expected a tensor on ", x.device(), ", got one on ", t.device());
   TORCH_CHECK(t.scalar_type() == at::kFloat, name, ": the CUDA kernels take float32, got ", t.scalar_type());
-  TORCH_CHECK(t.dim() == 1 && t.size(0) == m, name, ": expected shape (", m, ",), got ", shape_str(t));
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == m, name, ": expected shape (" + std::to_string(m) + ",), got ",
+              shape_str(t));
   TORCH_CHECK(t.is_contiguous(), name, ": expected a contiguous tensor");
+}
+
+// Compute capability of a device, 10·major + minor (asked once per device).
+inline int capability(int device) {
+  static int cached[64] = {0};
+  if (device < 64 && cached[device]) return cached[device];
+  int major = 0, minor = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (device < 64) cached[device] = 10 * major + minor;
+  return 10 * major + minor;
 }
 
 // engine.select_path's default rule (without the FUSEDLIB_GEMM_PATH switch, which the
@@ -40,13 +59,11 @@ inline void check_vector(const at::Tensor& t, const char* name, int64_t m, const
 // the operands, else mma.sync from sm_80 on.
 inline int default_path(int precision, const at::Tensor& x, const at::Tensor& w) {
   if (precision == FP32) return PATH_SIMT;
-  int major = 0, minor = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, x.get_device()));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, x.get_device()));
-  TORCH_CHECK(major >= 8, "precision: tf32/3xtf32 need TF32 tensor cores (compute capability 8.0 or later); "
-              "this GPU has ", major, ".", minor, ": use precision='fp32'");
+  const int cc = capability(x.get_device());
+  TORCH_CHECK(cc >= 80, "precision: tf32/3xtf32 need TF32 tensor cores (compute capability 8.0 or later); "
+              "this GPU has " + std::to_string(cc / 10) + "." + std::to_string(cc % 10) + ": use precision='fp32'");
   const bool tma_ok = x.size(1) % 4 == 0 && (uintptr_t)x.data_ptr() % 16 == 0 && (uintptr_t)w.data_ptr() % 16 == 0;
-  return major == 9 && minor == 0 && tma_ok ? PATH_WGMMA : PATH_MMA;
+  return cc == 90 && tma_ok ? PATH_WGMMA : PATH_MMA;
 }
 
 inline int parse_path(std::optional<c10::string_view> gemm_path, int precision, const at::Tensor& x,
@@ -58,8 +75,39 @@ inline int parse_path(std::optional<c10::string_view> gemm_path, int precision, 
   TORCH_CHECK(false, "gemm_path: expected 'simt', 'mma', 'wgmma' or None, got '", std::string(*gemm_path), "'");
 }
 
-// Bytes rounded up to 16 (every workspace part starts TMA-aligned).
+// A count of floats rounded up to 4 (16 bytes), so that every part starts TMA-aligned.
 inline int64_t aligned_floats(int64_t n) { return (n + 3) / 4 * 4; }
+
+// The scratch of a forward: column-tile counters (zero between calls: the last tile of each
+// column block resets its own) and floats (tile partials, coefficients). Eager calls share
+// one per (device, stream), kept between calls like cuBLAS's workspace: calls on one stream
+// run in order, calls on two streams never share it, and a grown scratch returns the old one
+// to the caching allocator, which reuses it in that stream's order. A call being captured in a
+// CUDA graph gets its own from the graph's memory pool instead, its counters zeroed in the
+// graph, so a graph never refers to memory this cache may free.
+struct Scratch {
+  unsigned int* counters;
+  float* floats;
+};
+
+inline Scratch stream_scratch(const at::Tensor& x, cudaStream_t stream, int64_t n_count, int64_t n_floats,
+                              at::Tensor& captured) {
+  cudaStreamCaptureStatus status;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  if (status != cudaStreamCaptureStatusNone) {
+    captured = at::empty({n_count + n_floats}, x.options());
+    C10_CUDA_CHECK(cudaMemsetAsync(captured.data_ptr(), 0, n_count * sizeof(float), stream));
+    return {reinterpret_cast<unsigned int*>(captured.data_ptr<float>()), captured.data_ptr<float>() + n_count};
+  }
+  static std::mutex mu;  // the map is never destroyed: no tensor outlives the CUDA runtime at exit
+  static auto* cache = new std::map<std::pair<int, cudaStream_t>, std::pair<at::Tensor, at::Tensor>>;
+  const std::lock_guard<std::mutex> lock(mu);
+  auto& [counters, floats] = (*cache)[{x.get_device(), stream}];
+  if (!counters.defined() || counters.numel() < n_count)
+    counters = at::zeros({std::max<int64_t>(n_count, 256)}, x.options().dtype(at::kInt));
+  if (!floats.defined() || floats.numel() < n_floats) floats = at::empty({n_floats}, x.options());
+  return {reinterpret_cast<unsigned int*>(counters.data_ptr<int>()), floats.data_ptr<float>()};
+}
 
 }  // namespace fl
 
@@ -77,8 +125,8 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
               shape_str(x_in));
   TORCH_CHECK(weight_in.device() == x_in.device() && weight_in.scalar_type() == at::kFloat && weight_in.dim() == 2 &&
               weight_in.size(1) == x_in.size(1),
-              "weight: expected a float32 (out_features, ", x_in.size(1), ") tensor on ", x_in.device(), ", got ",
-              weight_in.scalar_type(), " ", shape_str(weight_in), " on ", weight_in.device());
+              "weight: expected a float32 (out_features, " + std::to_string(x_in.size(1)) + ") tensor on ",
+              x_in.device(), ", got ", weight_in.scalar_type(), " ", shape_str(weight_in), " on ", weight_in.device());
   TORCH_CHECK(!training || x_in.size(0) > 1, "Expected more than 1 value per channel when training, got input size ",
               shape_str(x_in), " (x: BatchNorm in train mode needs a batch of at least 2)");
   TORCH_CHECK(kind == "84" || kind == "33", "kind: expected '84' or '33', got '", std::string(kind), "'");
@@ -107,19 +155,20 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
   if (split && !split_w)
     TORCH_CHECK(weight_split->device() == x.device() && weight_split->scalar_type() == at::kFloat &&
                 weight_split->is_contiguous() && weight_split->numel() == 2 * m * k,
-                "weight_split: expected a contiguous float32 (2, ", m, ", ", k, ") tensor on ", x.device());
+                "weight_split: expected a contiguous float32 (2, " + std::to_string(m) + ", " + std::to_string(k) +
+                    ") tensor on ",
+                x.device());
 
-  // Workspace, one allocation: Z (N×M), tile partials, coefficients (4, M), column-tile
-  // counters (zeroed by the train step's first kernel),
-  // and for 3xTF32 on wgmma X's and (unless cached by the caller) W's TF32 parts.
-  const int64_t tiles = (n + 31) / 32;  // the smallest statistics tile is 32 rows
-  const int64_t n_z = aligned_floats(n * m), n_part = aligned_floats(std::max(2 * tiles * m, 2 * n)),
-                n_coef = aligned_floats(4 * m), n_count = aligned_floats((m + 31) / 32),
-                n_xs = split ? 2 * n * k : 0, n_ws = split_w ? 2 * m * k : 0;
-  const at::Tensor ws = at::empty({n_z + n_part + n_coef + n_count + n_xs + n_ws}, x.options());
+  // Y, whose memory holds Z until the last pass overwrites it; the stream's scratch:
+  // counters, tile partials (the smallest statistics tile is 32 rows; naive keeps its row
+  // max and Σexp there), coefficients (4, M); for 3xTF32 on wgmma X's and (unless cached
+  // by the caller) W's TF32 parts, in a workspace of this call.
   at::Tensor y = at::empty({n, m}, x.options());
-  float* base = ws.data_ptr<float>();
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
+  const int64_t tiles = (n + 31) / 32, n_part = aligned_floats(std::max(2 * tiles * m, 2 * n));
+  at::Tensor captured, split_ws;
+  const Scratch scratch = stream_scratch(x, stream, aligned_floats((m + 31) / 32), n_part + 4 * m, captured);
+  if (split) split_ws = at::empty({2 * n * k + (split_w ? 2 * m * k : 0)}, x.options());
 
   Problem p;
   p.x = x.data_ptr<float>();
@@ -132,12 +181,12 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
   p.running_var = running_var.data_ptr<float>();
   p.num_batches_tracked = reinterpret_cast<long long*>(num_batches_tracked.data_ptr<int64_t>());
   p.y = y.data_ptr<float>();
-  p.z = base;
-  p.part = base + n_z;
-  p.coef = p.part + n_part;
-  p.counters = reinterpret_cast<unsigned int*>(p.coef + n_coef);
-  p.xsplit = split ? p.coef + n_coef + n_count : nullptr;
-  p.wsplit = !split ? nullptr : split_w ? p.xsplit + n_xs : weight_split->data_ptr<float>();
+  p.z = p.y;
+  p.part = scratch.floats;
+  p.coef = scratch.floats + n_part;
+  p.counters = scratch.counters;
+  p.xsplit = split ? split_ws.data_ptr<float>() : nullptr;
+  p.wsplit = !split ? nullptr : split_w ? p.xsplit + 2 * n * k : weight_split->data_ptr<float>();
   p.split_w = split_w;
   p.n = (int)n;
   p.k = (int)k;
@@ -153,12 +202,9 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
 
   const char* poison = std::getenv("FUSEDLIB_POISON");
   if (poison && poison[0] == '1') {  // correctness tests: every unwritten element reads NaN (0xFFFFFFFF)
-    C10_CUDA_CHECK(cudaMemsetAsync(base, 0xFF, ws.nbytes(), stream));
+    C10_CUDA_CHECK(cudaMemsetAsync(scratch.floats, 0xFF, (n_part + 4 * m) * sizeof(float), stream));
     C10_CUDA_CHECK(cudaMemsetAsync(p.y, 0xFF, y.nbytes(), stream));
-  }
-  if (training) {  // num_batches_tracked += 1, counters zeroed: one launch before the stage's
-    begin_train_step_kernel<<<1, 256, 0, stream>>>(p.num_batches_tracked, p.counters, (int)((m + 31) / 32));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (split) C10_CUDA_CHECK(cudaMemsetAsync(p.xsplit, 0xFF, split_ws.nbytes(), stream));
   }
   const char* err = FL_ENTRY(&p, stream);
   TORCH_CHECK(err == nullptr, "fusedlib " FL_STR(FL_STAGE) " kernels: ", err ? err : "");
