@@ -95,14 +95,28 @@ class _FusedBase(nn.Module):
         return algebra.BNState(bn.weight, bn.bias, bn.running_mean, bn.running_var,
                                bn.num_batches_tracked, bn.momentum, bn.eps)
 
+    def _tensors(self) -> tuple:
+        """(gemm.weight, gemm.bias, scale, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+        bn.num_batches_tracked), read from the modules' dictionaries: ``nn.Module.__getattr__``
+        costs about a microsecond a name, as much as the rest of the forward's Python. A
+        name that is not there (a parametrized weight, say) is looked up the usual way."""
+        try:
+            gemm, bn = self._modules["gemm"], self._modules["bn"]
+            gp, bp, bb = gemm._parameters, bn._parameters, bn._buffers
+            return (gp["weight"], gp["bias"], self._parameters["scale"], bp["weight"], bp["bias"],
+                    bb["running_mean"], bb["running_var"], bb["num_batches_tracked"])
+        except KeyError:
+            gemm, bn = self.gemm, self.bn
+            return (gemm.weight, gemm.bias, self.scale, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                    bn.num_batches_tracked)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (N, in_features) -> (N, out_features); see the class docstring."""
-        gemm, bn = self.gemm, self.bn
-        w = gemm.weight
-        validate_input(x, gemm.in_features, w, self.training)
+        tensors = self._tensors()
+        gemm, bn = self._modules["gemm"], self._modules["bn"]
+        validate_input(x, gemm.in_features, tensors[0], self.training)
         x = x.contiguous()  # one copy for a strided or transposed input; none otherwise
-        args = (x, w, gemm.bias, self.scale, bn.weight, bn.bias, bn.running_mean, bn.running_var,
-                bn.num_batches_tracked, self._kind, self._precision, self.training, bn.eps, bn.momentum)
+        args = (x, *tensors, self._kind, self._precision, self.training, bn.eps, bn.momentum)
         if x.is_cuda and not torch.compiler.is_compiling():
             return cuda.stage_forward(self, args)
         # The CPU, and tracing (torch.compile, FakeTensor; on CUDA the device's default GEMM path)
