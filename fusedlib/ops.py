@@ -30,6 +30,8 @@ on CUDA, tests/test_gpu.py).
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from . import algebra
@@ -65,7 +67,8 @@ class StageFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         y, x, weight, bias, scale, gamma, beta, *buffers = ctx.saved_tensors
-        with torch.no_grad():
+        # autograd runs a CUDA backward on its own thread: make the tensors' device current there
+        with torch.no_grad(), torch.cuda.device(dy.device) if dy.is_cuda else contextlib.nullcontext():
             z = algebra.matmul_nt(x, weight, ctx.precision)  # Z' as the forward's GEMM made it
             if ctx.training:
                 mean, var = algebra.column_stats_two_pass(z)
