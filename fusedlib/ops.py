@@ -30,7 +30,7 @@ on CUDA, tests/test_gpu.py).
 """
 from __future__ import annotations
 
-import contextlib
+import warnings
 
 import torch
 
@@ -67,8 +67,10 @@ class StageFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         y, x, weight, bias, scale, gamma, beta, *buffers = ctx.saved_tensors
-        # autograd runs a CUDA backward on its own thread: make the tensors' device current there
-        with torch.no_grad(), torch.cuda.device(dy.device) if dy.is_cuda else contextlib.nullcontext():
+        # Autograd runs a CUDA backward on a thread of its own, where cuBLAS's first call finds no
+        # current CUDA context, warns, and makes the primary context current: the right one.
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Attempting to run cuBLAS, but there was no current CUDA context")
             z = algebra.matmul_nt(x, weight, ctx.precision)  # Z' as the forward's GEMM made it
             if ctx.training:
                 mean, var = algebra.column_stats_two_pass(z)
