@@ -25,7 +25,8 @@ __all__ = [
     "check_stage_precision", "BNState", "round_tf32", "truncate_tf32", "matmul_nt", "column_stats_two_pass",
     "tile_partials", "chan_merge", "column_stats_chan", "column_stats_textbook", "train_coefficients",
     "eval_coefficients", "fold_linear", "update_running_stats", "tracked_stats", "softmax_three_pass",
-    "softmax_online", "stage_forward", "train_backward", "eval_backward",
+    "softmax_online", "stage_forward", "train_backward", "eval_backward", "backward_tile_partials",
+    "train_backward_fused",
 ]
 
 #: The four optimisation stages, in teaching order.
@@ -463,6 +464,78 @@ def train_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch.Tenso
     dx = dz @ weight.to(dt)
     dweight = dz.t() @ x.to(dt)
     return dx, dweight, dy.new_zeros(m, dtype=dt), dscale, dgamma, dbeta
+
+
+def backward_tile_partials(kind: str, dy: torch.Tensor, y: torch.Tensor | None, zc: torch.Tensor,
+                           tile_rows: int) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """The fused backward's one pass over (Y, dY, Z − μ), row tile by row tile.
+
+    Args:
+        kind: "84" or "33". dy: (N, M). y: (N, M) the forward's output (84; None for 33,
+            whose backward does not read it). zc: (N, M) Z − μ. tile_rows: rows a tile.
+
+    Returns:
+        (r, S1, S2): r (N,) the softmax's row terms r_i = Σ_j dY_ij Y_ij (84; None for 33),
+        and per row tile t the column partials S1[t] = Σ_{i∈t} G_ij, S2[t] = Σ_{i∈t} G_ij·zc_ij,
+        (T, M) each, of G = dV = Y∘(dY − r) (84) or G = dY (33): everything the batch
+        statistics' backward needs from the N×M tensors (:func:`train_backward_fused`).
+        Each row tile holds whole rows, so r needs no second pass; the kernel merges the
+        tiles' partials in tile order (deterministic, no float atomics).
+    """
+    if kind == "84":
+        r = (dy * y).sum(dim=1)
+        g = y * (dy - r[:, None])
+    else:
+        r, g = None, dy
+    n = dy.shape[0]
+    s1 = torch.stack([g[i:i + tile_rows].sum(dim=0) for i in range(0, n, tile_rows)])
+    s2 = torch.stack([(g[i:i + tile_rows] * zc[i:i + tile_rows]).sum(dim=0) for i in range(0, n, tile_rows)])
+    return r, s1, s2
+
+
+def train_backward_fused(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch.Tensor, var: torch.Tensor,
+                         x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, gamma: torch.Tensor,
+                         beta: torch.Tensor, eps: float, tile_rows: int = 128):
+    """:func:`train_backward` as the fused backward computes it: one pass over the N×M
+    tensors for the column partials (:func:`backward_tile_partials`), their in-order merge into
+    per-column coefficients, one elementwise dZ' = a₁∘G + a₂∘(Z − μ) + a₀, the two GEMMs.
+
+    Args and returns: as :func:`train_backward`, plus ``tile_rows`` (rows a tile of the pass).
+
+    With S1 = Σ_i G, S2 = Σ_i G∘zc merged over the tiles (G = dV for 84, dY for 33) and σ̂ the
+    standard deviation BatchNorm divides by (84: √(σ²+ε); 33: √(s²σ²+ε)), per column:
+
+    * 84 (dU = s·G, x̂ = zc/σ̂): dβ = s·S1, dγ = s·S2/σ̂, ds = Σ_j (γ·S2/σ̂ + β·S1);
+      a₁ = sγ/σ̂, a₀ = −sγ·S1/(Nσ̂), a₂ = −sγ·S2/(Nσ̂³).
+    * 33 (dU = G = dY, x̂ = s·zc/σ̂): dβ = S1, dγ = s·S2/σ̂, and ds = γ·S2·ε/σ̂³ (from
+      Σ_i dT∘zc with Σ_i x̂∘zc = sNσ²/σ̂ and σ̂² − s²σ² = ε: no cancellation);
+      a₁ = sγ/σ̂, a₀ = −sγ·S1/(Nσ̂), a₂ = −s³γ·S2/(Nσ̂³).
+
+    So the backward reads Z' (and Y for 84) twice and dY twice, and writes dZ' once, before
+    the GEMMs; what it saves from the forward is Z' (33) or Z' and Y (84).
+    """
+    dt = dy.dtype
+    n, m = dy.shape
+    s = _scale_vector(scale, m, dt)
+    g, b = gamma.to(dt), beta.to(dt)
+    r, s1, s2 = backward_tile_partials(kind, dy, y, zc, tile_rows)
+    s1, s2 = s1.sum(dim=0), s2.sum(dim=0)  # the tiles in order (a kernel: one thread a column)
+    if kind == "84":
+        sig = torch.sqrt(var + eps)
+        dbeta, dgamma = s * s1, s * s2 / sig
+        ds_cols = g * s2 / sig + b * s1
+        a2 = -s * g * s2 / (n * sig ** 3)
+        grad = y * (dy - r[:, None])
+    else:
+        sig = torch.sqrt(s * s * var + eps)
+        dbeta, dgamma = s1, s * s2 / sig
+        ds_cols = g * s2 * eps / sig ** 3
+        a2 = -s ** 3 * g * s2 / (n * sig ** 3)
+        grad = dy
+    a1, a0 = s * g / sig, -s * g * s1 / (n * sig)
+    dz = a1 * grad + a2 * zc + a0
+    dscale = _scale_gradient(ds_cols, scale)
+    return (dz @ weight.to(dt), dz.t() @ x.to(dt), dy.new_zeros(m, dtype=dt), dscale, dgamma, dbeta)
 
 
 def eval_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, z: torch.Tensor, x: torch.Tensor,

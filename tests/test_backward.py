@@ -149,3 +149,39 @@ def test_the_cpu_forward_is_the_stage_operator():
     y = fused(torch.rand(8, 24))
     assert isinstance(y.grad_fn, torch.autograd.function.BackwardCFunction), y.grad_fn
     assert y.grad_fn._forward_cls is ops.StageFunction
+
+
+@pytest.mark.parametrize("problem", PROBLEMS)
+@pytest.mark.parametrize("tile_rows", [1, 7, 32, 128])
+def test_fused_backward_algebra_equals_the_specification(problem, tile_rows):
+    """train_backward_fused (one pass for the column partials, per-column coefficients, one
+    elementwise dZ') gives train_backward's gradients in float64, for row tiles that do and
+    do not divide N, with a zero and a negative scale (33/39), γ ≠ 1 and β ≠ 0."""
+    ref = _model(problem, n_in=24, n_out=20, seed=3)
+    gen = torch.Generator().manual_seed(5)
+    x = torch.rand(45, 24, generator=gen, dtype=torch.float64)
+    z = algebra.matmul_nt(x, ref.gemm.weight.detach())
+    mean, var = algebra.column_stats_two_pass(z)
+    bn = ref.bn
+    kind = "84" if problem == "84" else "33"
+    y = ref(x).detach()
+    dy = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+    args = (kind, dy, y, z - mean, var, x, ref.gemm.weight.detach(), ref.scale.detach(), bn.weight.detach(),
+            bn.bias.detach(), bn.eps)
+    want = algebra.train_backward(*args)
+    got = algebra.train_backward_fused(*args, tile_rows=tile_rows)
+    for name, a, b in zip(("dx", "dweight", "dbias", "dscale", "dgamma", "dbeta"), got, want):
+        assert a.shape == b.shape, name
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12), (name, (a - b).abs().max().item())
+
+
+def test_fused_backward_partials_are_the_column_sums_tile_by_tile():
+    """backward_tile_partials: one row per tile, tiles in order; their sum is the column sum."""
+    gen = torch.Generator().manual_seed(0)
+    dy, y, zc = (torch.randn(10, 6, generator=gen, dtype=torch.float64) for _ in range(3))
+    r, s1, s2 = algebra.backward_tile_partials("84", dy, y, zc, 4)
+    assert s1.shape == (3, 6) and s2.shape == (3, 6) and r.shape == (10,)
+    g = y * (dy - (dy * y).sum(dim=1, keepdim=True))
+    assert torch.allclose(s1[2], g[8:].sum(dim=0)) and torch.allclose(s2.sum(dim=0), (g * zc).sum(dim=0))
+    r33, t1, _ = algebra.backward_tile_partials("33", dy, None, zc, 4)
+    assert r33 is None and torch.allclose(t1.sum(dim=0), dy.sum(dim=0))
