@@ -131,3 +131,23 @@ def test_non_contiguous_input_runs_as_its_copy(module):
     y, y_ref = module(x), twin(x.contiguous())
     assert torch.equal(y, y_ref)
     assert torch.equal(module.bn.running_var, twin.bn.running_var)
+
+
+def test_parametrized_weight_is_used():
+    """The forward reads its tensors from the module dictionaries; a parametrized weight (not
+    in gemm._parameters) is looked up the usual way and is the one the forward uses."""
+    from torch.nn.utils import parametrize
+
+    class Double(torch.nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    ref = GemmScaleBatchNorm(8, 6, (6,))
+    module = fusedlib.from_reference(ref, stage="sums")
+    twin = copy.deepcopy(module)
+    parametrize.register_parametrization(module.gemm, "weight", Double())
+    with torch.no_grad():
+        twin.gemm.weight.mul_(2)
+    x = torch.rand(5, 8)
+    assert torch.equal(module(x), twin(x))
+    assert torch.equal(module.bn.running_mean, twin.bn.running_mean)
