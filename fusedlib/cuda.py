@@ -17,7 +17,6 @@ in the GEMM's epilogue, so writes through ``.data`` are seen at once.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
@@ -36,11 +35,11 @@ def _path(precision: str, dev: torch.device, k: int, aligned: bool, forced: str)
 
 
 @functools.lru_cache(maxsize=256)
-def _route(stage: str, precision: str, dev: torch.device, forced: str | None):
+def _route(stage: str, precision: str, dev: torch.device, forced: str):
     """(the stage extension's ``forward``, whether :func:`gemm_path` runs per call) for a call
-    at ``precision`` on ``dev`` with ``$FUSEDLIB_GEMM_PATH`` = ``forced`` (None: unset)."""
+    at ``precision`` on ``dev`` with the path switch at ``forced`` (:func:`engine.forced_path`)."""
     index = dev.index if dev.index is not None else torch.cuda.current_device()
-    in_python = precision == "3xtf32" or (forced or "auto").strip().lower() != "auto" or _capability(dev) < (8, 0)
+    in_python = precision == "3xtf32" or forced != "auto" or _capability(dev) < (8, 0)
     return load_stage(stage, index).forward, in_python
 
 
@@ -84,17 +83,19 @@ def stage_forward(module, args: tuple) -> torch.Tensor:
         fusedlib.engine.UnsupportedPrecision: no GEMM path of this GPU runs the precision
             (tf32/3xtf32 below compute capability 8.0), or the path forced by
             ``$FUSEDLIB_GEMM_PATH`` cannot run it here.
+        ValueError: ``$FUSEDLIB_GEMM_PATH`` holds something else than auto, simt, mma or wgmma.
         fusedlib.build.KernelBuildError: the stage's kernels could not be built.
     """
     x, weight = args[0], args[1]
     if x.dtype != torch.float32:
         raise TypeError(f"x: the CUDA kernels take float32, got {x.dtype}")
     precision = module._precision
-    forward, in_python = _route(module._stage, precision, x.device, os.environ.get(engine.ENV_VAR))
+    forced = engine.forced_path()
+    forward, in_python = _route(module._stage, precision, x.device, forced)
     path = split = None  # None: the C++ side's default path
     if in_python:
         path = gemm_path(precision, x.device, x.shape[1], x, weight)
         split = weight_split(module, weight, precision, path)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in args[:6]):
+    if ops.needs_grad(args):
         return ops.OPS[module._stage](*args, path, split)  # through the dispatcher: the autograd kernel
     return forward(*args, path, split)

@@ -97,8 +97,8 @@ class _FusedBase(nn.Module):
 
     def _tensors(self) -> tuple:
         """(gemm.weight, gemm.bias, scale, bn.weight, bn.bias, bn.running_mean, bn.running_var,
-        bn.num_batches_tracked), read from the modules' dictionaries: ``nn.Module.__getattr__``
-        costs about a microsecond a name, as much as the rest of the forward's Python. A
+        bn.num_batches_tracked), read from the modules' dictionaries rather than through
+        ``nn.Module.__getattr__`` (a Python fallback per name, on the forward's hot path). A
         name that is not there (a parametrized weight, say) is looked up the usual way."""
         try:
             gemm, bn = self._modules["gemm"], self._modules["bn"]

@@ -26,7 +26,7 @@ loads the stage's extension); fake (meta), for tracing; Autograd, the derived ba
 (:func:`fusedlib.algebra.train_backward`, :func:`~fusedlib.algebra.eval_backward`) through
 :class:`StageFunction` whenever a gradient is needed, on both devices. ``torch.library.opcheck``
 covers schema, fake tensor, AOT dispatch and autograd registration (tests/test_ops.py and,
-on CUDA, tests/test_gpu.py).
+on CUDA, tests/test_gpu_operator.py).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ import torch
 
 from . import algebra
 
-__all__ = ["OPS", "SCHEMA", "StageFunction", "stage_op"]
+__all__ = ["OPS", "SCHEMA", "StageFunction", "needs_grad", "stage_op"]
 
 SCHEMA = ("(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma, Tensor beta, "
           "Tensor(a!) running_mean, Tensor(b!) running_var, Tensor(c!) num_batches_tracked, str kind, "
@@ -44,6 +44,12 @@ SCHEMA = ("(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma, Te
           "Tensor? weight_split=None) -> Tensor")
 _LIB = torch.library.Library("fusedlib", "DEF")
 _DIFFERENTIABLE = 6  # x, weight, bias, scale, gamma, beta
+
+
+def needs_grad(args) -> bool:
+    """Whether a call with the operator's arguments ``args`` (schema order) needs autograd:
+    grad mode on and x or a parameter (the first six arguments) requiring grad."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in args[:_DIFFERENTIABLE])
 
 
 class StageFunction(torch.autograd.Function):
@@ -95,7 +101,7 @@ def _define(stage: str):
         return x.new_empty(x.shape[0], weight.shape[0])
 
     def autograd_kernel(keyset, *args):
-        if torch.is_grad_enabled() and any(t.requires_grad for t in args[:_DIFFERENTIABLE]):
+        if needs_grad(args):
             return StageFunction.apply(op, args, *args[:_DIFFERENTIABLE])
         return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
 
