@@ -40,6 +40,8 @@ PRECISIONS = ("fp32", "tf32", "3xtf32")
 SIMT_TILES, MIN_GRID = (64, 32), 132
 #: Rows of every tile of the tensor-core GEMMs (mma.sync and wgmma) that run tf32 and 3xtf32.
 TC_TILE_ROWS = 128
+#: Rows a statistics tile of the fused backward's column pass (``backward.cu``, kBwdTileRows).
+BACKWARD_TILE_ROWS = 128
 
 
 def tile_rows(n: int, m: int, precision: str = "fp32") -> int:
@@ -118,6 +120,13 @@ def round_tf32(t: torch.Tensor) -> torch.Tensor:
     return torch.where(finite, rounded, f).to(t.dtype)
 
 
+def tf32_split(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """t's TF32 parts for 3xTF32: (big, small) = (rna(t), rna(t − rna(t))), both exactly
+    representable in TF32 and of t's shape and dtype (CUTLASS example 27)."""
+    big = round_tf32(t)
+    return big, round_tf32(t - big)
+
+
 def truncate_tf32(t: torch.Tensor) -> torch.Tensor:
     """Keep the top 19 bits of each float32 (sign, exponent, 10 mantissa bits): what the
     tensor cores read when given float32 words in TF32 mode. Returns the input dtype."""
@@ -139,8 +148,7 @@ def matmul_nt(x: torch.Tensor, w: torch.Tensor, precision: str = "fp32") -> torc
     if precision == "tf32":
         return truncate_tf32(x) @ truncate_tf32(w).t()
     if precision == "3xtf32":
-        xb, wb = round_tf32(x), round_tf32(w)
-        xs, ws = round_tf32(x - xb), round_tf32(w - wb)
+        (xb, xs), (wb, ws) = tf32_split(x), tf32_split(w)
         return xs @ wb.t() + xb @ ws.t() + xb @ wb.t()
     raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
 
@@ -402,7 +410,7 @@ def _softmax_backward(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return y * (dy - (dy * y).sum(dim=1, keepdim=True))
 
 
-def _scale_gradient(ds_cols: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def scale_gradient(ds_cols: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """The per-column ds summed to ``scale``'s shape (one element: the total)."""
     return ds_cols.sum().reshape(scale.shape) if scale.numel() == 1 else ds_cols.reshape(scale.shape)
 
@@ -460,7 +468,7 @@ def train_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch.Tenso
     else:
         ds_cols = (dt_ * zc).sum(dim=0)
         dz = s * dt_
-    dscale = _scale_gradient(ds_cols, scale)
+    dscale = scale_gradient(ds_cols, scale)
     dx = dz @ weight.to(dt)
     dweight = dz.t() @ x.to(dt)
     return dx, dweight, dy.new_zeros(m, dtype=dt), dscale, dgamma, dbeta
@@ -495,7 +503,7 @@ def backward_tile_partials(kind: str, dy: torch.Tensor, y: torch.Tensor | None, 
 
 def train_backward_fused(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch.Tensor, var: torch.Tensor,
                          x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, gamma: torch.Tensor,
-                         beta: torch.Tensor, eps: float, tile_rows: int = 128):
+                         beta: torch.Tensor, eps: float, tile_rows: int = BACKWARD_TILE_ROWS):
     """:func:`train_backward` as the fused backward computes it: one pass over the N×M
     tensors for the column partials (:func:`backward_tile_partials`), their in-order merge into
     per-column coefficients, one elementwise dZ' = a₁∘G + a₂∘(Z − μ) + a₀, the two GEMMs.
@@ -534,7 +542,7 @@ def train_backward_fused(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch
         grad = dy
     a1, a0 = s * g / sig, -s * g * s1 / (n * sig)
     dz = a1 * grad + a2 * zc + a0
-    dscale = _scale_gradient(ds_cols, scale)
+    dscale = scale_gradient(ds_cols, scale)
     return (dz @ weight.to(dt), dz.t() @ x.to(dt), dy.new_zeros(m, dtype=dt), dscale, dgamma, dbeta)
 
 
@@ -574,6 +582,6 @@ def eval_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, z: torch.Tensor,
         dtt = g * r * du
         ds_cols = (dtt * z).sum(dim=0)
         dz = s * dtt
-    dscale = _scale_gradient(ds_cols, scale)
+    dscale = scale_gradient(ds_cols, scale)
     return (dz @ weight.to(dt), dz.t() @ x.to(dt), dz.sum(dim=0), dscale, (du * xhat).sum(dim=0),
             du.sum(dim=0))

@@ -52,6 +52,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import engine
 from .costmodel import IMPLS, MODES, PRECISIONS
 from .reference import PRESETS, PROBLEMS, Shape, parse_shape, problem_kind
 
@@ -174,22 +175,8 @@ def plan_tables(problems, shapes, modes, precisions, impls) -> list[Table]:
 
 # --------------------------------------------------------------------------- timing
 
-@contextlib.contextmanager
-def peer_precision(precision: str):
-    """Scoped TF32 switch for the PyTorch peers: ``torch.backends.cuda.matmul.allow_tf32``
-    and ``torch.backends.cudnn.allow_tf32`` on for "tf32", off otherwise; both flags are
-    restored on exit, also after an exception. Only these two (legacy) flags are read and
-    written: mixing them with ``torch.set_float32_matmul_precision`` or the
-    ``fp32_precision`` attributes leaves backends in states PyTorch refuses to read."""
-    import torch
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    flag = precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = flag
-    torch.backends.cudnn.allow_tf32 = flag
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+#: The peers' scoped TF32 switch (the fused backward's GEMMs use the same one).
+peer_precision = engine.cublas_precision
 
 
 def _flush_buffer(x, flush_mb: int):

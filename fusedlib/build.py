@@ -23,15 +23,26 @@ HEADERS = ("common.cuh", "epilogue.cuh", "gemm_simt.cuh", "gemm_mma.cuh", "gemm_
 #: Ada (L4, RTX 40), Hopper (sm_90a), Blackwell (B200, RTX 50).
 ARCHS = ((7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0))
 STAGE_FILES = {"naive": "01_naive.cu", "fold": "02_fold.cu", "sums": "03_sums.cu", "fused": "04_fused.cu"}
+#: The fused train-mode backward's kernels, shared by every stage (:func:`load_backward`).
+BACKWARD_FILE = "backward.cu"
 
 #: The operator's host side, compiled after each stage file (argument checks, workspace,
-#: launch; registers the stage's CUDA kernel of ``torch.ops.fusedlib.<stage>``).
+#: launch; registers the stage's CUDA kernel of ``torch.ops.fusedlib.<stage>``), the
+#: backward's, compiled after :data:`BACKWARD_FILE`, and the helpers both include.
 HOST = "torch_op.cuh"
+BACKWARD_HOST = "torch_backward.cuh"
+HOST_COMMON = "torch_common.cuh"
 _DECL = ("at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, "
          "const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta, at::Tensor& running_mean, "
          "at::Tensor& running_var, at::Tensor& num_batches_tracked, c10::string_view kind, "
          "c10::string_view precision, bool training, double eps, std::optional<double> momentum, "
-         "std::optional<c10::string_view> gemm_path, const std::optional<at::Tensor>& weight_split);")
+         "std::optional<c10::string_view> gemm_path, const std::optional<at::Tensor>& weight_split, "
+         "const std::optional<at::Tensor>& z_out);")
+
+
+_BACKWARD_DECL = ("std::vector<at::Tensor> backward_passes(const at::Tensor& dy, const at::Tensor& y, "
+                  "const at::Tensor& z, const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta, "
+                  "c10::string_view kind, double eps, bool split);")
 
 
 class KernelBuildError(RuntimeError):
@@ -39,8 +50,10 @@ class KernelBuildError(RuntimeError):
 
 
 def source_files() -> list[Path]:
-    """Every kernel source: the shared headers, the stage files in stage order, the operator's host side."""
-    return [KERNEL_DIR / h for h in HEADERS] + [KERNEL_DIR / f for f in STAGE_FILES.values()] + [KERNEL_DIR / HOST]
+    """Every kernel source: the shared headers, the stage files in stage order, the backward,
+    the operators' host sides."""
+    files = [*HEADERS, *STAGE_FILES.values(), BACKWARD_FILE, HOST_COMMON, HOST, BACKWARD_HOST]
+    return [KERNEL_DIR / f for f in files]
 
 
 def sources_sha256(root: Path | None = None) -> dict[str, str]:
@@ -72,6 +85,37 @@ def arch_flags(capability: tuple[int, int]) -> list[str]:
     return [f"-gencode=arch=compute_{cc},code=sm_{cc}"]
 
 
+def _load(unit: str, cuda_src: str, decl: str, function: str, device_index: int, defines: list[str]):
+    """Build (or load from the cache) one extension: ``cuda_src`` compiled with ninja for
+    the device's compute capability, exporting ``function`` (declared by ``decl``)."""
+    import torch
+    if not torch.cuda.is_available():
+        raise KernelBuildError("fusedlib kernels need a CUDA device; none is available "
+                               "(on the CPU the modules run the stage algebra instead)")
+    from torch.utils.cpp_extension import load_inline
+
+    capability = torch.cuda.get_device_capability(device_index)
+    digest = hashlib.sha256()
+    for path in source_files():
+        digest.update(path.read_bytes())
+    digest.update(decl.encode())
+    cuda_flags = ["-O3", *defines, *arch_flags(capability)]
+    digest.update(" ".join(cuda_flags).encode())
+    name = f"fusedlib_{unit}_{digest.hexdigest()[:16]}"
+    build_dir = cache_dir() / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    from . import ops  # noqa: F401  the schemas the extensions register their CUDA kernels for
+    try:
+        return load_inline(
+            name=name, cpp_sources=decl, cuda_sources=cuda_src, functions=[function],
+            extra_cuda_cflags=cuda_flags,
+            extra_include_paths=[str(KERNEL_DIR)], build_directory=str(build_dir), verbose=False)
+    except Exception as exc:  # compiler or linker failure: keep the log, say where it is
+        log = build_dir / "build.log"
+        log.write_text(str(exc))
+        raise KernelBuildError(f"building the {unit!r} kernels failed; compiler log: {log}") from exc
+
+
 @functools.lru_cache(maxsize=None)
 def load_stage(stage: str, device_index: int = 0):
     """Build (or load from the cache) the extension of ``stage`` and return it.
@@ -87,33 +131,21 @@ def load_stage(stage: str, device_index: int = 0):
     """
     if stage not in STAGE_FILES:
         raise ValueError(f"stage: expected one of {tuple(STAGE_FILES)}, got {stage!r}")
-    import torch
-    if not torch.cuda.is_available():
-        raise KernelBuildError("fusedlib kernels need a CUDA device; none is available "
-                               "(on the CPU the modules run the stage algebra instead)")
-    from torch.utils.cpp_extension import load_inline
-
-    capability = torch.cuda.get_device_capability(device_index)
-    digest = hashlib.sha256()
-    for path in source_files():
-        digest.update(path.read_bytes())
-    digest.update(_DECL.encode())
-    cuda_flags = ["-O3", f"-DFL_STAGE={stage}", *arch_flags(capability)]
-    digest.update(" ".join(cuda_flags).encode())
-    name = f"fusedlib_{stage}_{digest.hexdigest()[:16]}"
-    build_dir = cache_dir() / name
-    build_dir.mkdir(parents=True, exist_ok=True)
-    from . import ops  # noqa: F401  the schema the extension registers its CUDA kernel for
     cuda_src = f'#include "{STAGE_FILES[stage]}"\n#include "{HOST}"\n'
-    try:
-        return load_inline(
-            name=name, cpp_sources=_DECL, cuda_sources=cuda_src, functions=["forward"],
-            extra_cuda_cflags=cuda_flags,
-            extra_include_paths=[str(KERNEL_DIR)], build_directory=str(build_dir), verbose=False)
-    except Exception as exc:  # compiler or linker failure: keep the log, say where it is
-        log = build_dir / "build.log"
-        log.write_text(str(exc))
-        raise KernelBuildError(f"building the {stage!r} kernels failed; compiler log: {log}") from exc
+    return _load(stage, cuda_src, _DECL, "forward", device_index, [f"-DFL_STAGE={stage}"])
+
+
+@functools.lru_cache(maxsize=None)
+def load_backward(device_index: int = 0):
+    """Build (or load from the cache) the fused backward's extension and return it; it
+    exposes ``backward_passes(dy, y, z, scale, gamma, beta, kind, eps, split)`` (the three
+    kernels of ``backward.cu`` before the GEMMs; :mod:`fusedlib.ops` documents the result).
+
+    Raises:
+        KernelBuildError: no CUDA device, or compilation failed (the message names the log file).
+    """
+    cuda_src = f'#include "{BACKWARD_FILE}"\n#include "{BACKWARD_HOST}"\n'
+    return _load("backward", cuda_src, _BACKWARD_DECL, "backward_passes", device_index, [])
 
 
 def compile_check(path: Path, capability: tuple[int, int] = (9, 0), nvcc: str = "nvcc") -> list[dict]:

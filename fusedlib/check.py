@@ -163,6 +163,85 @@ def run_case(problem: str, stage: str, mode: str, precision: str, shape: str, se
             "budget": budget, "allclose_ref_fp32_1e-4": allclose, "finite": finite, "passed": passed}
 
 
+#: The gradients a case compares, in the order of :func:`run_grad_case`'s ``grad_errs``.
+GRAD_NAMES = ("x", "gemm.weight", "gemm.bias", "scale", "bn.weight", "bn.bias")
+
+
+def run_grad_case(problem: str, stage: str, mode: str, precision: str, shape: str, seed: int,
+                  device: str = "cpu", input_kind: str = "rand") -> dict:
+    """Run one gradient case (the backward of issue 12, DESIGN.md §10) and return its record.
+
+    The case's model (:func:`case_model`: zero and negative scale entries for 33/39) takes
+    two train steps without gradients (non-trivial running buffers; eval mode then
+    switches), then one forward on fresh inputs ``x`` and a backward of a fresh
+    dY = randn(N, M) through the module under test, PyTorch's fp32 module and its float64
+    copy. Each gradient (:data:`GRAD_NAMES`) is held to the forward's rule: finite and
+    normwise relative error at most ``max(BUDGET[precision], 2·noise)``, noise being
+    PyTorch's own error on that gradient at the case's precision (fp32 for fp32 and 3xtf32;
+    for tf32 its module with X and W rounded to TF32, what its tensor cores read: the
+    scale's gradient, a sum whose terms cancel, carries the forward's TF32 error amplified);
+    in train mode the bias's gradient is exactly zero (the bias cancels) and must be a
+    tensor, not None.
+
+    Args: as :func:`run_case`.
+
+    Returns:
+        dict with problem, stage, mode, precision, shape, seed, input_kind, grad_errs and
+        ref_grad_errs (name → normwise relative error against float64), worst_ratio
+        (largest error / budget), finite and passed.
+    """
+    algebra.check_stage_precision(stage, precision)
+    if mode not in ("train", "eval"):
+        raise ValueError(f"mode: expected 'train' or 'eval', got {mode!r}")
+    sh = parse_shape(shape)
+    ref, gen = case_model(problem, sh, seed)
+    ref = ref.to(device)
+    ref64 = copy.deepcopy(ref).double()
+    from .modules import from_reference
+    fused = from_reference(ref, stage=stage, precision=precision)
+    peer = ref
+    if precision == "tf32":  # PyTorch's module as its TF32 tensor cores run it
+        peer = copy.deepcopy(ref)
+        with torch.no_grad():
+            peer.gemm.weight.copy_(algebra.truncate_tf32(peer.gemm.weight))
+    models = (fused, peer, ref64)
+    with torch.no_grad():
+        for _ in range(2):
+            x = get_inputs(sh, input_kind, gen).to(device)
+            for mod in models:
+                mod(x.to(next(mod.parameters()).dtype))
+    for mod in models:
+        mod.train(mode == "train")
+    x = get_inputs(sh, input_kind, gen).to(device)
+    dy = torch.randn(sh.batch, sh.out_features, generator=gen).to(device)
+    grads = []
+    for mod in models:
+        dt = next(mod.parameters()).dtype
+        xi = (algebra.truncate_tf32(x) if mod is peer and precision == "tf32" else x).to(dt).clone().requires_grad_()
+        mod(xi).backward(dy.to(dt))
+        params = dict(mod.named_parameters())
+        grads.append([xi.grad] + [params[name].grad for name in GRAD_NAMES[1:]])
+    errs, ref_errs, ratios, finite, passed = {}, {}, [], True, True
+    for name, got, peer, want in zip(GRAD_NAMES, *grads):
+        if got is None:
+            passed = False
+            errs[name] = ref_errs[name] = float("nan")
+            continue
+        finite = finite and bool(torch.isfinite(got).all())
+        if mode == "train" and name == "gemm.bias":
+            exact = bool(torch.equal(got, torch.zeros_like(got)))
+            errs[name], ref_errs[name] = (0.0 if exact else float("inf")), _relerr(peer, want) if want.norm() else 0.0
+            passed = passed and exact
+            continue
+        errs[name], ref_errs[name] = _relerr(got, want), _relerr(peer, want)
+        ratios.append(errs[name] / case_budget(precision, ref_errs[name]))
+    worst = max(ratios) if ratios else 0.0
+    passed = passed and finite and worst <= 1.0
+    return {"problem": str(problem), "stage": stage, "mode": mode, "precision": precision, "shape": str(sh),
+            "seed": seed, "input_kind": input_kind, "grad_errs": errs, "ref_grad_errs": ref_errs,
+            "worst_ratio": worst, "finite": finite, "passed": passed}
+
+
 def combos(stages, precisions):
     """(stage, precision) pairs a run covers: every stage at every requested precision,
     stage-major (every stage runs fp32, tf32 and 3xtf32)."""

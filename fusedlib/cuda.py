@@ -66,8 +66,7 @@ def weight_split(module, weight: torch.Tensor, precision: str, path: str) -> tor
     cache = module._split_cache
     if cache is None or cache[0] != key:
         with torch.no_grad():
-            big = algebra.round_tf32(weight)
-            split = torch.stack([big, algebra.round_tf32(weight - big)]).contiguous()
+            split = torch.stack(algebra.tf32_split(weight)).contiguous()
         cache = module._split_cache = (key, split)
     return cache[1]
 

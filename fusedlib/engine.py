@@ -27,9 +27,10 @@ cannot run the precision or the shape on this device raises :class:`UnsupportedP
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
-__all__ = ["PATHS", "PATH_CODE", "ENV_VAR", "UnsupportedPrecision", "forced_path", "select_path"]
+__all__ = ["PATHS", "PATH_CODE", "ENV_VAR", "UnsupportedPrecision", "cublas_precision", "forced_path", "select_path"]
 
 #: Hardware paths (mainloops), in the order of the codes the kernels use (``fl::GemmPath``).
 PATHS = ("simt", "mma", "wgmma")
@@ -106,3 +107,22 @@ def select_path(precision: str, capability: tuple[int, int], k: int | None = Non
             f"precision {precision!r} needs TF32 tensor cores (compute capability 8.0 or later); "
             f"this GPU has {cap[0]}.{cap[1]}: use precision='fp32'")
     return "wgmma" if cap == (9, 0) and tma_ok else "mma"
+
+
+@contextlib.contextmanager
+def cublas_precision(precision: str):
+    """Scoped TF32 switch for cuBLAS (and cuDNN): ``torch.backends.cuda.matmul.allow_tf32``
+    and ``torch.backends.cudnn.allow_tf32`` on for "tf32", off otherwise; both flags are
+    restored on exit, also after an exception. Used by the benchmark's PyTorch peers and by
+    the fused backward's GEMMs. Only these two (legacy) flags are read and written: mixing
+    them with ``torch.set_float32_matmul_precision`` or the ``fp32_precision`` attributes
+    leaves backends in states PyTorch refuses to read."""
+    import torch
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    flag = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = flag
+    torch.backends.cudnn.allow_tf32 = flag
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -6,7 +6,8 @@ Schema (every stage)::
     fusedlib::<stage>(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma,
         Tensor beta, Tensor(a!) running_mean, Tensor(b!) running_var,
         Tensor(c!) num_batches_tracked, str kind, str precision, bool training, float eps,
-        float? momentum, str? gemm_path=None, Tensor? weight_split=None) -> Tensor
+        float? momentum, str? gemm_path=None, Tensor? weight_split=None,
+        Tensor(d!)? z_out=None) -> Tensor
 
 x (N, K), weight (M, K), bias (M), scale (1) or (M), gamma/beta (bn.weight, bn.bias) and the
 running buffers (M): float32 (float64 too on the CPU); num_batches_tracked: int64 scalar;
@@ -18,7 +19,19 @@ the cumulative average, computed on the device (no host sync: CUDA-graph captura
 ``gemm_path`` forces the CUDA GEMM path (``simt``, ``mma``, ``wgmma``; None: the device's
 default, :func:`fusedlib.engine.select_path`); ``weight_split`` optionally supplies W's
 TF32 parts [rna(W); rna(W − rna(W))] (2, M, K) for 3xTF32 on the wgmma path, which
-otherwise splits W on every call. The CPU kernel ignores both.
+otherwise splits W on every call. The CPU kernel ignores both. ``z_out`` (N, M), train mode
+only: the forward also leaves there the GEMM output Z it normalised (Z' = XWᵀ, or XWᵀ + b for
+naive and fold: the backward reads only Z − μ), which the backward needs
+(:class:`StageFunction` passes it whenever a gradient is needed).
+
+``torch.ops.fusedlib.train_backward(dy, y, z, x, weight, scale, gamma, beta, weight_split,
+kind, precision, eps) -> (dx, dweight, dbias, dscale, dgamma, dbeta)``: the train-mode
+gradients (batch statistics) of every stage, from dY (N, M), the forward's Y (84; None for
+33, whose backward does not read it) and its saved Z. CPU kernel:
+:func:`fusedlib.algebra.train_backward_fused`; CUDA kernel: the fused backward
+(``fusedlib/kernels/backward.cu``: row terms, one pass of column partials with an in-order
+merge, one elementwise dZ' written row-major and transposed) and the two GEMMs
+dX = dZ'·W, dW = dZ'ᵀ·X on cuBLAS at the forward's precision (:func:`backward_gemms`).
 
 Kernels: CPU, the stage algebra (:func:`fusedlib.algebra.stage_forward`); CUDA, the stage's
 kernels (``fusedlib/kernels/torch_op.cuh``, registered when :func:`fusedlib.build.load_stage`
@@ -27,6 +40,10 @@ loads the stage's extension); fake (meta), for tracing; Autograd, the derived ba
 :class:`StageFunction` whenever a gradient is needed, on both devices. ``torch.library.opcheck``
 covers schema, fake tensor, AOT dispatch and autograd registration (tests/test_ops.py and,
 on CUDA, tests/test_gpu_operator.py).
+
+Saved for the backward (train mode): Y and Z for 84, Z for 33 (two and one N×M tensors;
+Y is the output itself); eager PyTorch saves three for 84 (the Linear's, BatchNorm's and the
+softmax's outputs).
 """
 from __future__ import annotations
 
@@ -34,14 +51,14 @@ import warnings
 
 import torch
 
-from . import algebra
+from . import algebra, engine
 
-__all__ = ["OPS", "SCHEMA", "StageFunction", "needs_grad", "stage_op"]
+__all__ = ["OPS", "SCHEMA", "StageFunction", "backward_gemms", "needs_grad", "stage_op", "train_backward"]
 
 SCHEMA = ("(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma, Tensor beta, "
           "Tensor(a!) running_mean, Tensor(b!) running_var, Tensor(c!) num_batches_tracked, str kind, "
           "str precision, bool training, float eps, float? momentum, str? gemm_path=None, "
-          "Tensor? weight_split=None) -> Tensor")
+          "Tensor? weight_split=None, Tensor(d!)? z_out=None) -> Tensor")
 _LIB = torch.library.Library("fusedlib", "DEF")
 _DIFFERENTIABLE = 6  # x, weight, bias, scale, gamma, beta
 
@@ -52,39 +69,116 @@ def needs_grad(args) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in args[:_DIFFERENTIABLE])
 
 
+def backward_gemms(dz: torch.Tensor, dzt: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, precision: str,
+                   weight_split: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backward's GEMMs on cuBLAS at the forward's precision: dX = dZ'·W (N, K) and
+    dW = dZ'ᵀ·X (M, K).
+
+    Args:
+        dz: (P, N, M) dZ'; dzt: (P, M, N) its transpose, contiguous (both GEMMs then read
+            K-major operands: cuBLAS's fast layout, 0.36 ms against 0.63 for dZ'ᵀ as a view
+            at 84 in TF32, results/h100/NOTES.md run40). P = 1, or for "3xtf32" 2: the TF32
+            parts [big; small].
+        x: (N, K); weight: (M, K); precision: "fp32", "tf32" or "3xtf32".
+        weight_split: W's TF32 parts (2, M, K) when the forward had them (3xtf32), else None.
+
+    3xTF32 (CUTLASS example 27): each GEMM is three TF32 products, small terms first, into
+    one float32 result: dZs·Wb + dZb·Ws + dZb·Wb (addmm accumulates in place).
+    """
+    if precision != "3xtf32":
+        with engine.cublas_precision(precision):
+            return dz[0] @ weight, dzt[0] @ x
+    wb, ws = weight_split.unbind(0) if weight_split is not None else algebra.tf32_split(weight)
+    xb, xs = algebra.tf32_split(x)
+    with engine.cublas_precision("tf32"):
+        dx = dz[1] @ wb
+        dx.addmm_(dz[0], ws).addmm_(dz[0], wb)
+        dw = dzt[1] @ xb
+        dw.addmm_(dzt[0], xs).addmm_(dzt[0], xb)
+    return dx, dw
+
+
+@torch.library.custom_op("fusedlib::train_backward", mutates_args=())
+def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                   scale: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, weight_split: torch.Tensor | None,
+                   kind: str, precision: str, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                   torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Train-mode gradients of a stage's forward (batch statistics), every stage alike.
+
+    Args:
+        dy: (N, M) ∂L/∂Y. y: (N, M) the forward's output (84), None for 33. z: (N, M) the
+            GEMM output the forward normalised (its ``z_out``). x (N, K), weight (M, K),
+            scale (1,) or (M,), gamma/beta (M,): the forward's inputs. weight_split: W's TF32
+            parts (2, M, K) or None. kind "84"/"33"; precision of the forward; eps BatchNorm's ε.
+
+    Returns:
+        (dx (N, K), dweight (M, K), dbias (M,) zeros — the bias cancels —, dscale (scale's
+        shape), dgamma (M,), dbeta (M,)). CPU: :func:`fusedlib.algebra.train_backward_fused`
+        (float32 or float64); CUDA: float32, the fused kernels then :func:`backward_gemms`.
+    """
+    mean, var = algebra.column_stats_two_pass(z)
+    return algebra.train_backward_fused(kind, dy, y, z - mean, var, x, weight, scale, gamma, beta, eps)
+
+
+@train_backward.register_kernel("cuda")
+def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, weight_split, kind, precision, eps):
+    from .build import load_backward
+    ext = load_backward(z.device.index if z.device.index is not None else torch.cuda.current_device())
+    split = precision == "3xtf32"
+    dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, z if y is None else y, z, scale, gamma, beta, kind,
+                                                          eps, split)
+    dx, dweight = backward_gemms(dz, dzt, x, weight, precision, weight_split)
+    return dx, dweight, torch.zeros_like(dgamma), algebra.scale_gradient(ds_cols, scale), dgamma, dbeta
+
+
+@train_backward.register_fake
+def _train_backward_fake(dy, y, z, x, weight, scale, gamma, beta, weight_split, kind, precision, eps):
+    return (torch.empty_like(x), torch.empty_like(weight), torch.empty_like(gamma), torch.empty_like(scale),
+            torch.empty_like(gamma), torch.empty_like(beta))
+
+
 class StageFunction(torch.autograd.Function):
     """The stage's forward (its operator, below autograd) with the derived backward.
 
     ``apply(op, args)``: ``args`` the operator's arguments in schema order. The running
     buffers travel inside ``args`` (a tuple), out of autograd's sight: they get no gradient,
-    as in BatchNorm. Saves Y, x, weight, bias, scale, gamma, beta (+ the running buffers in
-    eval mode); the backward recomputes Z' = X Wᵀ at the forward's precision.
+    as in BatchNorm. Train mode: the forward also keeps Z (``z_out``) and the backward is
+    :func:`train_backward` (saved: Y (84), Z, x, weight, scale, gamma, beta, W's TF32 parts
+    when the forward had them). Eval mode: saves Y, x and the parameters and buffers, and the
+    backward (:func:`fusedlib.algebra.eval_backward`) recomputes Z = X Wᵀ + b at the forward's
+    precision.
     """
 
     @staticmethod
     def forward(ctx, op, args, x, weight, bias, scale, gamma, beta):
-        y = op(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:])
         kind, precision, training, eps = args[9:13]
         ctx.kind, ctx.precision, ctx.training, ctx.eps = kind, precision, training, eps
-        buffers = () if training else (args[6], args[7])  # eval reads the running buffers
-        ctx.save_for_backward(y, x, weight, bias, scale, gamma, beta, *buffers)
+        if not training:
+            y = op(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:])
+            ctx.save_for_backward(y, x, weight, bias, scale, gamma, beta, args[6], args[7])
+            return y
+        z = x.new_empty(x.shape[0], weight.shape[0])
+        y = op(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:], z_out=z)
+        split = args[15] if len(args) > 15 else None
+        ctx.save_for_backward(y if kind == "84" else None, z, x, weight, scale, gamma, beta, split)
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        y, x, weight, bias, scale, gamma, beta, *buffers = ctx.saved_tensors
         # Autograd runs a CUDA backward on a thread of its own, where cuBLAS's first call finds no
         # current CUDA context, warns, and makes the primary context current: the right one.
         with torch.no_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Attempting to run cuBLAS, but there was no current CUDA context")
-            z = algebra.matmul_nt(x, weight, ctx.precision)  # Z' as the forward's GEMM made it
             if ctx.training:
-                mean, var = algebra.column_stats_two_pass(z)
-                grads = algebra.train_backward(ctx.kind, dy, y, z - mean, var, x, weight, scale, gamma, beta,
-                                               ctx.eps)
+                y, z, x, weight, scale, gamma, beta, split = ctx.saved_tensors
+                grads = train_backward(dy, y, z, x, weight, scale, gamma, beta, split, ctx.kind, ctx.precision,
+                                       ctx.eps)
             else:
-                grads = algebra.eval_backward(ctx.kind, dy, y, z + bias, x, weight, scale, gamma, beta,
-                                              *buffers, ctx.eps)
+                y, x, weight, bias, scale, gamma, beta, running_mean, running_var = ctx.saved_tensors
+                with engine.cublas_precision(ctx.precision):
+                    z = algebra.matmul_nt(x, weight, ctx.precision) + bias  # Z as the forward's GEMM made it
+                    grads = algebra.eval_backward(ctx.kind, dy, y, z, x, weight, scale, gamma, beta, running_mean,
+                                                  running_var, ctx.eps)
         return (None, None, *grads)
 
 
@@ -93,7 +187,12 @@ def _define(stage: str):
     op = getattr(torch.ops.fusedlib, stage).default
 
     def cpu(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision,
-            training, eps, momentum, gemm_path=None, weight_split=None):
+            training, eps, momentum, gemm_path=None, weight_split=None, z_out=None):
+        if z_out is not None:
+            if not training or z_out.shape != (x.shape[0], weight.shape[0]):
+                raise ValueError(f"z_out: expected a ({x.shape[0]}, {weight.shape[0]}) tensor in train mode, got "
+                                 f"{tuple(z_out.shape)} in {'train' if training else 'eval'} mode")
+            z_out.copy_(algebra.matmul_nt(x, weight, precision))  # Z' = XWᵀ, as sums and fused keep it
         bn = algebra.BNState(gamma, beta, running_mean, running_var, num_batches_tracked, momentum, eps)
         return algebra.stage_forward(kind, stage, x, weight, bias, scale, bn, training, precision)
 

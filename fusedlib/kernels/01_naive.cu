@@ -3,20 +3,21 @@
 // column variance → normalize+affine → ×scale → row max → row Σexp → normalize.
 // Problems 33/39: GEMM+bias → ×scale → column mean → column variance → normalize+affine.
 // The GEMM is the engine's (gemm.cuh) with the plain bias-store epilogue, at any precision.
-// Z lives in Y's memory and every pass after the GEMM works in place (the last one leaves Y
-// there); BatchNorm updates the running buffers as soon as its batch statistics exist.
+// The first pass that changes Z writes Y's memory and every later one works in place there
+// (Z itself lives in Y's memory too, unless the backward keeps it: torch_op.cuh's z_out);
+// BatchNorm updates the running buffers as soon as its batch statistics exist.
 // Specification: fusedlib/algebra.py, _naive().
 #include "gemm.cuh"
 #include "passes.cuh"
 
 namespace fl {
 
-// z ← z ∘ s (column scale, 33) or z ← s·z (scalar scale, 84), in place.
-__global__ void scale_kernel(float* __restrict__ z, const float* __restrict__ scale, int scale_len,
-                             int n, int m) {
+// y = z ∘ s (column scale, 33) or y = s·z (scalar scale, 84); in place when z == y.
+__global__ void scale_kernel(const float* z, const float* __restrict__ scale, int scale_len, float* y, int n,
+                             int m) {
   const size_t total = (size_t)n * m;
   for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x)
-    z[q] *= scale_len == 1 ? scale[0] : scale[q % m];
+    y[q] = z[q] * (scale_len == 1 ? scale[0] : scale[q % m]);
 }
 
 // y = γ (z − μ)/√(σ² + ε) + β with per-column μ, σ² (batch or running statistics).
@@ -85,35 +86,37 @@ extern "C" const char* fl_naive_forward(const fl::Problem* pp, cudaStream_t st) 
   const int ew_blocks = 132 * 8, ew_threads = 256;
   const char* err = launch_gemm<BiasStore>(p, p.x, p.w, p.z, st);  // Z = XWᵀ + b
   if (err) return err;
-  if (p.kind != 84) {  // 33/39: BatchNorm sees Z∘s
-    scale_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, p.scale, p.scale_len, p.n, p.m);
+  const float* t = p.z;  // what BatchNorm sees: Z (84), or Z∘s in Y's memory (33/39)
+  if (p.kind != 84) {
+    scale_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, p.scale, p.scale_len, p.y, p.n, p.m);
     FL_CHECK_LAUNCH();
+    t = p.y;
   }
   const float* mean = p.running_mean;
   const float* var = p.running_var;
   if (p.training) {
     float* bmean = p.coef + 2 * p.m;
     float* bvar = p.coef + 3 * p.m;
-    if ((err = launch_column_stats(p.z, bmean, bvar, p.n, p.m, st))) return err;
+    if ((err = launch_column_stats(t, bmean, bvar, p.n, p.m, st))) return err;
     update_running_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p, bmean, bvar);
     FL_CHECK_LAUNCH();
     mean = bmean;
     var = bvar;
   }
   long long* step = p.training ? p.num_batches_tracked : nullptr;
-  normalize_affine_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, mean, var, p.gamma, p.beta, p.eps, p.z, p.n, p.m,
+  normalize_affine_kernel<<<ew_blocks, ew_threads, 0, st>>>(t, mean, var, p.gamma, p.beta, p.eps, p.y, p.n, p.m,
                                                             p.kind == 84 ? nullptr : step);
   FL_CHECK_LAUNCH();
   if (p.kind == 84) {
-    scale_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, p.scale, 1, p.n, p.m);
+    scale_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.y, p.scale, 1, p.y, p.n, p.m);
     FL_CHECK_LAUNCH();
     float* rmax = p.part;
     float* rsum = p.part + p.n;
-    row_max_kernel<<<p.n, 256, 0, st>>>(p.z, rmax, p.m);
+    row_max_kernel<<<p.n, 256, 0, st>>>(p.y, rmax, p.m);
     FL_CHECK_LAUNCH();
-    row_sumexp_kernel<<<p.n, 256, 0, st>>>(p.z, rmax, rsum, p.m);
+    row_sumexp_kernel<<<p.n, 256, 0, st>>>(p.y, rmax, rsum, p.m);
     FL_CHECK_LAUNCH();
-    softmax_normalize_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, rmax, rsum, p.y, p.n, p.m, step);
+    softmax_normalize_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.y, rmax, rsum, p.y, p.n, p.m, step);
     FL_CHECK_LAUNCH();
   }
   return nullptr;

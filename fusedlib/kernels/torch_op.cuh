@@ -2,7 +2,8 @@
 // (fusedlib/ops.py defines the schema, the CPU kernel, the fake and the autograd kernel).
 // Compiled after one stage file (fusedlib/build.py), which defines fl_<FL_STAGE>_forward:
 // argument checks, the GEMM path (engine.select_path's default rule), the output Y (whose
-// memory also holds Z: the passes work in place), the stream's scratch, the launches on the
+// memory also holds Z: the passes work in place; z_out, when the backward needs Z, keeps
+// it instead), the stream's scratch, the launches on the
 // current CUDA stream ($FUSEDLIB_POISON=1: Y and the scratch filled with NaN first, for the
 // correctness tests). The heavy launch, the GEMM, is the first; nothing here waits for the
 // GPU, so a forward can be captured in a CUDA graph. Host cost of an eager call: one
@@ -10,14 +11,7 @@
 // the CUDA dispatch key and exported to Python (`forward`) for the modules' eager calls,
 // which skip the dispatcher.
 #pragma once
-#include <torch/extension.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
-#include <map>
-#include <mutex>
-#include <utility>
+#include "torch_common.cuh"
 
 #define FL_CAT2(a, b) a##b
 #define FL_CAT(a, b) FL_CAT2(a, b)
@@ -26,22 +20,6 @@
 #define FL_ENTRY FL_CAT(FL_CAT(fl_, FL_STAGE), _forward)
 
 namespace fl {
-
-// A tensor's shape as Python prints it: (8, 64), (10,). (Numbers in messages go through
-// std::to_string: streaming an int64 into TORCH_CHECK's message crashes this nvcc build.)
-inline std::string shape_str(const at::Tensor& t) {
-  std::string s = "(";
-  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
-  return s + (t.dim() == 1 ? ",)" : ")");
-}
-
-inline void check_vector(const at::Tensor& t, const char* name, int64_t m, const at::Tensor& x) {
-  TORCH_CHECK(t.device() == x.device(), name, ": expected a tensor on ", x.device(), ", got one on ", t.device());
-  TORCH_CHECK(t.scalar_type() == at::kFloat, name, ": the CUDA kernels take float32, got ", t.scalar_type());
-  TORCH_CHECK(t.dim() == 1 && t.size(0) == m, name, ": expected shape (" + std::to_string(m) + ",), got ",
-              shape_str(t));
-  TORCH_CHECK(t.is_contiguous(), name, ": expected a contiguous tensor");
-}
 
 // Compute capability of a device, 10·major + minor (asked once per device).
 inline int capability(int device) {
@@ -75,40 +53,6 @@ inline int parse_path(std::optional<c10::string_view> gemm_path, int precision, 
   TORCH_CHECK(false, "gemm_path: expected 'simt', 'mma', 'wgmma' or None, got '", std::string(*gemm_path), "'");
 }
 
-// A count of floats rounded up to 4 (16 bytes), so that every part starts TMA-aligned.
-inline int64_t aligned_floats(int64_t n) { return (n + 3) / 4 * 4; }
-
-// The scratch of a forward: column-tile counters (zero between calls: the last tile of each
-// column block resets its own) and floats (tile partials, coefficients). Eager calls share
-// one per (device, stream), kept between calls like cuBLAS's workspace: calls on one stream
-// run in order, calls on two streams never share it, and a grown scratch returns the old one
-// to the caching allocator, which reuses it in that stream's order. A call being captured in a
-// CUDA graph gets its own from the graph's memory pool instead, its counters zeroed in the
-// graph, so a graph never refers to memory this cache may free.
-struct Scratch {
-  unsigned int* counters;
-  float* floats;
-};
-
-inline Scratch stream_scratch(const at::Tensor& x, cudaStream_t stream, int64_t n_count, int64_t n_floats,
-                              at::Tensor& captured) {
-  cudaStreamCaptureStatus status;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-  if (status != cudaStreamCaptureStatusNone) {
-    captured = at::empty({n_count + n_floats}, x.options());
-    C10_CUDA_CHECK(cudaMemsetAsync(captured.data_ptr(), 0, n_count * sizeof(float), stream));
-    return {reinterpret_cast<unsigned int*>(captured.data_ptr<float>()), captured.data_ptr<float>() + n_count};
-  }
-  static std::mutex mu;  // the map is never destroyed: no tensor outlives the CUDA runtime at exit
-  static auto* cache = new std::map<std::pair<int, cudaStream_t>, std::pair<at::Tensor, at::Tensor>>;
-  const std::lock_guard<std::mutex> lock(mu);
-  auto& [counters, floats] = (*cache)[{x.get_device(), stream}];
-  if (!counters.defined() || counters.numel() < n_count)
-    counters = at::zeros({std::max<int64_t>(n_count, 256)}, x.options().dtype(at::kInt));
-  if (!floats.defined() || floats.numel() < n_floats) floats = at::empty({n_floats}, x.options());
-  return {reinterpret_cast<unsigned int*>(counters.data_ptr<int>()), floats.data_ptr<float>()};
-}
-
 }  // namespace fl
 
 // torch.ops.fusedlib.<stage> on CUDA: see fusedlib/ops.py for the schema and its meaning.
@@ -117,7 +61,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
                    at::Tensor& running_mean, at::Tensor& running_var, at::Tensor& num_batches_tracked,
                    c10::string_view kind, c10::string_view precision, bool training, double eps,
                    std::optional<double> momentum, std::optional<c10::string_view> gemm_path,
-                   const std::optional<at::Tensor>& weight_split) {
+                   const std::optional<at::Tensor>& weight_split, const std::optional<at::Tensor>& z_out) {
   using namespace fl;
   TORCH_CHECK(x_in.is_cuda(), "x: expected a CUDA tensor, got one on ", x_in.device());
   TORCH_CHECK(x_in.scalar_type() == at::kFloat, "x: the CUDA kernels take float32, got ", x_in.scalar_type());
@@ -159,7 +103,16 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
                     ") tensor on ",
                 x.device());
 
-  // Y, whose memory holds Z until the last pass overwrites it; the stream's scratch:
+  const bool keep_z = z_out && z_out->defined();
+  if (keep_z)
+    TORCH_CHECK(training && z_out->device() == x.device() && z_out->scalar_type() == at::kFloat &&
+                    z_out->is_contiguous() && z_out->dim() == 2 && z_out->size(0) == n && z_out->size(1) == m,
+                "z_out: expected a contiguous float32 (" + std::to_string(n) + ", " + std::to_string(m) +
+                    ") tensor on ",
+                x.device(), " in train mode, got ", z_out->scalar_type(), " ", shape_str(*z_out),
+                training ? "" : " in eval mode");
+
+  // Y, whose memory holds Z until the last pass overwrites it (unless z_out keeps Z); the stream's scratch:
   // counters, tile partials (the smallest statistics tile is 32 rows; naive keeps its row
   // max and Σexp there), coefficients (4, M); for 3xTF32 on wgmma X's and (unless cached
   // by the caller) W's TF32 parts, in a workspace of this call.
@@ -181,7 +134,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
   p.running_var = running_var.data_ptr<float>();
   p.num_batches_tracked = reinterpret_cast<long long*>(num_batches_tracked.data_ptr<int64_t>());
   p.y = y.data_ptr<float>();
-  p.z = p.y;
+  p.z = keep_z ? z_out->data_ptr<float>() : p.y;
   p.part = scratch.floats;
   p.coef = scratch.floats + n_part;
   p.counters = scratch.counters;
@@ -204,6 +157,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
   if (poison && poison[0] == '1') {  // correctness tests: every unwritten element reads NaN (0xFFFFFFFF)
     C10_CUDA_CHECK(cudaMemsetAsync(scratch.floats, 0xFF, (n_part + 4 * m) * sizeof(float), stream));
     C10_CUDA_CHECK(cudaMemsetAsync(p.y, 0xFF, y.nbytes(), stream));
+    if (keep_z) C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, y.nbytes(), stream));
     if (split) C10_CUDA_CHECK(cudaMemsetAsync(p.xsplit, 0xFF, split_ws.nbytes(), stream));
   }
   const char* err = FL_ENTRY(&p, stream);
@@ -211,6 +165,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
   if (training)
     for (at::Tensor* t : {&running_mean, &running_var, &num_batches_tracked})  // the schema's (a!), (b!), (c!)
       if (!t->is_inference()) t->unsafeGetTensorImpl()->bump_version();
+  if (keep_z && !z_out->is_inference()) z_out->unsafeGetTensorImpl()->bump_version();  // (d!)
   return y;
 }
 

@@ -1,0 +1,224 @@
+// The fused train-mode backward of every stage, up to the two GEMMs (DESIGN.md §10,
+// notebook 08): from the saved Z (the GEMM output the forward normalised), the forward's
+// output Y (84) and dY, three kernels give dZ' and the gradients of γ, β and the scale:
+//   row_dot_kernel           (84) r_i = Σ_j dY_ij·Y_ij, one block a row
+//   backward_partials_kernel one pass over row tiles × 32 columns: per tile the column
+//                            partials of Z (mean_t, M2_t) and of G = Y∘(dY − r) (84) or dY
+//                            (33): S1_t = Σ G, C_t = Σ G∘(Z − mean_t); the last tile of each
+//                            column block (tile counter + fence, as the forward's
+//                            ColumnStatsMerge) merges them in tile order into μ, σ², S1 and
+//                            S2 = Σ_i G∘(Z − μ) = Σ_t C_t + S1_t·(mean_t − μ) (Chan's merge of a
+//                            cross moment: no cancellation), then dγ, dβ, the scale's column
+//                            terms and the coefficients a1, a2, a0
+//   backward_dz_kernel       dZ' = a1∘G + a2∘(Z − μ) + a0 on 32×32 tiles, written row-major
+//                            (N×M, for dX = dZ'·W) and transposed through shared memory (M×N,
+//                            for dW = dZ'ᵀ·X: both GEMMs then read K-major operands); for
+//                            3xTF32 as TF32 parts [rna(dZ'); rna(dZ' − rna(dZ'))]
+// No float atomics: every sum runs in a fixed order, so reruns are bit-identical. The Z the
+// backward reads may hold the Linear's bias (naive, fold) or not (sums, fused): only Z − μ
+// enters. Plain CUDA (no torch headers): compiles on its own for every GPU from sm_75 on.
+// Specification: algebra.backward_tile_partials, algebra.train_backward_fused.
+#include "common.cuh"
+
+namespace fl {
+
+struct BackwardProblem {
+  const float* dy;          // (N, M) ∂L/∂Y
+  const float* y;           // (N, M) the forward's output (84)
+  const float* z;           // (N, M) the forward's saved GEMM output Z
+  const float* scale;       // (1) or (M)
+  const float* gamma;       // (M) bn.weight
+  const float* beta;        // (M) bn.bias
+  float* r;                 // (N) row terms (84)
+  float* part;              // (T, 4, M) tile partials mean_t, M2_t, S1_t, C_t
+  float* coef;              // (4, M) a1, a2, a0, μ
+  unsigned int* counters;   // (ceil(M / 32)) zero before, left zero after
+  float* dgamma;            // (M)
+  float* dbeta;             // (M)
+  float* dscale_cols;       // (M) the scale's gradient per column (84: summed by the caller)
+  float* dz;                // (P, N, M) dZ' (P = 1) or its TF32 parts (P = 2)
+  float* dzt;               // (P, M, N) the same, transposed
+  int n, m, kind, scale_len, split;
+  float eps;
+};
+
+constexpr int kBwdCols = 32;       // columns a block of the partials and dZ' kernels
+constexpr int kBwdGroups = 8;      // row groups (threadIdx.y)
+constexpr int kBwdTileRows = 128;  // rows a statistics tile (algebra.BACKWARD_TILE_ROWS)
+constexpr int kDzTile = 32;        // the dZ' kernel's square tile
+
+__host__ __device__ inline int backward_tiles(int n) { return ceil_div(n, kBwdTileRows); }
+
+// r_i = Σ_j dY_ij·Y_ij (the softmax's row terms), one block a row, fixed order.
+__global__ void row_dot_kernel(const BackwardProblem p) {
+  __shared__ float red[32];
+  const size_t row = (size_t)blockIdx.x * p.m;
+  float s = 0.f;
+  for (int j = threadIdx.x; j < p.m; j += blockDim.x) s += p.dy[row + j] * p.y[row + j];
+  s = block_reduce<false>(s, red);
+  if (threadIdx.x == 0) p.r[blockIdx.x] = s;
+}
+
+__device__ __forceinline__ float backward_grad(const BackwardProblem& p, bool k84, size_t q, int i) {
+  const float d = p.dy[q];
+  return k84 ? p.y[q] * (d - p.r[i]) : d;
+}
+
+// Column j's coefficients and parameter gradients from the merged sums (algebra.train_backward_fused).
+__device__ void backward_column(const BackwardProblem& p, int j, float mean, float var, float s1, float s2) {
+  const float s = p.scale_len == 1 ? p.scale[0] : p.scale[j], g = p.gamma[j], n = (float)p.n;
+  float sig, a2;
+  if (p.kind == 84) {
+    sig = sqrtf(var + p.eps);
+    p.dbeta[j] = s * s1;
+    p.dscale_cols[j] = g * s2 / sig + p.beta[j] * s1;
+    a2 = -s * g * s2 / (n * sig * sig * sig);
+  } else {
+    sig = sqrtf(s * s * var + p.eps);
+    p.dbeta[j] = s1;
+    p.dscale_cols[j] = g * s2 * p.eps / (sig * sig * sig);
+    a2 = -s * s * s * g * s2 / (n * sig * sig * sig);
+  }
+  p.dgamma[j] = s * s2 / sig;
+  p.coef[j] = s * g / sig;
+  p.coef[p.m + j] = a2;
+  p.coef[2 * p.m + j] = -s * g * s1 / (n * sig);
+  p.coef[3 * p.m + j] = mean;
+}
+
+// Block (32, 8) on row tile blockIdx.y × columns 32·blockIdx.x …: thread (c, g) holds rows
+// g, g + 8, … of column c in registers; the 8 row groups' sums are added in group order.
+template <bool K84>
+__global__ void __launch_bounds__(kBwdCols * kBwdGroups) backward_partials_kernel(const BackwardProblem p) {
+  constexpr int U = kBwdTileRows / kBwdGroups;
+  __shared__ float red[4][kBwdGroups][kBwdCols + 1];
+  __shared__ int is_last;
+  const int c = threadIdx.x, g = threadIdx.y, j = blockIdx.x * kBwdCols + c, t = blockIdx.y;
+  const int r0 = t * kBwdTileRows, rows = min(kBwdTileRows, p.n - r0);
+  const bool col_ok = j < p.m;
+  float z[U], gr[U], sz = 0.f;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    z[u] = gr[u] = 0.f;
+    const int i = g + kBwdGroups * u;
+    if (col_ok && i < rows) {
+      const size_t q = (size_t)(r0 + i) * p.m + j;
+      z[u] = p.z[q];
+      gr[u] = backward_grad(p, K84, q, r0 + i);
+      sz += z[u];
+    }
+  }
+  red[0][g][c] = sz;
+  __syncthreads();
+  float mean = 0.f;
+  for (int q = 0; q < kBwdGroups; ++q) mean += red[0][q][c];
+  mean /= (float)rows;
+  float m2 = 0.f, s1 = 0.f, cr = 0.f;
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (g + kBwdGroups * u < rows) {
+      const float d = z[u] - mean;
+      m2 += d * d;
+      s1 += gr[u];
+      cr += gr[u] * d;
+    }
+  red[1][g][c] = m2;
+  red[2][g][c] = s1;
+  red[3][g][c] = cr;
+  __syncthreads();
+  if (g == 0 && col_ok) {
+    float tot[3] = {0.f, 0.f, 0.f};
+    for (int q = 0; q < kBwdGroups; ++q)
+#pragma unroll
+      for (int k = 0; k < 3; ++k) tot[k] += red[1 + k][q][c];
+    float* pt = p.part + (size_t)(4 * t) * p.m + j;
+    pt[0] = mean;
+    pt[p.m] = tot[0];
+    pt[2 * (size_t)p.m] = tot[1];
+    pt[3 * (size_t)p.m] = tot[2];
+  }
+  __threadfence();  // this tile's partials visible device-wide before it is counted
+  __syncthreads();
+  if (g == 0 && c == 0) {
+    is_last = atomicAdd(p.counters + blockIdx.x, 1u) == gridDim.y - 1;
+    if (is_last) p.counters[blockIdx.x] = 0;  // every tile of the block has counted
+  }
+  __syncthreads();
+  if (!is_last || g != 0 || !col_ok) return;
+  __threadfence();
+  // Merge the tiles in order: Chan for (n, mean, M2), then the cross moment about the mean.
+  const int T = gridDim.y;
+  const float* pj = p.part + j;
+  Moments acc = {(float)min(kBwdTileRows, p.n), __ldcg(pj), __ldcg(pj + p.m)};
+  for (int u = 1; u < T; ++u) {
+    const float* pu = pj + (size_t)(4 * u) * p.m;
+    acc = chan_merge(acc, {(float)min(kBwdTileRows, p.n - u * kBwdTileRows), __ldcg(pu), __ldcg(pu + p.m)});
+  }
+  float S1 = 0.f, S2 = 0.f;
+  for (int u = 0; u < T; ++u) {
+    const float* pu = pj + (size_t)(4 * u) * p.m;
+    const float su = __ldcg(pu + 2 * (size_t)p.m);
+    S1 += su;
+    S2 += __ldcg(pu + 3 * (size_t)p.m) + su * (__ldcg(pu) - acc.mean);
+  }
+  backward_column(p, j, acc.mean, acc.m2 / acc.n, S1, S2);
+}
+
+// dZ' on a 32×32 tile: row-major store (coalesced along columns), then through shared
+// memory the transposed store (coalesced along rows). SPLIT: TF32 parts.
+template <bool K84, bool SPLIT>
+__global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const BackwardProblem p) {
+  constexpr int P = SPLIT ? 2 : 1;
+  __shared__ float tile[P][kDzTile][kDzTile + 1];
+  const int c = threadIdx.x, g = threadIdx.y;
+  const int i0 = blockIdx.y * kDzTile, j0 = blockIdx.x * kDzTile, j = j0 + c;
+  const size_t plane = (size_t)p.n * p.m;
+  if (j < p.m) {
+    const float a1 = p.coef[j], a2 = p.coef[p.m + j], a0 = p.coef[2 * p.m + j], mu = p.coef[3 * p.m + j];
+    for (int u = g; u < kDzTile && i0 + u < p.n; u += kBwdGroups) {
+      const int i = i0 + u;
+      const size_t q = (size_t)i * p.m + j;
+      const float v = a1 * backward_grad(p, K84, q, i) + a2 * (p.z[q] - mu) + a0;
+      if (SPLIT) {
+        const float big = __uint_as_float(to_tf32(v)), small = __uint_as_float(to_tf32(v - big));
+        p.dz[q] = tile[0][u][c] = big;
+        p.dz[plane + q] = tile[1][u][c] = small;
+      } else {
+        p.dz[q] = tile[0][u][c] = v;
+      }
+    }
+  }
+  __syncthreads();
+  const int i = i0 + c;
+  if (i >= p.n) return;
+  for (int u = g; u < kDzTile && j0 + u < p.m; u += kBwdGroups) {
+    const size_t q = (size_t)(j0 + u) * p.n + i;
+#pragma unroll
+    for (int k = 0; k < P; ++k) p.dzt[k * plane + q] = tile[k][c][u];
+  }
+}
+
+}  // namespace fl
+
+// The three kernels of the fused backward on stream st (nullptr: no error).
+extern "C" const char* fl_train_backward(const fl::BackwardProblem* pp, cudaStream_t st) {
+  using namespace fl;
+  const BackwardProblem& p = *pp;
+  const bool k84 = p.kind == 84;
+  if (k84) {
+    row_dot_kernel<<<p.n, 256, 0, st>>>(p);
+    FL_CHECK_LAUNCH();
+  }
+  const dim3 block(kBwdCols, kBwdGroups);
+  const dim3 grid_part(ceil_div(p.m, kBwdCols), backward_tiles(p.n));
+  if (k84) backward_partials_kernel<true><<<grid_part, block, 0, st>>>(p);
+  else backward_partials_kernel<false><<<grid_part, block, 0, st>>>(p);
+  FL_CHECK_LAUNCH();
+  const dim3 grid_dz(ceil_div(p.m, kDzTile), ceil_div(p.n, kDzTile));
+  if (k84 && p.split) backward_dz_kernel<true, true><<<grid_dz, block, 0, st>>>(p);
+  else if (k84) backward_dz_kernel<true, false><<<grid_dz, block, 0, st>>>(p);
+  else if (p.split) backward_dz_kernel<false, true><<<grid_dz, block, 0, st>>>(p);
+  else backward_dz_kernel<false, false><<<grid_dz, block, 0, st>>>(p);
+  FL_CHECK_LAUNCH();
+  return nullptr;
+}

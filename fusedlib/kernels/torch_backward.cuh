@@ -1,0 +1,75 @@
+// The host side of the fused backward's kernels (backward.cu), exported to Python as
+// `backward_passes` and called by the CUDA kernel of torch.ops.fusedlib.train_backward
+// (fusedlib/ops.py), which adds the two GEMMs. Argument checks, outputs, the stream's
+// scratch (row terms, tile partials, coefficients, column-tile counters: shared with the
+// forwards on the same stream, which run in order), the three launches on the current
+// CUDA stream; nothing waits for the GPU.
+#pragma once
+#include "torch_common.cuh"
+
+// dZ' (P, N, M) and dZ'ᵀ (P, M, N) (P = 2, the TF32 parts, when split), dγ, dβ (M) and
+// the scale's gradient per column (M), from dY, the forward's Y and its saved Z (N, M).
+std::vector<at::Tensor> backward_passes(const at::Tensor& dy_in, const at::Tensor& y, const at::Tensor& z,
+                                        const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta,
+                                        c10::string_view kind, double eps, bool split) {
+  using namespace fl;
+  TORCH_CHECK(z.is_cuda() && z.scalar_type() == at::kFloat && z.dim() == 2 && z.is_contiguous() && z.size(0) > 1,
+              "z: expected a contiguous float32 CUDA tensor (batch ≥ 2, out_features), got ", z.scalar_type(), " ",
+              shape_str(z), " on ", z.device());
+  const int64_t n = z.size(0), m = z.size(1);
+  TORCH_CHECK(n * m < INT32_MAX, "z: sizes beyond 32-bit indexing are not supported");
+  TORCH_CHECK(kind == "84" || kind == "33", "kind: expected '84' or '33', got '", std::string(kind), "'");
+  for (const auto& [t, name] : {std::pair{&dy_in, "dy"}, std::pair{&y, "y"}})
+    TORCH_CHECK(t->device() == z.device() && t->scalar_type() == at::kFloat && t->sizes() == z.sizes(), name,
+                ": expected a float32 ", shape_str(z), " tensor on ", z.device(), ", got ", t->scalar_type(), " ",
+                shape_str(*t), " on ", t->device());
+  TORCH_CHECK(y.is_contiguous(), "y: expected a contiguous tensor");
+  check_vector(gamma, "gamma", m, z);
+  check_vector(beta, "beta", m, z);
+  TORCH_CHECK(scale.device() == z.device() && scale.scalar_type() == at::kFloat && scale.is_contiguous() &&
+                  (scale.numel() == 1 || (kind == "33" && scale.numel() == m)),
+              "scale: expected a contiguous float32 tensor on ", z.device(), " with 1 element",
+              kind == "33" ? " or out_features" : "", ", got ", scale.scalar_type(), " ", shape_str(scale));
+
+  const c10::cuda::CUDAGuard guard(z.device());
+  const at::Tensor dy = dy_in.contiguous();  // autograd may hand an expanded or strided gradient
+  const int64_t planes = split ? 2 : 1;
+  at::Tensor dz = at::empty({planes, n, m}, z.options()), dzt = at::empty({planes, m, n}, z.options());
+  at::Tensor grads = at::empty({3, m}, z.options());  // dγ, dβ, the scale's column terms
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(z.get_device()).stream();
+  const int64_t n_r = aligned_floats(n), n_part = aligned_floats(4 * backward_tiles((int)n) * m);
+  at::Tensor captured;
+  const Scratch scratch = stream_scratch(z, stream, aligned_floats((m + 31) / 32), n_r + n_part + 4 * m, captured);
+
+  BackwardProblem p;
+  p.dy = dy.data_ptr<float>();
+  p.y = y.data_ptr<float>();
+  p.z = z.data_ptr<float>();
+  p.scale = scale.data_ptr<float>();
+  p.gamma = gamma.data_ptr<float>();
+  p.beta = beta.data_ptr<float>();
+  p.r = scratch.floats;
+  p.part = scratch.floats + n_r;
+  p.coef = p.part + n_part;
+  p.counters = scratch.counters;
+  p.dgamma = grads.data_ptr<float>();
+  p.dbeta = p.dgamma + m;
+  p.dscale_cols = p.dgamma + 2 * m;
+  p.dz = dz.data_ptr<float>();
+  p.dzt = dzt.data_ptr<float>();
+  p.n = (int)n;
+  p.m = (int)m;
+  p.kind = kind == "84" ? 84 : 33;
+  p.scale_len = (int)scale.numel();
+  p.split = split;
+  p.eps = (float)eps;
+
+  const char* poison = std::getenv("FUSEDLIB_POISON");
+  if (poison && poison[0] == '1') {  // correctness tests: every unwritten element reads NaN
+    C10_CUDA_CHECK(cudaMemsetAsync(scratch.floats, 0xFF, (n_r + n_part + 4 * m) * sizeof(float), stream));
+    for (at::Tensor* t : {&dz, &dzt, &grads}) C10_CUDA_CHECK(cudaMemsetAsync(t->data_ptr(), 0xFF, t->nbytes(), stream));
+  }
+  const char* err = fl_train_backward(&p, stream);
+  TORCH_CHECK(err == nullptr, "fusedlib backward kernels: ", err ? err : "");
+  return {dz, dzt, grads[0], grads[1], grads[2]};
+}

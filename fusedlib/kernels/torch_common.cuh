@@ -1,0 +1,66 @@
+// Host helpers shared by the operators' CUDA kernels (torch_op.cuh: the stages' forward;
+// torch_backward.cuh: the fused backward): argument checks with Python-style shapes and the
+// per-stream scratch.
+#pragma once
+#include <torch/extension.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace fl {
+
+// A tensor's shape as Python prints it: (8, 64), (10,). (Numbers in messages go through
+// std::to_string: streaming an int64 into TORCH_CHECK's message crashes this nvcc build.)
+inline std::string shape_str(const at::Tensor& t) {
+  std::string s = "(";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + (t.dim() == 1 ? ",)" : ")");
+}
+
+inline void check_vector(const at::Tensor& t, const char* name, int64_t m, const at::Tensor& x) {
+  TORCH_CHECK(t.device() == x.device(), name, ": expected a tensor on ", x.device(), ", got one on ", t.device());
+  TORCH_CHECK(t.scalar_type() == at::kFloat, name, ": the CUDA kernels take float32, got ", t.scalar_type());
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == m, name, ": expected shape (" + std::to_string(m) + ",), got ",
+              shape_str(t));
+  TORCH_CHECK(t.is_contiguous(), name, ": expected a contiguous tensor");
+}
+
+// A count of floats rounded up to 4 (16 bytes), so that every part starts TMA-aligned.
+inline int64_t aligned_floats(int64_t n) { return (n + 3) / 4 * 4; }
+
+// The scratch of a call (forward or backward): column-tile counters (zero between calls: the last tile of each
+// column block resets its own) and floats (tile partials, coefficients). Eager calls share
+// one per (device, stream), kept between calls like cuBLAS's workspace: calls on one stream
+// run in order, calls on two streams never share it, and a grown scratch returns the old one
+// to the caching allocator, which reuses it in that stream's order. A call being captured in a
+// CUDA graph gets its own from the graph's memory pool instead, its counters zeroed in the
+// graph, so a graph never refers to memory this cache may free.
+struct Scratch {
+  unsigned int* counters;
+  float* floats;
+};
+
+inline Scratch stream_scratch(const at::Tensor& x, cudaStream_t stream, int64_t n_count, int64_t n_floats,
+                              at::Tensor& captured) {
+  cudaStreamCaptureStatus status;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  if (status != cudaStreamCaptureStatusNone) {
+    captured = at::empty({n_count + n_floats}, x.options());
+    C10_CUDA_CHECK(cudaMemsetAsync(captured.data_ptr(), 0, n_count * sizeof(float), stream));
+    return {reinterpret_cast<unsigned int*>(captured.data_ptr<float>()), captured.data_ptr<float>() + n_count};
+  }
+  static std::mutex mu;  // the map is never destroyed: no tensor outlives the CUDA runtime at exit
+  static auto* cache = new std::map<std::pair<int, cudaStream_t>, std::pair<at::Tensor, at::Tensor>>;
+  const std::lock_guard<std::mutex> lock(mu);
+  auto& [counters, floats] = (*cache)[{x.get_device(), stream}];
+  if (!counters.defined() || counters.numel() < n_count)
+    counters = at::zeros({std::max<int64_t>(n_count, 256)}, x.options().dtype(at::kInt));
+  if (!floats.defined() || floats.numel() < n_floats) floats = at::empty({n_floats}, x.options());
+  return {reinterpret_cast<unsigned int*>(counters.data_ptr<int>()), floats.data_ptr<float>()};
+}
+
+}  // namespace fl
