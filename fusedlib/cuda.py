@@ -97,4 +97,4 @@ def stage_forward(module, args: tuple) -> torch.Tensor:
         split = weight_split(module, weight, precision, path)
     if ops.needs_grad(args):
         return ops.OPS[module._stage](*args, path, split)  # through the dispatcher: the autograd kernel
-    return forward(*args, path, split)
+    return forward(*args, path, split, None)
