@@ -35,7 +35,8 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy_in, const at::Tenso
   const at::Tensor dy = dy_in.contiguous();  // autograd may hand an expanded or strided gradient
   const int64_t planes = split ? 2 : 1;
   at::Tensor dz = at::empty({planes, n, m}, z.options()), dzt = at::empty({planes, m, n}, z.options());
-  at::Tensor grads = at::empty({3, m}, z.options());  // dγ, dβ, the scale's column terms
+  at::Tensor dgamma = at::empty({m}, z.options()), dbeta = at::empty({m}, z.options()),
+             dscale_cols = at::empty({m}, z.options());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(z.get_device()).stream();
   const int64_t n_r = aligned_floats(n), n_part = aligned_floats(4 * backward_tiles((int)n) * m);
   at::Tensor captured;
@@ -52,9 +53,9 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy_in, const at::Tenso
   p.part = scratch.floats + n_r;
   p.coef = p.part + n_part;
   p.counters = scratch.counters;
-  p.dgamma = grads.data_ptr<float>();
-  p.dbeta = p.dgamma + m;
-  p.dscale_cols = p.dgamma + 2 * m;
+  p.dgamma = dgamma.data_ptr<float>();
+  p.dbeta = dbeta.data_ptr<float>();
+  p.dscale_cols = dscale_cols.data_ptr<float>();
   p.dz = dz.data_ptr<float>();
   p.dzt = dzt.data_ptr<float>();
   p.n = (int)n;
@@ -67,9 +68,10 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy_in, const at::Tenso
   const char* poison = std::getenv("FUSEDLIB_POISON");
   if (poison && poison[0] == '1') {  // correctness tests: every unwritten element reads NaN
     C10_CUDA_CHECK(cudaMemsetAsync(scratch.floats, 0xFF, (n_r + n_part + 4 * m) * sizeof(float), stream));
-    for (at::Tensor* t : {&dz, &dzt, &grads}) C10_CUDA_CHECK(cudaMemsetAsync(t->data_ptr(), 0xFF, t->nbytes(), stream));
+    for (at::Tensor* t : {&dz, &dzt, &dgamma, &dbeta, &dscale_cols})
+      C10_CUDA_CHECK(cudaMemsetAsync(t->data_ptr(), 0xFF, t->nbytes(), stream));
   }
   const char* err = fl_train_backward(&p, stream);
   TORCH_CHECK(err == nullptr, "fusedlib backward kernels: ", err ? err : "");
-  return {dz, dzt, grads[0], grads[1], grads[2]};
+  return {dz, dzt, dgamma, dbeta, dscale_cols};
 }
