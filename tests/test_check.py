@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fusedlib import algebra, check
-from fusedlib.reference import PRESETS
+from fusedlib.reference import PRESETS, parse_shape
 
 KEYS = {"problem", "stage", "mode", "precision", "shape", "seed", "input_kind", "max_abs_err", "rel_err",
         "buffer_rel_err", "ref_fp32_rel_err", "fp32_noise", "budget", "finite", "passed"}
@@ -131,3 +131,40 @@ def test_run_case_rejects_bad_arguments(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         check.run_case(**args)
+
+
+GRAD_CPU_CASES = list(check.iter_grad_cases(["84", "33"], algebra.STAGES, ("train", "eval"), algebra.PRECISIONS,
+                                            ["7x33->65", "257x100->99"], seeds=1))
+
+
+@pytest.mark.parametrize("case", GRAD_CPU_CASES, ids=lambda c: "-".join(str(v) for k, v in c.items() if k != "device"))
+def test_grad_cases_pass_on_the_cpu(case):
+    """Every stage's CPU backward (the specification) passes run_grad_case's rule."""
+    rec = check.run_grad_case(**case)
+    assert set(rec["grad_errs"]) == set(check.GRAD_NAMES)
+    assert rec["passed"], rec
+
+
+def _wrap_train_backward(monkeypatch, change):
+    original = algebra.train_backward_fused
+
+    def wrapped(*args, **kwargs):
+        return change(list(original(*args, **kwargs)))
+    monkeypatch.setattr(algebra, "train_backward_fused", wrapped)
+
+
+@pytest.mark.parametrize("name,change", [
+    ("dweight off by 1e-4", lambda g: g[:1] + [g[1] * (1 + 1e-4)] + g[2:]),
+    ("dx with one NaN", lambda g: [_set(g[0], 0, 0, float("nan"))] + g[1:]),
+    ("a bias gradient not zero", lambda g: g[:2] + [g[2] + 1e-12] + g[3:]),
+])
+def test_grad_rule_rejects_wrong_gradients(monkeypatch, name, change):
+    _wrap_train_backward(monkeypatch, change)
+    rec = check.run_grad_case("84", "fused", "train", "fp32", "7x33->65", seed=0)
+    assert not rec["passed"], name
+
+
+def test_iter_grad_cases_defaults():
+    cases = list(check.iter_grad_cases(["84"], ["fused"], ["train"], ["tf32"], seeds=2, device="cuda"))
+    assert [c["shape"] for c in cases] == [str(parse_shape(s)) for s in check.GRAD_SHAPES["cuda"] for _ in range(2)]
+    assert [c["input_kind"] for c in cases] == ["rand", "randn"] * 3

@@ -1,6 +1,7 @@
 """GPU validation of every stage's kernels (DESIGN.md §5); run with ``pytest -m gpu`` on a
-machine with CUDA. Writes ``results/<gpu>/validation.json``: the environment, every case,
-the compute-sanitizer runs and the SHA-256 of each kernel source they were run on.
+machine with CUDA. Writes ``results/<gpu>/validation.json``: the environment, every case
+(forward and gradients), the compute-sanitizer runs, the reruns and the SHA-256 of each
+kernel source they were run on.
 
 Cases: problems 84, 33 and 39 × stages × train/eval × precisions (every stage runs every
 precision on the same GEMM engine); the problem's KernelBench shape, v0 and shapes that are
@@ -11,6 +12,9 @@ step). Every hardware path is validated: the default one of each precision (on a
 fp32 on the SIMT GEMM, tf32/3xtf32 on wgmma), then the tensor-core precisions again with
 ``FUSEDLIB_GEMM_PATH=mma`` (the Ampere mainloop) on the odd shapes and v0 of 84 and 33, and
 3xtf32 at K = 16384 and K = 16383 on both tensor-core paths (fp32-class at every K).
+Gradients (the fused backward, check.run_grad_case): every stage, mode and precision of 84
+and 33 at small odd shapes and v0, on both tensor-core paths, and at each KernelBench shape;
+forward and backward reruns bit-identical; the sanitizer runs a backward too.
 """
 from __future__ import annotations
 
@@ -63,7 +67,19 @@ CASES += [dict(c, path=path)
                                     ("3xtf32",), ["256x16384->256", "256x16383->256"], seeds=5, device="cuda")
           for path in dict.fromkeys([_default_path("3xtf32", c["shape"])] + _other_tc_paths())
           if path != "wgmma" or parse_shape(c["shape"]).in_features % 4 == 0]  # TMA needs K % 4 == 0
-RECORD: dict = {"cases": [], "sanitizer": [], "determinism": []}
+# Gradients (check.run_grad_case): 84 and 33 × stages × modes × precisions at check.GRAD_SHAPES,
+# the tensor-core precisions again on the other tensor-core path, and each problem's
+# KernelBench shape once (fused, train). The backward's GEMMs are cuBLAS's; the path is the
+# forward's (it makes the Z the backward differentiates).
+_GRAD_PROBLEMS = [p for p in ("84", "33") if p in PROBLEMS]
+GRAD_CASES = [dict(c, path=_default_path(c["precision"], c["shape"])) for c in check.iter_grad_cases(
+    _GRAD_PROBLEMS, algebra.STAGES, ("train", "eval"), algebra.PRECISIONS, seeds=2, device="cuda")]
+GRAD_CASES += [dict(c, path=path) for path in _other_tc_paths() for c in check.iter_grad_cases(
+    _GRAD_PROBLEMS, algebra.STAGES, ("train",), TC, ["257x1000->999"], seeds=2, device="cuda")]
+GRAD_CASES += [dict(c, path=_default_path(c["precision"], c["shape"])) for problem in PROBLEMS
+               for c in check.iter_grad_cases([problem], ["fused"], ("train",), algebra.PRECISIONS, [problem],
+                                              seeds=1, device="cuda")]
+RECORD: dict = {"cases": [], "gradients": [], "sanitizer": [], "determinism": []}
 
 
 def _gpu_slug() -> str:
@@ -89,8 +105,9 @@ def _environment() -> dict:
 #: kernel sources (a suite split over several runs, e.g. ``-k "84 or 33"`` then ``-k 39``);
 #: a record of the same case (or sanitizer/rerun configuration) is replaced.
 APPEND_VAR = "FUSEDLIB_VALIDATION_APPEND"
-_KEYS = {"cases": ("problem", "stage", "mode", "precision", "shape", "seed", "input_kind", "path"),
-         "sanitizer": ("tool", "stage", "path"), "determinism": ("problem", "stage", "precision", "shape")}
+_CASE_KEY = ("problem", "stage", "mode", "precision", "shape", "seed", "input_kind", "path")
+_KEYS = {"cases": _CASE_KEY, "gradients": _CASE_KEY, "sanitizer": ("tool", "stage", "path"),
+         "determinism": ("problem", "stage", "precision", "shape", "pass")}
 
 
 def merge_records(old: dict, new: dict) -> dict:
@@ -151,6 +168,42 @@ def test_case_matches_float64(case, monkeypatch):
     assert result["passed"], result
 
 
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: "-".join(str(v) for k, v in c.items() if k != "device"))
+def test_gradients_match_float64(case, monkeypatch):
+    """The backward (issue 12) through check.run_grad_case: every gradient against float64
+    within the forward's budget per precision (or twice PyTorch's own error at that
+    precision), the bias's gradient exactly zero in train mode; outputs and scratch poisoned."""
+    case = dict(case)
+    path = case.pop("path")
+    monkeypatch.setenv(engine.ENV_VAR, path)
+    monkeypatch.setattr(check, "make_reference", _cached_reference)
+    result = {**check.run_grad_case(**case), "path": path}
+    RECORD["gradients"].append(result)
+    assert result["passed"], result
+
+
+@pytest.mark.parametrize("problem", ["84", "33"])
+@pytest.mark.parametrize("stage,precision", list(check.combos(algebra.STAGES, algebra.PRECISIONS)))
+def test_backward_reruns_are_bit_identical(problem, stage, precision):
+    """Five train-mode forward + backward calls on the same x and dY give the same gradients,
+    bit for bit (no float atomics: the column partials merge in tile order)."""
+    shape = parse_shape("257x1000->999")
+    model = make_reference(problem, shape.in_features, shape.out_features, seed=0).cuda()
+    fused = fusedlib.from_reference(model, stage=stage, precision=precision)
+    x = torch.rand(shape.batch, shape.in_features, device="cuda")
+    dy = torch.randn(shape.batch, shape.out_features, device="cuda")
+    runs = []
+    for _ in range(5):
+        fused.zero_grad(set_to_none=True)
+        xg = x.clone().requires_grad_()
+        fused(xg).backward(dy)
+        runs.append([xg.grad] + [p.grad for p in fused.parameters()])
+    same = all(torch.equal(a, b) for run in runs[1:] for a, b in zip(run, runs[0]))
+    RECORD["determinism"].append({"problem": problem, "stage": stage, "precision": precision,
+                                  "shape": str(shape), "pass": "backward", "reruns": 5, "bit_identical": same})
+    assert same
+
+
 @pytest.mark.parametrize("problem", ["84", "39"])
 @pytest.mark.parametrize("stage,precision", list(check.combos(algebra.STAGES, algebra.PRECISIONS)))
 def test_reruns_are_bit_identical(problem, stage, precision):
@@ -162,7 +215,7 @@ def test_reruns_are_bit_identical(problem, stage, precision):
         first = fused(x)
         same = all(torch.equal(first, fused(x)) for _ in range(9))
     RECORD["determinism"].append({"problem": problem, "stage": stage, "precision": precision,
-                                  "shape": str(shape), "reruns": 10, "bit_identical": same})
+                                  "shape": str(shape), "pass": "forward", "reruns": 10, "bit_identical": same})
     assert same
 
 
@@ -179,6 +232,9 @@ for problem in ("84", "33"):
       x = torch.rand(n, k, device="cuda")
       with torch.no_grad():
         f(x); f(x); f.eval(); f(x)
+      for training in (True, False):  # the backward: its kernels (train) and cuBLAS
+        f.train(training)
+        f(x.clone().requires_grad_()).square().sum().backward()
 torch.cuda.synchronize()
 """
 
@@ -197,7 +253,7 @@ def _sanitizer_errors(output: str) -> int:
 
 def test_compute_sanitizer_clean():
     """memcheck and racecheck on every stage and every GEMM path at small odd shapes (train
-    then eval): zero errors. Default paths: every precision (fp32 on SIMT, tf32/3xtf32 on
+    then eval, forward then forward + backward): zero errors. Default paths: every precision (fp32 on SIMT, tf32/3xtf32 on
     the default tensor-core path); each other tensor-core path: tf32 and 3xtf32. The runs go
     in parallel; kernels are built beforehand."""
     for stage in algebra.STAGES:

@@ -2,7 +2,8 @@
 modules' direct call against the dispatcher, the C++ default GEMM path against
 fusedlib.engine, gradients against a float64 reference per precision, torch.compile
 (fullgraph, Inductor), CUDA-graph capture and replay in train mode (momentum None included),
-the current CUDA stream, and clear errors for bad arguments."""
+the current CUDA stream, and clear errors for bad arguments; the backward's operator
+(opcheck, against the CPU specification) and SGD steps with the CUDA backward."""
 from __future__ import annotations
 
 import copy
@@ -14,6 +15,7 @@ import fusedlib
 from fusedlib import algebra, cuda, ops
 from fusedlib.build import load_stage
 from fusedlib.reference import make_reference
+from test_ops import backward_args
 
 pytestmark = pytest.mark.gpu
 
@@ -46,6 +48,42 @@ def test_opcheck_cuda(stage, problem, precision, training, momentum):
     args = tuple(a.detach().clone().requires_grad_(i < 6 and a.is_floating_point())
                  if isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
     torch.library.opcheck(ops.OPS[stage], args)
+
+
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("precision", algebra.PRECISIONS)
+def test_opcheck_train_backward_cuda(kind, precision):
+    """The backward's operator on CUDA inputs (its kernels and cuBLAS): schema, fake tensor,
+    AOT dispatch; and its gradients equal the CPU specification's on the same tensors."""
+    args = backward_args(kind, "cuda", precision, n=40, k=64, m=48)
+    torch.library.opcheck(ops.train_backward, args)
+    got = ops.train_backward(*args)
+    want = ops.train_backward(*(a.cpu() if isinstance(a, torch.Tensor) else a for a in args))
+    budget = 5e-3 if precision == "tf32" else 1e-5
+    for name, a, b in zip(("dx", "dweight", "dbias", "dscale", "dgamma", "dbeta"), got, want):
+        assert a.is_cuda and a.shape == b.shape, name
+        assert ((a.cpu() - b).norm() / b.norm().clamp_min(1e-30)).item() <= budget, name
+
+
+@pytest.mark.parametrize("problem", ["84", "33"])
+@pytest.mark.parametrize("precision", ["fp32", "3xtf32"])
+def test_sgd_steps_track_the_reference_on_cuda(problem, precision):
+    """Five SGD steps (momentum, weight decay) on a fixed batch stream with the fused stage's
+    CUDA forward and backward: parameters and running buffers stay with PyTorch's module."""
+    ref, fused = _model(problem, 96, 80, seed=2, precision=precision, stage="fused")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-2) for m in (ref, fused)]
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for _ in range(5):
+        x = torch.rand(64, 96, device="cuda", generator=gen)
+        target = torch.rand(64, 80, device="cuda", generator=gen)
+        for model, opt in zip((ref, fused), opts):
+            opt.zero_grad()
+            ((model(x) - target) ** 2).mean().backward()
+            opt.step()
+    for (name, p), q in zip(ref.named_parameters(), fused.parameters()):
+        assert torch.allclose(p, q, atol=2e-5, rtol=1e-4), name
+    for (name, a), b in zip(ref.named_buffers(), fused.buffers()):
+        assert torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-4), name
 
 
 @pytest.mark.parametrize("stage", algebra.STAGES)

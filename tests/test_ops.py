@@ -11,9 +11,8 @@ from fusedlib import algebra, ops
 from fusedlib.reference import make_reference
 
 
-def _args(kind, training, requires_grad, momentum=0.1, dtype=torch.float32):
+def _args(kind, training, requires_grad, momentum=0.1, dtype=torch.float32, n=9, k=12, m=7):
     gen = torch.Generator().manual_seed(3)
-    n, k, m = 9, 12, 7
     x = torch.rand(n, k, generator=gen, dtype=dtype)
     weight, bias = torch.randn(m, k, generator=gen, dtype=dtype), torch.randn(m, generator=gen, dtype=dtype)
     scale = torch.tensor([1.3], dtype=dtype) if kind == "84" else torch.randn(m, generator=gen, dtype=dtype)
@@ -77,3 +76,36 @@ def test_torch_compile_inductor():
     model.eval(), twin.eval()
     assert torch.allclose(compiled(x), twin(x), atol=1e-6)
     assert torch.equal(model.bn.running_mean, twin.bn.running_mean)
+
+
+def backward_args(kind, device="cpu", precision="fp32", n=9, k=12, m=7):
+    """Arguments of torch.ops.fusedlib.train_backward as a train-mode forward leaves them: dY,
+    Y (84; None for 33), Z, x, weight, scale, γ, β, W's TF32 parts (3xtf32), kind, precision, ε."""
+    x, weight, _, scale, gamma, beta, *_ = _args(kind, True, False, n=n, k=k, m=m)
+    x, weight, scale, gamma, beta = (t.to(device) for t in (x, weight, scale, gamma, beta))
+    z = algebra.matmul_nt(x, weight, precision)
+    gen = torch.Generator().manual_seed(4)
+    y = torch.softmax(torch.randn(z.shape, generator=gen), dim=1).to(device) if kind == "84" else None
+    dy = torch.randn(z.shape, generator=gen).to(device)
+    split = torch.stack(algebra.tf32_split(weight)) if precision == "3xtf32" else None
+    return (dy, y, z, x, weight, scale, gamma, beta, split, kind, precision, 1e-5)
+
+
+@pytest.mark.parametrize("kind", ["84", "33"])
+def test_opcheck_train_backward(kind):
+    """The backward's operator (no autograd of its own: the stage operators' backward calls
+    it): schema, fake tensor and AOT dispatch."""
+    torch.library.opcheck(ops.train_backward, backward_args(kind))
+
+
+def test_train_backward_is_the_specification():
+    """On the CPU the operator is algebra.train_backward's result, the bias's gradient zeros."""
+    args = backward_args("84")
+    dy, y, z, x, weight, scale, gamma, beta, _, kind, _, eps = args
+    mean, var = algebra.column_stats_two_pass(z)
+    want = algebra.train_backward(kind, dy, y, z - mean, var, x, weight, scale, gamma, beta, eps)
+    got = ops.train_backward(*args)
+    assert torch.equal(got[2], torch.zeros(7))
+    for name, a, b in zip(("dx", "dweight", "dbias", "dscale", "dgamma", "dbeta"), got, want):
+        if name != "dbias":
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-6), name

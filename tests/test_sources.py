@@ -57,7 +57,13 @@ def test_validation_record_is_consistent(path):
         if case["passed"]:
             assert case["finite"] and case["rel_err"] <= case["budget"], case
             assert case["buffer_rel_err"] <= max(floor, 1e-5), case
+    assert record.get("gradients"), "validation holds no gradient cases"
+    for case in record["gradients"]:  # check.run_grad_case's rule
+        every = all(e == e for e in case["grad_errs"].values())  # NaN: a gradient was None
+        assert case["passed"] == (every and case["finite"] and case["worst_ratio"] <= 1.0
+                                  and (case["mode"] == "eval" or case["grad_errs"]["gemm.bias"] == 0.0)), case
     tools = {(s["tool"], s["stage"]): s["errors"] for s in record["sanitizer"]}
     assert set(tools) == {(t, st) for t in ("memcheck", "racecheck") for st in build.STAGE_FILES}
     assert all(errors == 0 for errors in tools.values()), tools
     assert record["determinism"] and all(d["bit_identical"] for d in record["determinism"])
+    assert {d.get("pass") for d in record["determinism"]} == {"forward", "backward"}
