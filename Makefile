@@ -79,12 +79,13 @@ check-gpu: venv
 
 # Every GPU result the project shows, on a GPU machine (about 25 min on an H100): the
 # validation, then one bench process for all tables (KernelBench shapes with ceilings and
-# per-kernel profile, then the size sweeps appended), the README tables, the figures and the
-# notebooks executed with the kernels. Commit results/, figures/, notebooks/ and README.md.
+# per-kernel profile, then the size sweeps appended), the train steps (forward + backward),
+# the README tables, the figures and the notebooks executed with the kernels. Commit results/, figures/, notebooks/ and README.md.
 results: check-gpu
 	$(BIN)/python -m fusedlib bench --fresh --ceilings --profile
 	$(BIN)/python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
 		--impl stages,eager,compile,gemm_only
+	$(BIN)/python -m fusedlib train-step --fresh
 	$(MAKE) figures notebooks
 
 # Compile every kernel for sm_90a with nvcc and print ptxas's registers and spills.

@@ -413,17 +413,18 @@ def _sig(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def stamp_sources(out: Path) -> Path:
-    """Write ``sources.json`` beside ``out`` (bench.csv): the SHA-256 of every kernel source
-    the rows are measured on (:func:`fusedlib.build.sources_sha256`), so that a test can tell
-    when committed timings are stale. Returns its path.
+def stamp_sources(out: Path, name: str = "sources.json") -> Path:
+    """Write ``name`` beside ``out`` (bench.csv; train_step.csv has its own record): the
+    SHA-256 of every kernel source the rows are measured on
+    (:func:`fusedlib.build.sources_sha256`), so that a test can tell when committed timings
+    are stale. Returns its path.
 
     Raises:
         ValueError: ``out`` already holds rows measured on other kernel sources (or on
             sources not recorded): one bench.csv holds one version of the kernels.
     """
     from .build import sources_sha256, stale_sources
-    path = out.parent / "sources.json"
+    path = out.parent / name
     if out.exists() and out.stat().st_size > 0:
         if not path.exists():
             raise ValueError(f"{out} has rows but no {path.name} beside it: the kernel sources they were measured "

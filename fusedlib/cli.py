@@ -1,4 +1,4 @@
-"""Command line: ``python -m fusedlib {info,check,bench,figures,report,kernelbench}``.
+"""Command line: ``python -m fusedlib {info,check,bench,train-step,figures,report,kernelbench}``.
 
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and
 ``main(args) -> int`` (the exit status); this file only dispatches, importing the
@@ -15,6 +15,8 @@ COMMANDS = {
     "info": ("fusedlib.info", "python, torch, CUDA device and capability, nvcc, build cache"),
     "check": ("fusedlib.check", "compare stages with a float64 reference; exit 1 on any failure"),
     "bench": ("fusedlib.bench", "time stages and peers on the GPU into results/<gpu>/bench.csv"),
+    "train-step": ("fusedlib.trainstep", "time forward + backward (a train step) of stages and peers, with peak "
+                   "memory and gradient error, into results/<gpu>/train_step.csv"),
     "figures": ("fusedlib.figures", "draw the roofline, throughput, breakdown and ladder figures from committed CSVs"),
     "report": ("fusedlib.report", "regenerate the README's result sections from committed results"),
     "kernelbench": ("fusedlib.kernelbench", "write a KernelBench ModelNew source for a problem, stage and precision"),

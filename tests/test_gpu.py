@@ -105,6 +105,9 @@ def _environment() -> dict:
 #: kernel sources (a suite split over several runs, e.g. ``-k "84 or 33"`` then ``-k 39``);
 #: a record of the same case (or sanitizer/rerun configuration) is replaced.
 APPEND_VAR = "FUSEDLIB_VALIDATION_APPEND"
+#: Set to a path to write the record there instead (parts of the suite run side by side, each
+#: into a file of its own, then joined with :func:`merge_files`).
+OUT_VAR = "FUSEDLIB_VALIDATION_OUT"
 _CASE_KEY = ("problem", "stage", "mode", "precision", "shape", "seed", "input_kind", "path")
 _KEYS = {"cases": _CASE_KEY, "gradients": _CASE_KEY, "sanitizer": ("tool", "stage", "path"),
          "determinism": ("problem", "stage", "precision", "shape", "pass")}
@@ -120,6 +123,23 @@ def merge_records(old: dict, new: dict) -> dict:
     return merged
 
 
+def merge_files(parts: list[Path], out: Path) -> None:
+    """Join validation records of parts of the suite, made on the same kernel sources, into
+    ``out`` (:func:`merge_records`; the first part's environment).
+
+    Raises:
+        ValueError: the parts were made on different kernel sources.
+    """
+    docs = [json.loads(Path(p).read_text()) for p in parts]
+    if any(d["sources_sha256"] != docs[0]["sources_sha256"] for d in docs):
+        raise ValueError("parts: made on different kernel sources")
+    record: dict = {}
+    for doc in docs:
+        record = merge_records(record, doc)
+    out.write_text(json.dumps({"environment": docs[0]["environment"], **record,
+                               "sources_sha256": docs[0]["sources_sha256"]}, indent=1) + "\n")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def validation_record():
     """Poison buffers for the whole module; write results/<gpu>/validation.json at its end
@@ -130,7 +150,7 @@ def validation_record():
     del os.environ["FUSEDLIB_POISON"]
     if not torch.cuda.is_available():
         return
-    out = ROOT / "results" / _gpu_slug() / "validation.json"
+    out = Path(os.environ.get(OUT_VAR) or ROOT / "results" / _gpu_slug() / "validation.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     sources = build.sources_sha256(ROOT)
     record = dict(RECORD)

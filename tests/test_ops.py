@@ -92,10 +92,25 @@ def backward_args(kind, device="cpu", precision="fp32", n=9, k=12, m=7):
 
 
 @pytest.mark.parametrize("kind", ["84", "33"])
-def test_opcheck_train_backward(kind):
+@pytest.mark.parametrize("need_dx", [True, False])
+def test_opcheck_train_backward(kind, need_dx):
     """The backward's operator (no autograd of its own: the stage operators' backward calls
-    it): schema, fake tensor and AOT dispatch."""
-    torch.library.opcheck(ops.train_backward, backward_args(kind))
+    it): schema, fake tensor and AOT dispatch; without need_dx, dx is an empty tensor."""
+    args = (*backward_args(kind), need_dx)
+    torch.library.opcheck(ops.train_backward, args)
+    assert ops.train_backward(*args)[0].shape == ((9, 12) if need_dx else (0,))
+
+
+def test_input_without_grad_gets_none_and_the_rest_unchanged():
+    """x not requiring grad (a network's input data): no dX, the parameters' gradients equal."""
+    module = fusedlib.from_reference(make_reference("84", 12, 7, seed=0), stage="fused")
+    x = torch.rand(9, 12)
+    module(x).square().sum().backward()
+    want = [p.grad.clone() for p in module.parameters()]
+    module.zero_grad()
+    xg = x.clone().requires_grad_()
+    module(xg).square().sum().backward()
+    assert xg.grad is not None and all(torch.equal(p.grad, w) for p, w in zip(module.parameters(), want))
 
 
 def test_train_backward_is_the_specification():

@@ -1,6 +1,7 @@
 """No kernel change lands without fresh GPU results: every tracked kernel source must appear
-with its current SHA-256 in each committed results/<gpu>/validation.json, and in the
-sources.json beside each committed bench.csv."""
+with its current SHA-256 in each committed results/<gpu>/validation.json, in the
+sources.json beside each committed bench.csv and in the train_step.sources.json beside each
+train_step.csv (a bench.csv without its train_step.csv is incomplete)."""
 import json
 from pathlib import Path
 
@@ -26,14 +27,17 @@ def test_validation_matches_kernel_sources(path):
                        "re-run `pytest -m gpu` on the GPU and commit the new file")
 
 
-@pytest.mark.parametrize("path", BENCHES, ids=lambda p: p.parent.name)
-def test_bench_matches_kernel_sources(path):
-    """Committed timings were measured on the current kernels (sources.json beside bench.csv)."""
-    sources = path.parent / "sources.json"
-    assert sources.exists(), f"{path.relative_to(ROOT)} has no sources.json beside it"
+@pytest.mark.parametrize("path,record", [(p, "sources.json") for p in BENCHES] +
+                         [(p.parent / "train_step.csv", "train_step.sources.json") for p in BENCHES],
+                         ids=lambda v: v.parent.name + "/" + v.name if isinstance(v, Path) else "")
+def test_bench_matches_kernel_sources(path, record):
+    """Committed timings were measured on the current kernels (the record beside the CSV)."""
+    assert path.exists(), f"{path.relative_to(ROOT)} is missing: run `python -m fusedlib train-step --fresh` on the GPU"
+    sources = path.parent / record
+    assert sources.exists(), f"{path.relative_to(ROOT)} has no {record} beside it"
     stale = build.stale_sources(json.loads(sources.read_text())["sources_sha256"], ROOT)
     assert not stale, (f"{path.relative_to(ROOT)} is stale: {stale} changed since it was measured; "
-                       "re-run `python -m fusedlib bench --fresh` on the GPU and commit the results")
+                       "re-run `make results` (or the bench / train-step with --fresh) on the GPU and commit")
 
 
 def test_stale_sources(tmp_path):
