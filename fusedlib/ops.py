@@ -84,21 +84,44 @@ def backward_gemms(dz: torch.Tensor, dzt: torch.Tensor, x: torch.Tensor, weight:
         weight_split: W's TF32 parts (2, M, K) when the forward had them (3xtf32), else None.
 
     3xTF32 (CUTLASS example 27): each GEMM is three TF32 products, small terms first, into
-    one float32 result: dZs·Wb + dZb·Ws + dZb·Wb (addmm accumulates in place).
+    one float32 result: dZs·Wb + dZb·Ws + dZb·Wb (addmm accumulates in place), over slices
+    of the inner dimension (:func:`three_tf32`).
     """
     if precision != "3xtf32":
         with engine.cublas_precision(precision):
             return dz[0] @ weight if need_dx else x.new_empty(0), dzt[0] @ x
-    xb, xs = algebra.tf32_split(x)
+    dx = x.new_empty(0)
+    if need_dx:
+        wb, ws = weight_split.unbind(0) if weight_split is not None else algebra.tf32_split(weight)
+        dx = three_tf32(dz[0], dz[1], wb, ws)
+    return dx, three_tf32(dzt[0], dzt[1], *algebra.tf32_split(x))
+
+
+#: The inner-dimension slice of :func:`three_tf32`: cuBLAS's TF32 GEMMs accumulate on the
+#: tensor cores, whose float32 sums lose low bits at each step, so the error grows with the
+#: inner length L — ≈ 2.6e-9·L normwise on the H100, 2e-5 at L = 8192 against PyTorch fp32's
+#: 6e-6 (results/h100/NOTES.md, run42); added slice by slice in the GEMM's float32 epilogue,
+#: it stays at the length of a slice (≈ 5e-6).
+TF32_SLICE = 2048
+
+
+def three_tf32(a_big: torch.Tensor, a_small: torch.Tensor, b_big: torch.Tensor, b_small: torch.Tensor,
+               slice_len: int = TF32_SLICE) -> torch.Tensor:
+    """A·B in 3xTF32 on cuBLAS from TF32 parts: A (P, L) = a_big + a_small, B (L, Q) =
+    b_big + b_small (each part exactly TF32, :func:`fusedlib.algebra.tf32_split`).
+
+    For each slice of ``slice_len`` along L, in order: As·Bb, Ab·Bs, Ab·Bb, each added to the
+    float32 result by the GEMM's epilogue (β = 1), so that the tensor cores' accumulation
+    never runs longer than a slice (:data:`TF32_SLICE`). Returns (P, Q) float32.
+    """
+    out = None
     with engine.cublas_precision("tf32"):
-        dx = x.new_empty(0)
-        if need_dx:
-            wb, ws = weight_split.unbind(0) if weight_split is not None else algebra.tf32_split(weight)
-            dx = dz[1] @ wb
-            dx.addmm_(dz[0], ws).addmm_(dz[0], wb)
-        dw = dzt[1] @ xb
-        dw.addmm_(dzt[0], xs).addmm_(dzt[0], xb)
-    return dx, dw
+        for start in range(0, a_big.shape[1], slice_len):
+            cols = slice(start, start + slice_len)
+            ab, as_, bb, bs = a_big[:, cols], a_small[:, cols], b_big[cols], b_small[cols]
+            out = as_ @ bb if out is None else out.addmm_(as_, bb)
+            out.addmm_(ab, bs).addmm_(ab, bb)
+    return out
 
 
 @torch.library.custom_op("fusedlib::train_backward", mutates_args=())

@@ -124,3 +124,15 @@ def test_train_backward_is_the_specification():
     for name, a, b in zip(("dx", "dweight", "dbias", "dscale", "dgamma", "dbeta"), got, want):
         if name != "dbias":
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-6), name
+
+
+def test_three_tf32_sums_the_parts_slice_by_slice():
+    """3xTF32 over slices of the inner dimension (one that does not divide it): fp32-class
+    against float64, and the slices add up to one product."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(5, 37, generator=gen), torch.randn(37, 4, generator=gen)
+    got = ops.three_tf32(*algebra.tf32_split(a), *algebra.tf32_split(b), slice_len=8)
+    want = a.double() @ b.double()
+    assert ((got.double() - want).norm() / want.norm()).item() < 1e-6
+    whole = ops.three_tf32(*algebra.tf32_split(a), *algebra.tf32_split(b), slice_len=64)
+    assert torch.allclose(got, whole, rtol=1e-6, atol=1e-6)
