@@ -40,10 +40,11 @@ SOURCES = "train_step.sources.json"
 GRAD_PARAMS = ("gemm.weight", "scale", "bn.weight", "bn.bias")
 
 
-def train_step(model, dy):
+def train_step(model, dy, module=None):
     """A callable ``step(x)``: the parameters' gradients set to None, then
-    ``model(x).backward(dy)``."""
-    params = list(model.parameters())
+    ``model(x).backward(dy)``; ``module`` holds the parameters when ``model`` is a compiled
+    wrapper of it (default: ``model`` itself)."""
+    params = list((module or model).parameters())
 
     def step(x):
         for p in params:
@@ -70,18 +71,6 @@ def peak_mib(step, x) -> float:
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
-def build(impl: str, ref, precision: str):
-    """The module of ``impl`` built from ``ref`` (train mode): a stage
-    (:func:`fusedlib.from_reference`), a copy of ``ref`` (eager) or its ``torch.compile``."""
-    import torch
-
-    from .modules import from_reference
-    if impl in bench.STAGE_IMPLS:
-        return from_reference(ref, stage=impl, precision=precision)
-    model = copy.deepcopy(ref)
-    return torch.compile(model) if impl == "compile" else model
-
-
 def measure(problem: str, precisions, impls, args, env: dict) -> list[dict]:
     """The rows of one problem at its KernelBench shape, a table per precision."""
     import torch
@@ -100,13 +89,13 @@ def measure(problem: str, precisions, impls, args, env: dict) -> list[dict]:
         steps, forwards, extra = {}, {}, {}
         for impl in todo:
             ref.load_state_dict(state0)
-            model = build(impl, ref, precision)
+            model, module = bench.build_impl(impl, ref, precision)  # stage, copy of ref, or its compile
             context = precision if impl in bench.PEER_IMPLS else "fp32"
+            step = train_step(model, dy, module)
             with bench.peer_precision(context):
-                train_step(model, dy)(x)  # builds, compiles; the gradients of one step from state0
-                err = grad_rel_err(model, ref64)
-                extra[impl] = (peak_mib(train_step(model, dy), x), err)
-            steps[impl] = (train_step(model, dy), context)
+                step(x)  # builds, compiles; the gradients of one step from state0
+                extra[impl] = (peak_mib(step, x), grad_rel_err(module, ref64))
+            steps[impl] = (step, context)
             forwards[impl] = (model, context)
         times = bench.time_round_robin(steps, x, args.warmup, args.iters, args.rounds)
         fwd = bench.time_round_robin(forwards, x, args.warmup, args.iters, args.rounds)
