@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# run45+: the benchmark on the current kernels, split by problem (each call under 10 min):
+#   run45: PART=84   bench --fresh --ceilings --profile --problem 84
+#   run46: PART=33   bench --profile --problem 33,39
+#   run47: PART=sweeps  the size sweeps, then the notebooks executed in place
+set -u
+export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
+t0=$(date +%s)
+for s in naive fold sums fused; do python -c "from fusedlib.build import load_stage; load_stage('$s')" & done
+python -c "from fusedlib.build import load_backward; load_backward()" &
+wait
+echo "built in $(( $(date +%s) - t0 )) s"
+case $PART in
+  84) python -m fusedlib bench --fresh --ceilings --profile --problem 84 > $OUT/bench.log 2>&1 ;;
+  33) python -m fusedlib bench --profile --problem 33,39 > $OUT/bench.log 2>&1 ;;
+  sweeps) python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
+            --impl stages,eager,compile,gemm_only > $OUT/bench.log 2>&1
+          echo "sweeps: rc=$? ($(( $(date +%s) - t0 )) s)"
+          python notebooks/run_all.py > $OUT/notebooks.log 2>&1
+          echo "notebooks: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -12 $OUT/notebooks.log
+          tar czf $OUT/notebooks.tgz notebooks/*.ipynb ;;
+esac
+echo "bench: rc=$? ($(( $(date +%s) - t0 )) s)"
+grep -i "warning\|error\|ceilings\|wrote" $OUT/bench.log | grep -v "UserWarning\|warnings.warn" | cut -c1-300 | tail -15
+cp results/h100/bench.csv results/h100/sources.json results/h100/env.json results/h100/profile.csv $OUT/
