@@ -2,7 +2,8 @@
 # run45+: the benchmark on the current kernels, split by problem (each call under 10 min):
 #   run45: PART=84   bench --fresh --ceilings --profile --problem 84
 #   run46: PART=33   bench --profile --problem 33,39
-#   run47: PART=sweeps  the size sweeps, then the notebooks executed in place
+#   run47: PART=sweeps  the size sweeps
+#   run48: PART=notebooks  the notebooks executed in place
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 t0=$(date +%s)
@@ -15,8 +16,8 @@ case $PART in
   33) python -m fusedlib bench --profile --problem 33,39 > $OUT/bench.log 2>&1 ;;
   sweeps) python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
             --impl stages,eager,compile,gemm_only > $OUT/bench.log 2>&1
-          echo "sweeps: rc=$? ($(( $(date +%s) - t0 )) s)"
-          python notebooks/run_all.py > $OUT/notebooks.log 2>&1
+          echo "sweeps: rc=$? ($(( $(date +%s) - t0 )) s)" ;;
+  notebooks) python notebooks/run_all.py > $OUT/notebooks.log 2>&1
           echo "notebooks: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -12 $OUT/notebooks.log
           tar czf $OUT/notebooks.tgz notebooks/*.ipynb ;;
 esac
