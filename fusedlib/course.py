@@ -416,6 +416,59 @@ def ncu_table(name: str, gpu: str = "h100"):
     return out
 
 
+def train_steps(gpu: str = "h100"):
+    """The committed train_step.csv (``python -m fusedlib train-step``) as a DataFrame, or None."""
+    import pandas as pd
+    path = results_dir(gpu) / "train_step.csv"
+    return pd.read_csv(path, dtype={"problem": str}) if path.exists() else None
+
+
+def train_step_table(gpu: str = "h100"):
+    """One row per problem and precision: each implementation's train step (forward +
+    backward, median ms), the fused stage against eager PyTorch (3xtf32: eager fp32, the same
+    accuracy class) and torch.compile (×: their time / fused time), the fused step's peak
+    memory beside eager's (MiB) and the largest gradient error of fused and eager (normwise,
+    against float64). A one-row note (:data:`NO_RESULTS`) without a committed file."""
+    import pandas as pd
+    df = train_steps(gpu)
+    if df is None:
+        return pd.DataFrame([{"train step": NO_RESULTS}])
+    rows = []
+    for (problem, precision), g in df.groupby(["problem", "precision"], sort=False):
+        t = dict(zip(g.impl, g.median_ms))
+        peer = df[(df.problem == problem) & (df.precision == _peer_precision(precision))]
+        pt, pe = dict(zip(peer.impl, peer.median_ms)), dict(zip(peer.impl, peer.grad_rel_err))
+        pm = dict(zip(peer.impl, peer.peak_mib))
+        f = g[g.impl == "fused"].iloc[0]
+        row = {"problem": problem, "precision": precision}
+        row.update({f"{i} ms": round(t[i], 3) for i in ("naive", "fold", "sums", "fused") if i in t})
+        row["eager ms"] = round(pt["eager"], 3) if "eager" in pt else None
+        row["compile ms"] = round(pt["compile"], 3) if "compile" in pt else None
+        row["eager / fused"] = f"{pt['eager'] / f.median_ms:.2f}×" if "eager" in pt else ""
+        row["compile / fused"] = f"{pt['compile'] / f.median_ms:.2f}×" if "compile" in pt else ""
+        row["peak MiB fused / eager"] = f"{f.peak_mib:.0f} / {pm['eager']:.0f}" if "eager" in pm else f"{f.peak_mib:.0f}"
+        row["grad err fused / eager"] = (f"{f.grad_rel_err:.1e} / {pe['eager']:.1e}" if "eager" in pe
+                                         else f"{f.grad_rel_err:.1e}")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def gradient_validation(gpu: str = "h100"):
+    """The committed GPU validation's gradient cases (tests/test_gpu.py, check.run_grad_case)
+    per precision and mode: cases, passed, and the largest error / budget ratio; a one-row
+    note (:data:`NO_RESULTS`) without a committed record."""
+    import pandas as pd
+    path = results_dir(gpu) / "validation.json"
+    cases = json.loads(path.read_text()).get("gradients") if path.exists() else None
+    if not cases:
+        return pd.DataFrame([{"gradient cases": NO_RESULTS}])
+    df = pd.DataFrame(cases)
+    out = df.groupby(["precision", "mode"], sort=False).agg(cases=("passed", "size"), passed=("passed", "sum"),
+                                                            worst_ratio=("worst_ratio", "max")).reset_index()
+    out["worst_ratio"] = out.worst_ratio.map("{:.2f}".format)
+    return out
+
+
 def errors_table(cases):
     """The numbers of check.run_case records as a small DataFrame (errors in scientific notation)."""
     import pandas as pd

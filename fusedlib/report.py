@@ -3,8 +3,10 @@
 Between ``<!-- validation:begin -->`` and ``<!-- validation:end -->``: the summary of
 ``results/<gpu>/validation.json`` (:func:`validation_summary`); between
 ``<!-- results-table:begin -->`` and ``<!-- results-table:end -->``: the timing table of
-``results/<gpu>/bench.csv`` (:func:`results_table`). Tests keep the README in step with
-the records, so every number the README shows comes from a committed result.
+``results/<gpu>/bench.csv`` (:func:`results_table`); between ``<!-- train-step:begin -->``
+and ``<!-- train-step:end -->``: the train steps of ``results/<gpu>/train_step.csv``
+(:func:`train_step_section`). Tests keep the README in step with the records, so every
+number the README shows comes from a committed result.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- validation:begin -->", "<!-- validation:end -->"
 TABLE_BEGIN, TABLE_END = "<!-- results-table:begin -->", "<!-- results-table:end -->"
+STEP_BEGIN, STEP_END = "<!-- train-step:begin -->", "<!-- train-step:end -->"
 
 
 def validation_summary(path: Path) -> str:
@@ -53,10 +56,26 @@ def validation_summary(path: Path) -> str:
     tools = ", ".join(f"{s['tool']}/{s['stage']}" + (f"/{s['path']}" if "path" in s else "") + f": {s['errors']}"
                       for s in record["sanitizer"])
     same = all(d["bit_identical"] for d in record["determinism"])
+    grads = pd.DataFrame(record.get("gradients", []))
+    if len(grads):
+        worst = grads.groupby("precision", sort=False)["worst_ratio"].max()
+        lines += ["", f"Gradients (the fused backward, `check.run_grad_case`): {int(grads['passed'].sum())} of "
+                      f"{len(grads)} cases pass; largest error / budget: "
+                      + ", ".join(f"{p} {w:.2f}" for p, w in worst.items()) + "."]
     lines += ["", f"compute-sanitizer errors: {tools}.",
-              f"Ten reruns on the same input bit-identical: {'yes' if same else 'no'} "
+              f"Reruns on the same input bit-identical (forward and backward): {'yes' if same else 'no'} "
               f"({len(record['determinism'])} stage/precision/shape combinations)."]
     return "\n".join(lines)
+
+
+def train_step_section(gpu: str = "h100") -> str:
+    """Markdown table of the committed train steps (:func:`fusedlib.course.train_step_table`)."""
+    from .course import train_step_table
+    table = train_step_table(gpu)
+    header = "| " + " | ".join(table.columns) + " |"
+    rows = ["| " + " | ".join("" if v is None or v != v else str(v) for v in r) + " |"
+            for r in table.itertuples(index=False)]
+    return "\n".join([header, "|" + "---|" * len(table.columns), *rows])
 
 
 #: Order of the table's rows.
@@ -163,6 +182,9 @@ def main(args) -> int:
             table = results_table(pd.read_csv(results / "bench.csv", dtype={"problem": str}))
             text = render_readme(text, table, TABLE_BEGIN, TABLE_END)
             print(f"README.md: results table from results/{args.gpu}/bench.csv")
+        if (results / "train_step.csv").exists():
+            text = render_readme(text, train_step_section(args.gpu), STEP_BEGIN, STEP_END)
+            print(f"README.md: train steps from results/{args.gpu}/train_step.csv")
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -31,3 +31,6 @@ def test_readme_validation_block_is_generated_from_the_record():
         import pandas as pd
         table = report.results_table(pd.read_csv(bench_csv, dtype={"problem": str}))
         assert report.render_readme(readme, table, report.TABLE_BEGIN, report.TABLE_END) == readme
+    if (ROOT / "results" / "h100" / "train_step.csv").exists():
+        steps = report.train_step_section("h100")
+        assert report.render_readme(readme, steps, report.STEP_BEGIN, report.STEP_END) == readme
