@@ -3,7 +3,8 @@
 #   run45: PART=84   bench --fresh --ceilings --profile --problem 84
 #   run46: PART=33   bench --profile --problem 33,39
 #   run47: PART=sweeps  the size sweeps
-#   run48: PART=notebooks  the notebooks executed in place
+#   run48: PART=notebooks  the train steps again (peak memory with the gradients let go
+#          first), then the notebooks executed in place
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 t0=$(date +%s)
@@ -17,10 +18,13 @@ case $PART in
   sweeps) python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
             --impl stages,eager,compile,gemm_only > $OUT/bench.log 2>&1
           echo "sweeps: rc=$? ($(( $(date +%s) - t0 )) s)" ;;
-  notebooks) python notebooks/run_all.py > $OUT/notebooks.log 2>&1
+  notebooks) python -m fusedlib train-step --fresh > $OUT/train_step.log 2>&1
+          echo "train-step: rc=$? ($(( $(date +%s) - t0 )) s)"
+          cp results/h100/train_step.csv results/h100/train_step.sources.json $OUT/
+          python notebooks/run_all.py > $OUT/notebooks.log 2>&1
           echo "notebooks: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -12 $OUT/notebooks.log
           tar czf $OUT/notebooks.tgz notebooks/*.ipynb ;;
 esac
 echo "bench: rc=$? ($(( $(date +%s) - t0 )) s)"
 grep -i "warning\|error\|ceilings\|wrote" $OUT/bench.log | grep -v "UserWarning\|warnings.warn" | cut -c1-300 | tail -15
-cp results/h100/bench.csv results/h100/sources.json results/h100/env.json results/h100/profile.csv $OUT/
+[ "$PART" = notebooks ] || cp results/h100/bench.csv results/h100/sources.json results/h100/env.json results/h100/profile.csv $OUT/
