@@ -23,8 +23,10 @@ case $PART in
             echo "train-step: rc=$? ($(( $(date +%s) - t0 )) s)"
             cp results/h100/train_step.csv results/h100/train_step.sources.json $OUT/
           fi
-          # the notebook runner's packages, from wheels carried in .whl/ (the machine is offline)
-          pip install -q --no-index --find-links .whl nbclient nbformat ipykernel matplotlib pandas 2>&1 | tail -3
+          # the notebook runner's packages, from wheels carried in .whl/ (the machine is offline; the
+          # carry limit leaves out what nothing here imports: debugpy, jedi, fonttools)
+          pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -3
+          export PYTHONPATH=/tmp/site:$PYTHONPATH
           python -m ipykernel install --user --name python3 > /dev/null 2>&1
           python notebooks/run_all.py > $OUT/notebooks.log 2>&1
           echo "notebooks: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -12 $OUT/notebooks.log
