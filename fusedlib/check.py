@@ -114,6 +114,19 @@ def case_budget(precision: str, fp32_noise: float) -> float:
     return max(BUDGET[precision], 2 * fp32_noise)
 
 
+def _case_modules(problem, stage, mode, precision, shape, seed, device):
+    """A case's arguments checked, then (shape, PyTorch's fp32 module on ``device``, the
+    case's generator, its float64 copy, the module under test)."""
+    algebra.check_stage_precision(stage, precision)
+    if mode not in ("train", "eval"):
+        raise ValueError(f"mode: expected 'train' or 'eval', got {mode!r}")
+    sh = parse_shape(shape)
+    ref, gen = case_model(problem, sh, seed)
+    ref = ref.to(device)
+    from .modules import from_reference
+    return sh, ref, gen, copy.deepcopy(ref).double(), from_reference(ref, stage=stage, precision=precision)
+
+
 def run_case(problem: str, stage: str, mode: str, precision: str, shape: str, seed: int,
              device: str = "cpu", input_kind: str = "rand") -> dict:
     """Run one case and return its record.
@@ -137,15 +150,7 @@ def run_case(problem: str, stage: str, mode: str, precision: str, shape: str, se
     Raises:
         ValueError: unknown problem/stage/precision/mode/shape.
     """
-    algebra.check_stage_precision(stage, precision)
-    if mode not in ("train", "eval"):
-        raise ValueError(f"mode: expected 'train' or 'eval', got {mode!r}")
-    sh = parse_shape(shape)
-    ref, gen = case_model(problem, sh, seed)
-    ref = ref.to(device)
-    ref64 = copy.deepcopy(ref).double()
-    from .modules import from_reference
-    fused = from_reference(ref, stage=stage, precision=precision)
+    sh, ref, gen, ref64, fused = _case_modules(problem, stage, mode, precision, shape, seed, device)
     steps = 3 + (mode == "eval")
     perm = torch.randperm(sh.in_features, generator=gen).to(device)
     for step in range(steps):
@@ -198,15 +203,7 @@ def run_grad_case(problem: str, stage: str, mode: str, precision: str, shape: st
         ref_grad_errs (name → normwise relative error against float64), worst_ratio
         (largest error / budget), finite and passed.
     """
-    algebra.check_stage_precision(stage, precision)
-    if mode not in ("train", "eval"):
-        raise ValueError(f"mode: expected 'train' or 'eval', got {mode!r}")
-    sh = parse_shape(shape)
-    ref, gen = case_model(problem, sh, seed)
-    ref = ref.to(device)
-    ref64 = copy.deepcopy(ref).double()
-    from .modules import from_reference
-    fused = from_reference(ref, stage=stage, precision=precision)
+    sh, ref, gen, ref64, fused = _case_modules(problem, stage, mode, precision, shape, seed, device)
     peer = ref
     if precision == "tf32":  # PyTorch's module as its TF32 tensor cores run it
         peer = copy.deepcopy(ref)

@@ -175,17 +175,23 @@ def _cached_reference(problem, in_features, out_features, seed=None):
     return copy.deepcopy(_BASE_MODELS[key])
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(str(v) for k, v in c.items() if k != "device"))
-def test_case_matches_float64(case, monkeypatch):
-    """DESIGN.md §5 through check.run_case: float64 reference, fresh inputs, running buffers;
-    the GEMM path forced through ``FUSEDLIB_GEMM_PATH``."""
+def _run_recorded(case: dict, monkeypatch, run, part: str) -> None:
+    """Run one case with ``run`` (check.run_case or run_grad_case) on the GEMM path it names
+    (``FUSEDLIB_GEMM_PATH``), record it under RECORD[part] and assert that it passed."""
     case = dict(case)
     path = case.pop("path")
     monkeypatch.setenv(engine.ENV_VAR, path)
     monkeypatch.setattr(check, "make_reference", _cached_reference)
-    result = {**check.run_case(**case), "path": path}
-    RECORD["cases"].append(result)
+    result = {**run(**case), "path": path}
+    RECORD[part].append(result)
     assert result["passed"], result
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(str(v) for k, v in c.items() if k != "device"))
+def test_case_matches_float64(case, monkeypatch):
+    """DESIGN.md §5 through check.run_case: float64 reference, fresh inputs, running buffers;
+    the GEMM path forced through ``FUSEDLIB_GEMM_PATH``."""
+    _run_recorded(case, monkeypatch, check.run_case, "cases")
 
 
 @pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: "-".join(str(v) for k, v in c.items() if k != "device"))
@@ -193,13 +199,7 @@ def test_gradients_match_float64(case, monkeypatch):
     """The backward (issue 12) through check.run_grad_case: every gradient against float64
     within the forward's budget per precision (or twice PyTorch's own error at that
     precision), the bias's gradient exactly zero in train mode; outputs and scratch poisoned."""
-    case = dict(case)
-    path = case.pop("path")
-    monkeypatch.setenv(engine.ENV_VAR, path)
-    monkeypatch.setattr(check, "make_reference", _cached_reference)
-    result = {**check.run_grad_case(**case), "path": path}
-    RECORD["gradients"].append(result)
-    assert result["passed"], result
+    _run_recorded(case, monkeypatch, check.run_grad_case, "gradients")
 
 
 @pytest.mark.parametrize("problem", ["84", "33"])

@@ -15,6 +15,7 @@ import fusedlib
 from fusedlib import algebra, cuda, ops
 from fusedlib.build import load_stage
 from fusedlib.reference import make_reference
+from test_backward import sgd_steps_agree
 from test_ops import backward_args
 
 pytestmark = pytest.mark.gpu
@@ -71,19 +72,7 @@ def test_sgd_steps_track_the_reference_on_cuda(problem, precision):
     """Five SGD steps (momentum, weight decay) on a fixed batch stream with the fused stage's
     CUDA forward and backward: parameters and running buffers stay with PyTorch's module."""
     ref, fused = _model(problem, 96, 80, seed=2, precision=precision, stage="fused")
-    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-2) for m in (ref, fused)]
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    for _ in range(5):
-        x = torch.rand(64, 96, device="cuda", generator=gen)
-        target = torch.rand(64, 80, device="cuda", generator=gen)
-        for model, opt in zip((ref, fused), opts):
-            opt.zero_grad()
-            ((model(x) - target) ** 2).mean().backward()
-            opt.step()
-    for (name, p), q in zip(ref.named_parameters(), fused.parameters()):
-        assert torch.allclose(p, q, atol=2e-5, rtol=1e-4), name
-    for (name, a), b in zip(ref.named_buffers(), fused.buffers()):
-        assert torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-4), name
+    sgd_steps_agree(ref, fused, batch=64)
 
 
 @pytest.mark.parametrize("stage", algebra.STAGES)
