@@ -487,8 +487,13 @@ def backward_tile_partials(kind: str, dy: torch.Tensor, y: torch.Tensor | None, 
         and per row tile t the column partials S1[t] = Σ_{i∈t} G_ij, S2[t] = Σ_{i∈t} G_ij·zc_ij,
         (T, M) each, of G = dV = Y∘(dY − r) (84) or G = dY (33): everything the batch
         statistics' backward needs from the N×M tensors (:func:`train_backward_fused`).
-        Each row tile holds whole rows, so r needs no second pass; the kernel merges the
-        tiles' partials in tile order (deterministic, no float atomics).
+
+    The CUDA kernels (``kernels/backward.cu``) differ in two ways that leave the sums the
+    same in exact arithmetic: r comes from a pass of its own (``row_dot_kernel``; a block of
+    the partials kernel holds 32 columns of a tile, not whole rows), and they read Z, not
+    Z − μ (μ is not known before the merge): each tile keeps its own mean_t and M2_t and
+    C_t = Σ_{i∈t} G_ij (Z_ij − mean_t), and the merge, in tile order (deterministic, no float
+    atomics), gives μ and σ² by Chan's rule and S2 = Σ_t C_t + S1[t]·(mean_t − μ).
     """
     if kind == "84":
         r = (dy * y).sum(dim=1)
