@@ -73,11 +73,12 @@ slides: venv
 	$(BIN)/python -m jupyter nbconvert --to slides --output-dir slides \
 		--TagRemovePreprocessor.remove_input_tags=hide-input notebooks/[0-9]*.ipynb
 
-# GPU validation: writes results/<gpu>/validation.json (commit it).
+# GPU validation: the GPU suite (tests/test_gpu.py, tests/test_gpu_operator.py) in parts side by
+# side; writes results/<gpu>/validation.json (commit it).
 check-gpu: venv
-	$(BIN)/python -m pytest -m gpu tests/test_gpu.py -q
+	$(BIN)/python tests/run_gpu_suite.py
 
-# Every GPU result the project shows, on a GPU machine (about 25 min on an H100): the
+# Every GPU result the project shows, on a GPU machine (about 27 min on an H100): the
 # validation, then one bench process for all tables (KernelBench shapes with ceilings and
 # per-kernel profile, then the size sweeps appended), the train steps (forward + backward),
 # the README tables, the figures and the notebooks executed with the kernels. Commit results/, figures/, notebooks/ and README.md.

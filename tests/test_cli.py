@@ -128,3 +128,16 @@ def test_info_runs_as_module():
     assert proc.returncode == 0
     for key in ("python", "torch", "CUDA device", "GEMM tf32", "GEMM path switch", "nvcc", "build cache"):
         assert key in proc.stdout
+
+
+def test_gpu_suite_runner_needs_cuda(capsys, tmp_path):
+    """tests/run_gpu_suite.py (make check-gpu) says so without a CUDA device; its parts cover
+    every test of tests/test_gpu.py's record."""
+    import torch
+    import run_gpu_suite
+    selects = " ".join(k for _, k in run_gpu_suite.PARTS.values())
+    for name in ("case_matches", "gradients", "bit_identical", "sanitizer"):
+        assert name in selects
+    if not torch.cuda.is_available():
+        assert run_gpu_suite.main(["--out", str(tmp_path)]) == 2
+        assert "CUDA" in capsys.readouterr().err

@@ -1,0 +1,73 @@
+"""The GPU suite in parts side by side (``make check-gpu``): the float64 forward cases of each
+problem, the gradient cases with the reruns, the compute-sanitizer runs, and the operator
+tests (tests/test_gpu_operator.py) run as parallel pytest processes on the one GPU (the cases
+are small; the host is the bottleneck), each part writing its own record
+(``FUSEDLIB_VALIDATION_OUT``); the records are then joined into
+``results/<gpu>/validation.json`` (tests/test_gpu.py ``merge_files``). About 8 minutes on
+the H100 instead of 15 one after the other. Exit status: 0 if every part passed, else 1
+(the record is written either way: failing cases stay in it).
+
+Usage: ``python tests/run_gpu_suite.py [--out DIR]`` (DIR keeps each part's log; default
+build/gpu-suite).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: part -> (FUSEDLIB_GPU_PROBLEMS, pytest -k expression); each writes a record of its own.
+PARTS = {"forward-84": ("84", "case_matches"), "forward-33": ("33", "case_matches"),
+         "forward-39": ("39", "case_matches"), "gradients": ("84,33,39", "gradients or bit_identical"),
+         "sanitizer": ("84", "sanitizer")}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "build" / "gpu-suite", help="folder for logs and parts")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    import torch
+    if not torch.cuda.is_available():
+        print("error: the GPU suite needs a CUDA device", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_gpu import _gpu_slug, merge_files
+
+    from fusedlib import build
+    for stage in build.STAGE_FILES:  # build once, before the parts load the cached extensions
+        build.load_stage(stage)
+    build.load_backward()
+    start = time.time()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    procs = {}
+    for part, (problems, select) in PARTS.items():
+        part_env = dict(env, FUSEDLIB_GPU_PROBLEMS=problems, FUSEDLIB_VALIDATION_OUT=str(args.out / f"{part}.json"))
+        cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-q", "-p", "no:cacheprovider",
+               "-k", select]
+        procs[part] = subprocess.Popen(cmd, cwd=ROOT, env=part_env, stdout=(args.out / f"{part}.log").open("w"),
+                                       stderr=subprocess.STDOUT)
+    procs["operator"] = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu_operator.py", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT, env=env, stdout=(args.out / "operator.log").open("w"), stderr=subprocess.STDOUT)
+    failed = []
+    for part, proc in procs.items():
+        rc = proc.wait()
+        tail = (args.out / f"{part}.log").read_text().strip().splitlines()[-1:] or [""]
+        print(f"{part}: rc={rc} {tail[0]} ({time.time() - start:.0f} s)", flush=True)
+        if rc != 0:
+            failed.append(part)
+    out = ROOT / "results" / _gpu_slug() / "validation.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    merge_files([args.out / f"{part}.json" for part in PARTS], out)
+    print(f"wrote {out.relative_to(ROOT)}" + (f"; failed parts: {', '.join(failed)} (logs in {args.out})"
+                                              if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
