@@ -374,8 +374,9 @@ def build_impl(impl: str, ref, precision: str, reset: bool = True):
 # --------------------------------------------------------------------------- CSV
 
 def _environment(device: str = "cuda") -> dict:
-    """gpu (device name), torch, cuda (torch's CUDA version) and commit (short HEAD; else the
-    ``FUSEDLIB_COMMIT`` environment variable, for copies of the tree without ``.git``; else "unknown")."""
+    """gpu (device name), torch, cuda (torch's CUDA version) and commit (the ``FUSEDLIB_COMMIT``
+    environment variable when set — for copies of the tree whose ``.git`` is not the one the
+    code was committed in, such as a remote GPU machine's —, else the short HEAD, else "unknown")."""
     import os
     import platform
 
@@ -387,7 +388,7 @@ def _environment(device: str = "cuda") -> dict:
         commit = ""
     name = torch.cuda.get_device_name() if device == "cuda" else f"cpu {platform.machine()}"
     return {"gpu": name, "torch": torch.__version__, "cuda": torch.version.cuda or "none",
-            "commit": commit or os.environ.get("FUSEDLIB_COMMIT") or "unknown"}
+            "commit": os.environ.get("FUSEDLIB_COMMIT") or commit or "unknown"}
 
 
 def make_row(problem: str, shape: Shape, mode: str, precision: str, impl: str, times, iters: int,
