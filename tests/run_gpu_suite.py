@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("error: the GPU suite needs a CUDA device", file=sys.stderr)
         return 2
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # run as a script: the package and the suite
     from test_gpu import _gpu_slug, merge_files
 
     from fusedlib import build
