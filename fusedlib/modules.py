@@ -7,9 +7,10 @@ stage runs every precision (the GEMM under all four stages is one engine,
 :mod:`fusedlib.engine`). The forward is the stage's operator (``torch.ops.fusedlib.<stage>``,
 :mod:`fusedlib.ops`): on CPU tensors the stage algebra of :mod:`fusedlib.algebra`, on CUDA
 tensors that stage's kernels (:mod:`fusedlib.cuda`); on both, differentiable through the
-derived backward (:func:`fusedlib.algebra.train_backward`, :func:`~fusedlib.algebra.eval_backward`;
-in train mode the bias gets a zero gradient, as it cancels), traceable by ``torch.compile``
-and, on CUDA, capturable in a CUDA graph.
+derived backward (train mode: :func:`fusedlib.ops.train_backward`, the fused backward kernels
+on CUDA and :func:`fusedlib.algebra.train_backward_fused` on the CPU; eval mode:
+:func:`fusedlib.algebra.eval_backward`; in train mode the bias gets a zero gradient, as it
+cancels), traceable by ``torch.compile`` and, on CUDA, capturable in a CUDA graph.
 """
 from __future__ import annotations
 
