@@ -435,20 +435,19 @@ def train_step_table(gpu: str = "h100"):
         return pd.DataFrame([{"train step": NO_RESULTS}])
     rows = []
     for (problem, precision), g in df.groupby(["problem", "precision"], sort=False):
-        t = dict(zip(g.impl, g.median_ms))
-        peer = df[(df.problem == problem) & (df.precision == _peer_precision(precision))]
-        pt, pe = dict(zip(peer.impl, peer.median_ms)), dict(zip(peer.impl, peer.grad_rel_err))
-        pm = dict(zip(peer.impl, peer.peak_mib))
-        f = g[g.impl == "fused"].iloc[0]
+        own = g.set_index("impl")
+        peer = df[(df.problem == problem) & (df.precision == _peer_precision(precision))].set_index("impl")
+        f = own.loc["fused"]
         row = {"problem": problem, "precision": precision}
-        row.update({f"{i} ms": round(t[i], 3) for i in ("naive", "fold", "sums", "fused") if i in t})
-        row["eager ms"] = round(pt["eager"], 3) if "eager" in pt else None
-        row["compile ms"] = round(pt["compile"], 3) if "compile" in pt else None
-        row["eager / fused"] = f"{pt['eager'] / f.median_ms:.2f}×" if "eager" in pt else ""
-        row["compile / fused"] = f"{pt['compile'] / f.median_ms:.2f}×" if "compile" in pt else ""
-        row["peak MiB fused / eager"] = f"{f.peak_mib:.0f} / {pm['eager']:.0f}" if "eager" in pm else f"{f.peak_mib:.0f}"
-        row["grad err fused / eager"] = (f"{f.grad_rel_err:.1e} / {pe['eager']:.1e}" if "eager" in pe
-                                         else f"{f.grad_rel_err:.1e}")
+        row.update({f"{i} ms": round(own.median_ms[i], 3) for i in ("naive", "fold", "sums", "fused") if i in own.index})
+        for i in ("eager", "compile"):
+            row[f"{i} ms"] = round(peer.median_ms[i], 3) if i in peer.index else None
+        for i in ("eager", "compile"):
+            row[f"{i} / fused"] = f"{peer.median_ms[i] / f.median_ms:.2f}×" if i in peer.index else ""
+        has_eager = "eager" in peer.index
+        row["peak MiB fused / eager"] = f"{f.peak_mib:.0f}" + (f" / {peer.peak_mib['eager']:.0f}" if has_eager else "")
+        row["grad err fused / eager"] = f"{f.grad_rel_err:.1e}" + (f" / {peer.grad_rel_err['eager']:.1e}"
+                                                                     if has_eager else "")
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -141,8 +141,8 @@ def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x:
             autograd skips it.
 
     Returns:
-        (dx (N, K), or (0,) empty without need_dx, dweight (M, K), dbias (M,) zeros — the bias cancels —, dscale (scale's
-        shape), dgamma (M,), dbeta (M,)). CPU: :func:`fusedlib.algebra.train_backward_fused`
+        (dx (N, K), or (0,) empty without need_dx, dweight (M, K), dbias (M,) zeros — the bias
+        cancels —, dscale (scale's shape), dgamma (M,), dbeta (M,)). CPU: :func:`fusedlib.algebra.train_backward_fused`
         (float32 or float64); CUDA: float32, the fused kernels then :func:`backward_gemms`.
     """
     mean, var = algebra.column_stats_two_pass(z)
@@ -163,8 +163,8 @@ def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, weight_split, 
 
 @train_backward.register_fake
 def _train_backward_fake(dy, y, z, x, weight, scale, gamma, beta, weight_split, kind, precision, eps, need_dx=True):
-    return (torch.empty_like(x) if need_dx else x.new_empty(0), torch.empty_like(weight), torch.empty_like(gamma), torch.empty_like(scale),
-            torch.empty_like(gamma), torch.empty_like(beta))
+    return (torch.empty_like(x) if need_dx else x.new_empty(0), torch.empty_like(weight), torch.empty_like(gamma),
+            torch.empty_like(scale), torch.empty_like(gamma), torch.empty_like(beta))
 
 
 class StageFunction(torch.autograd.Function):
