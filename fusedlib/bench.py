@@ -5,9 +5,11 @@ mode, precision) every implementation is built in this process, its module state
 table's saved ``state_dict``) and one call compared with a float64 reference of the same
 model, input and mode: rel_err = ‖y − y64‖_F / ‖y64‖_F. Then the table's implementations are
 timed together, round-robin (:func:`time_round_robin`): each gets its ``--warmup`` untimed
-calls (≥ 10), then in each of ``--rounds`` R rounds (default 5, at most ``--iters``) every
-implementation in turn makes about ``--iters``/R of its ``--iters`` timed calls (≥ 50; the
-remainder goes to the first rounds). Each timed call is preceded by a 256 MiB write that
+calls (≥ 10), then in each of R rounds every implementation in turn makes about n/R of its
+n timed calls (the remainder goes to the first rounds). n is ``--iters`` (≥ 50), raised for
+short calls until the slowest implementation's timed calls add up to ``--min-time-ms``
+(200 ms, at most 1000 calls: :func:`table_iters`), R is ``--rounds`` (5) or one per 10
+calls if more; the ``iters`` column records n. Each timed call is preceded by a 256 MiB write that
 flushes the L2 cache and timed with a pair of CUDA events, the device synchronized after
 it; the median (quoted), minimum and maximum of an implementation's calls are recorded in
 ms, and beside them ``host_us``, the median host (CPU) time of a call: the time to enqueue
@@ -44,6 +46,7 @@ import copy
 import csv
 import datetime
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -74,6 +77,10 @@ DATASHEET_H100 = {"device": "H100 SXM", "bandwidth_gbytes_per_s": 3350.0, "fp32_
 MIN_WARMUP, MIN_ITERS, FLUSH_MB = 10, 50, 256
 #: Rounds in which the implementations of a table are timed in turn (``--rounds``).
 ROUNDS = 5
+#: Short calls get more timed calls (:func:`table_iters`): until each implementation's timed
+#: calls add up to MIN_TIMED_MS (``--min-time-ms``), at most MAX_ITERS, in rounds of at
+#: least CALLS_PER_ROUND calls.
+MIN_TIMED_MS, MAX_ITERS, CALLS_PER_ROUND = 200.0, 1000, 10
 #: Size sweeps: batch at BATCH_SWEEP_FEATURES→BATCH_SWEEP_FEATURES, and features (K = M) at
 #: FEATURE_SWEEP_BATCH rows; the sizes are overridable (--batches, --features).
 SWEEP_BATCHES = (256, 1024, 4096)
@@ -334,6 +341,47 @@ def time_round_robin(fns: dict, x, warmup: int = MIN_WARMUP, iters: int = MIN_IT
         for name, (fn, _) in fns.items():
             times[name] += calls(name, fn, n, timed=True, flush=flush)
     return {name: (*_summary([ms for ms, _ in t]), _summary([us for _, us in t])[0]) for name, t in times.items()}
+
+
+def table_iters(fns: dict, x, iters: int, rounds: int, min_ms: float = MIN_TIMED_MS,
+                max_iters: int = MAX_ITERS) -> tuple[int, int]:
+    """(timed calls per implementation, rounds) for one table, like triton.testing.do_bench's
+    ``rep``: at least ``iters``, and for short calls enough that the slowest implementation's
+    timed calls add up to ``min_ms`` ms (at most ``max_iters``), so that a median of calls of
+    a fraction of a millisecond is as steady as one of long calls; ``rounds`` at least
+    ``rounds`` and one per :data:`CALLS_PER_ROUND` calls. The call time is the median of
+    three timed calls of each implementation (:func:`_timed_call`, no flush); on the CPU
+    (a dry run) ``(iters, rounds)`` as given.
+
+    Args:
+        fns: impl name → (callable, precision), as :func:`time_round_robin`.
+        x: the input of every call.
+        iters, rounds: the minimums (``--iters``, ``--rounds``).
+        min_ms: timed milliseconds per implementation to reach (0: ``iters``).
+        max_iters: the most timed calls.
+
+    Raises:
+        TimingError: a call of one impl raised (its ``impl`` attribute names it).
+    """
+    if not x.is_cuda or min_ms <= 0:
+        return iters, rounds
+    slowest = 0.0
+    for name, (fn, precision) in fns.items():
+        try:
+            with _precision_context(precision)():
+                slowest = max(slowest, _summary([_timed_call(fn, x, None)[0] for _ in range(3)])[0])
+        except Exception as exc:
+            raise TimingError(name, exc) from exc
+    return iters_for(slowest, iters, rounds, min_ms, max_iters)
+
+
+def iters_for(call_ms: float, iters: int, rounds: int, min_ms: float = MIN_TIMED_MS,
+              max_iters: int = MAX_ITERS) -> tuple[int, int]:
+    """(timed calls, rounds) of :func:`table_iters` for a slowest call of ``call_ms`` ms:
+    n = max(iters, min(max_iters, ⌈min_ms / call_ms⌉)) (``iters`` for ``min_ms`` 0) and
+    rounds = min(n, max(rounds, n // :data:`CALLS_PER_ROUND`))."""
+    n = max(iters, min(max_iters, math.ceil(min_ms / max(call_ms, 1e-3)))) if min_ms > 0 else iters
+    return n, min(n, max(rounds, n // CALLS_PER_ROUND))
 
 
 def rel_err(y, y64) -> float:
@@ -691,14 +739,15 @@ def _ncu_target(problem: str, shape: str, mode: str, precision: str, impl: str, 
 
 # --------------------------------------------------------------------------- the run
 
-def estimate_seconds(tables: list[Table], warmup: int, iters: int, profile: bool) -> float:
+def estimate_seconds(tables: list[Table], warmup: int, iters: int, profile: bool,
+                     min_ms: float = MIN_TIMED_MS) -> float:
     """Rough wall time of a run on an H100 (s): each timed call at the cost model's roofs
     (GEMM rates in TFLOP/s: this project's engine, the same for every stage, 20 at fp32 on
     the SIMT path, 300 at tf32 and 100 at 3xtf32 on tensor cores; cuBLAS 50 at fp32 and
     330 at tf32 for the peers; 2.5 TB/s) plus 0.15 ms of flush and launch; 10 s per
     torch.compile, 30 s more per max-autotune of a new GEMM shape and precision; 1.5 s per
     profiled implementation; 60 s to build the kernels on a fresh machine; 10 s start-up.
-    The round-robin (``--rounds``) changes the order of the calls, not their number, so the
+    Timed calls per table as :func:`table_iters` would pick them from these call times. The round-robin (``--rounds``) changes the order of the calls, not their number, so the
     estimate does not depend on it."""
     from .costmodel import cost
     rates = {("stage", "fp32"): 20.0, ("stage", "tf32"): 300.0, ("stage", "3xtf32"): 100.0,
@@ -708,12 +757,15 @@ def estimate_seconds(tables: list[Table], warmup: int, iters: int, profile: bool
     for t in tables:
         s = t.shape
         total += 2 * s.batch * s.in_features * s.out_features / 40e12 + 1.0  # float64 reference, set-up
+        call_ms = {}
         for impl in t.impls:
             group = "stage" if impl in STAGE_IMPLS else "peer"
             c = cost(problem_kind(t.problem), impl, s.batch, s.in_features, s.out_features, t.mode, t.precision)
-            call_ms = c.time_ms(rates[group, t.precision], 2500.0) + 0.15
-            calls = warmup + iters + 1 + (6 if profile else 0)
-            total += calls * call_ms / 1e3 + (1.5 if profile else 0.0)
+            call_ms[impl] = c.time_ms(rates[group, t.precision], 2500.0) + 0.15
+        n = iters_for(max(call_ms.values()), iters, 1, min_ms)[0]
+        for impl in t.impls:
+            calls = warmup + n + 4 + (6 if profile else 0)
+            total += calls * call_ms[impl] / 1e3 + (1.5 if profile else 0.0)
             if impl in COMPILE_MODES:
                 total += 10.0
                 key = (s, t.precision)
@@ -739,6 +791,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"({', '.join(IMPLS)}) or the groups all, stages, peers. Default (neither "
                    "--stage nor --impl): all; with both, their union")
     p.add_argument("--iters", type=int, default=MIN_ITERS, help=f"timed calls (method: >= {MIN_ITERS})")
+    p.add_argument("--min-time-ms", type=float, default=MIN_TIMED_MS,
+                   help=f"more timed calls for short calls: until each implementation's add up to this many "
+                        f"ms, at most {MAX_ITERS} (default {MIN_TIMED_MS:g}; 0: exactly --iters)")
     p.add_argument("--warmup", type=int, default=MIN_WARMUP, help=f"untimed calls first (method: >= {MIN_WARMUP})")
     p.add_argument("--rounds", type=int, default=ROUNDS,
                    help=f"the implementations of a table are timed in turn, in this many rounds of about "
@@ -808,7 +863,7 @@ def main(args) -> int:
         for t in tables:
             print(f"{t.problem:>3} {str(t.shape):>18} {t.mode:5} {t.precision:6} {','.join(t.impls)}")
         n = sum(len(t.impls) for t in tables)
-        est = estimate_seconds(tables, args.warmup, args.iters, args.profile)
+        est = estimate_seconds(tables, args.warmup, args.iters, args.profile, args.min_time_ms)
         print(f"{len(tables)} tables, {n} measurements, about {est / 60:.1f} min on an H100")
         return 0
     import torch
@@ -976,7 +1031,8 @@ def _time_table(table: Table, ref, state0: dict, x, y64, z64, args, env: dict, o
             bar.set_postfix_str(f"{where}: {len(built)} impls round-robin", refresh=False)
             try:
                 with torch.no_grad():
-                    times = time_round_robin(built, x, args.warmup, args.iters, args.rounds)
+                    iters, rounds = table_iters(built, x, args.iters, args.rounds, args.min_time_ms)
+                    times = time_round_robin(built, x, args.warmup, iters, rounds)
                 break
             except TimingError as exc:  # drop the failing implementation, time the others again
                 failures += 1
@@ -991,7 +1047,7 @@ def _time_table(table: Table, ref, state0: dict, x, y64, z64, args, env: dict, o
                 built = {}
         for impl in built:
             append_row(out, make_row(table.problem, table.shape, table.mode, table.precision, impl, times[impl],
-                                     args.iters, errors[impl], env))
+                                     iters, errors[impl], env))
     for impl, (fn, precision) in built.items():  # (4) profiles
         if args.profile:
             bar.set_postfix_str(f"{where} {impl}: profile", refresh=False)

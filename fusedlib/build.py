@@ -42,7 +42,8 @@ _DECL = ("at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, cons
 
 _BACKWARD_DECL = ("std::vector<at::Tensor> backward_passes(const at::Tensor& dy, const at::Tensor& y, "
                   "const at::Tensor& z, const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta, "
-                  "c10::string_view kind, double eps, bool split);")
+                  "c10::string_view kind, double eps, bool split);\n"
+                  "at::Tensor centered_x(const at::Tensor& x, bool split);")
 
 
 class KernelBuildError(RuntimeError):
@@ -85,9 +86,9 @@ def arch_flags(capability: tuple[int, int]) -> list[str]:
     return [f"-gencode=arch=compute_{cc},code=sm_{cc}"]
 
 
-def _load(unit: str, cuda_src: str, decl: str, function: str, device_index: int, defines: list[str]):
+def _load(unit: str, cuda_src: str, decl: str, functions: list[str], device_index: int, defines: list[str]):
     """Build (or load from the cache) one extension: ``cuda_src`` compiled with ninja for
-    the device's compute capability, exporting ``function`` (declared by ``decl``)."""
+    the device's compute capability, exporting ``functions`` (declared by ``decl``)."""
     import torch
     if not torch.cuda.is_available():
         raise KernelBuildError("fusedlib kernels need a CUDA device; none is available "
@@ -107,7 +108,7 @@ def _load(unit: str, cuda_src: str, decl: str, function: str, device_index: int,
     from . import ops  # noqa: F401  the schemas the extensions register their CUDA kernels for
     try:
         return load_inline(
-            name=name, cpp_sources=decl, cuda_sources=cuda_src, functions=[function],
+            name=name, cpp_sources=decl, cuda_sources=cuda_src, functions=functions,
             extra_cuda_cflags=cuda_flags,
             extra_include_paths=[str(KERNEL_DIR)], build_directory=str(build_dir), verbose=False)
     except Exception as exc:  # compiler or linker failure: keep the log, say where it is
@@ -132,20 +133,21 @@ def load_stage(stage: str, device_index: int = 0):
     if stage not in STAGE_FILES:
         raise ValueError(f"stage: expected one of {tuple(STAGE_FILES)}, got {stage!r}")
     cuda_src = f'#include "{STAGE_FILES[stage]}"\n#include "{HOST}"\n'
-    return _load(stage, cuda_src, _DECL, "forward", device_index, [f"-DFL_STAGE={stage}"])
+    return _load(stage, cuda_src, _DECL, ["forward"], device_index, [f"-DFL_STAGE={stage}"])
 
 
 @functools.lru_cache(maxsize=None)
 def load_backward(device_index: int = 0):
     """Build (or load from the cache) the fused backward's extension and return it; it
     exposes ``backward_passes(dy, y, z, scale, gamma, beta, kind, eps, split)`` (the three
-    kernels of ``backward.cu`` before the GEMMs; :mod:`fusedlib.ops` documents the result).
+    kernels of ``backward.cu`` before the GEMMs; :mod:`fusedlib.ops` documents the result)
+    and ``centered_x(x, split)``: X − x̄ (1, N, K), or with ``split`` its TF32 parts (2, N, K).
 
     Raises:
         KernelBuildError: no CUDA device, or compilation failed (the message names the log file).
     """
     cuda_src = f'#include "{BACKWARD_FILE}"\n#include "{BACKWARD_HOST}"\n'
-    return _load("backward", cuda_src, _BACKWARD_DECL, "backward_passes", device_index, [])
+    return _load("backward", cuda_src, _BACKWARD_DECL, ["backward_passes", "centered_x"], device_index, [])
 
 
 def compile_check(path: Path, capability: tuple[int, int] = (9, 0), nvcc: str = "nvcc") -> list[dict]:

@@ -69,7 +69,7 @@ def needs_grad(args) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in args[:_DIFFERENTIABLE])
 
 
-def backward_gemms(dz: torch.Tensor, dzt: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, precision: str,
+def backward_gemms(dz: torch.Tensor, dzt: torch.Tensor, xs: torch.Tensor, weight: torch.Tensor, precision: str,
                    weight_split: torch.Tensor | None = None, need_dx: bool = True
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """The backward's GEMMs on cuBLAS at the forward's precision: dX = dZ'·W (N, K) and
@@ -80,7 +80,9 @@ def backward_gemms(dz: torch.Tensor, dzt: torch.Tensor, x: torch.Tensor, weight:
             K-major operands: cuBLAS's fast layout, 0.36 ms against 0.63 for dZ'ᵀ as a view
             at 84 in TF32, results/h100/NOTES.md run40). P = 1, or for "3xtf32" 2: the TF32
             parts [big; small].
-        x: (N, K); weight: (M, K); precision: "fp32", "tf32" or "3xtf32".
+        xs: (P, N, K) dW's X operand: X, or X − x̄ (train mode, :func:`x_operand`); for
+            "3xtf32" its TF32 parts [big; small].
+        weight: (M, K); precision: "fp32", "tf32" or "3xtf32".
         weight_split: W's TF32 parts (2, M, K) when the forward had them (3xtf32), else None.
 
     3xTF32 (CUTLASS example 27): each GEMM is three TF32 products, small terms first, into
@@ -89,12 +91,24 @@ def backward_gemms(dz: torch.Tensor, dzt: torch.Tensor, x: torch.Tensor, weight:
     """
     if precision != "3xtf32":
         with engine.cublas_precision(precision):
-            return dz[0] @ weight if need_dx else x.new_empty(0), dzt[0] @ x
-    dx = x.new_empty(0)
+            return dz[0] @ weight if need_dx else xs.new_empty(0), dzt[0] @ xs[0]
+    dx = xs.new_empty(0)
     if need_dx:
         wb, ws = weight_split.unbind(0) if weight_split is not None else algebra.tf32_split(weight)
         dx = three_tf32(dz[0], dz[1], wb, ws)
-    return dx, three_tf32(dzt[0], dzt[1], *algebra.tf32_split(x))
+    return dx, three_tf32(dzt[0], dzt[1], xs[0], xs[1])
+
+
+def x_operand(ext, x: torch.Tensor, precision: str) -> torch.Tensor:
+    """dW's X operand in train mode, (P, N, K) float32 on x's device, from the backward
+    extension ``ext``: X − x̄ for "fp32" (P = 1) and its TF32 parts for "3xtf32" (P = 2),
+    x̄ the column mean over the batch (dW = dZ'ᵀ(X − x̄) = dZ'ᵀX as Σ_i dZ' = 0, without the
+    cancellation of dZ'ᵀX on inputs far from zero: :func:`fusedlib.algebra.train_backward_fused`);
+    for "tf32" X itself (P = 1, a view: TF32 operands cannot resolve such inputs anyway, and
+    the centering pass would cost 3–7 % of its train step)."""
+    if precision == "tf32":
+        return x[None]
+    return ext.centered_x(x.contiguous(), precision == "3xtf32")
 
 
 #: The inner-dimension slice of :func:`three_tf32`: cuBLAS's TF32 GEMMs accumulate on the
@@ -157,7 +171,7 @@ def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, weight_split, 
     split = precision == "3xtf32"
     dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, z if y is None else y, z, scale, gamma, beta, kind,
                                                           eps, split)
-    dx, dweight = backward_gemms(dz, dzt, x, weight, precision, weight_split, need_dx)
+    dx, dweight = backward_gemms(dz, dzt, x_operand(ext, x, precision), weight, precision, weight_split, need_dx)
     return dx, dweight, torch.zeros_like(dgamma), algebra.scale_gradient(ds_cols, scale), dgamma, dbeta
 
 

@@ -67,15 +67,16 @@ CASES += [dict(c, path=path)
                                     ("3xtf32",), ["256x16384->256", "256x16383->256"], seeds=5, device="cuda")
           for path in dict.fromkeys([_default_path("3xtf32", c["shape"])] + _other_tc_paths())
           if path != "wgmma" or parse_shape(c["shape"]).in_features % 4 == 0]  # TMA needs K % 4 == 0
-# Gradients (check.run_grad_case): 84 and 33 × stages × modes × precisions at check.GRAD_SHAPES,
+# Gradients (check.run_grad_case): 84 and 33 × stages × modes × precisions at check.GRAD_SHAPES
+# (seeds 0, 1, 2: rand, randn, offset; tf32 without offset),
 # the tensor-core precisions again on the other tensor-core path, and each problem's
 # KernelBench shape once (fused, train). The backward's GEMMs are cuBLAS's; the path is the
 # forward's (it makes the Z the backward differentiates).
 _GRAD_PROBLEMS = [p for p in ("84", "33") if p in PROBLEMS]
 GRAD_CASES = [dict(c, path=_default_path(c["precision"], c["shape"])) for c in check.iter_grad_cases(
-    _GRAD_PROBLEMS, algebra.STAGES, ("train", "eval"), algebra.PRECISIONS, seeds=2, device="cuda")]
+    _GRAD_PROBLEMS, algebra.STAGES, ("train", "eval"), algebra.PRECISIONS, seeds=3, device="cuda")]
 GRAD_CASES += [dict(c, path=path) for path in _other_tc_paths() for c in check.iter_grad_cases(
-    _GRAD_PROBLEMS, algebra.STAGES, ("train",), TC, ["257x1000->999"], seeds=2, device="cuda")]
+    _GRAD_PROBLEMS, algebra.STAGES, ("train",), TC, ["257x1000->999"], seeds=3, device="cuda")]
 GRAD_CASES += [dict(c, path=_default_path(c["precision"], c["shape"])) for problem in PROBLEMS
                for c in check.iter_grad_cases([problem], ["fused"], ("train",), algebra.PRECISIONS, [problem],
                                               seeds=1, device="cuda")]

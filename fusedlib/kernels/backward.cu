@@ -14,6 +14,11 @@
 //                            (N×M, for dX = dZ'·W) and transposed through shared memory (M×N,
 //                            for dW = dZ'ᵀ·X: both GEMMs then read K-major operands); for
 //                            3xTF32 as TF32 parts [rna(dZ'); rna(dZ' − rna(dZ'))]
+// and, for dW = dZ'ᵀ(X − x̄) (equal to dZ'ᵀX since Σ_i dZ' = 0, without its cancellation when
+// X's columns sit far from zero), three more kernels give X − x̄ or its TF32 parts:
+//   x_chunk_sums_kernel      column sums of X over chunks of 512 rows
+//   x_mean_kernel            x̄ from the chunk sums, in chunk order
+//   x_center_kernel          X − x̄ (P = 1) or [rna(X − x̄); rna(X − x̄ − rna(X − x̄))] (P = 2, 3xTF32)
 // No float atomics: every sum runs in a fixed order, so reruns are bit-identical. The Z the
 // backward reads may hold the Linear's bias (naive, fold) or not (sums, fused): only Z − μ
 // enters. Plain CUDA (no torch headers): compiles on its own for every GPU from sm_75 on.
@@ -198,7 +203,72 @@ __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const
   }
 }
 
+// ---------------------------------------------------------------- X − x̄ for dW
+constexpr int kXChunkRows = 512;  // rows a chunk of x_chunk_sums_kernel
+
+// part[c][j] = Σ_{i in chunk c} X_ij; block (32, 8): a column a thread column, the 8 row
+// groups added in order; grid (ceil(K / 32), ceil(N / 512)).
+__global__ void __launch_bounds__(256) x_chunk_sums_kernel(const float* __restrict__ x, float* __restrict__ part,
+                                                           int n, int k) {
+  __shared__ float red[kBwdGroups][33];
+  const int j = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * kXChunkRows, r1 = min(n, r0 + kXChunkRows);
+  float s = 0.f;
+  if (j < k)
+    for (int i = r0 + threadIdx.y; i < r1; i += kBwdGroups) s += x[(size_t)i * k + j];
+  red[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < k) {
+    float t = 0.f;
+    for (int g = 0; g < kBwdGroups; ++g) t += red[g][threadIdx.x];
+    part[(size_t)blockIdx.y * k + j] = t;
+  }
+}
+
+// x̄_j = Σ_c part[c][j] / N, the chunks in order; a thread a column.
+__global__ void x_mean_kernel(const float* __restrict__ part, float* __restrict__ mean, int n, int k) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= k) return;
+  float t = 0.f;
+  for (int c = 0; c < ceil_div(n, kXChunkRows); ++c) t += part[(size_t)c * k + j];
+  mean[j] = t / (float)n;
+}
+
+// out = X − x̄ (SPLIT false) or its TF32 parts in planes out[0], out[1] (SPLIT true),
+// elementwise, coalesced.
+template <bool SPLIT>
+__global__ void x_center_kernel(const float* __restrict__ x, const float* __restrict__ mean, float* __restrict__ out,
+                                int n, int k) {
+  const size_t nk = (size_t)n * k;
+  for (size_t at = blockIdx.x * (size_t)blockDim.x + threadIdx.x; at < nk; at += (size_t)gridDim.x * blockDim.x) {
+    const float v = x[at] - mean[at % k];
+    if (SPLIT) {
+      const float big = __uint_as_float(to_tf32(v));
+      out[at] = big;
+      out[nk + at] = __uint_as_float(to_tf32(v - big));
+    } else {
+      out[at] = v;
+    }
+  }
+}
+
 }  // namespace fl
+
+// X − x̄ (N×K) into out (split: its TF32 parts, 2·N·K floats) on stream st, with
+// (ceil(N / 512) + 1)·K floats of scratch: the chunk sums, then x̄ (nullptr: no error).
+extern "C" const char* fl_center_x(const float* x, float* out, float* scratch, int n, int k, bool split,
+                                   cudaStream_t st) {
+  using namespace fl;
+  const int chunks = ceil_div(n, kXChunkRows);
+  float* mean = scratch + (size_t)chunks * k;
+  x_chunk_sums_kernel<<<dim3(ceil_div(k, 32), chunks), dim3(32, kBwdGroups), 0, st>>>(x, scratch, n, k);
+  FL_CHECK_LAUNCH();
+  x_mean_kernel<<<ceil_div(k, 256), 256, 0, st>>>(scratch, mean, n, k);
+  FL_CHECK_LAUNCH();
+  if (split) x_center_kernel<true><<<132 * 8, 256, 0, st>>>(x, mean, out, n, k);
+  else x_center_kernel<false><<<132 * 8, 256, 0, st>>>(x, mean, out, n, k);
+  FL_CHECK_LAUNCH();
+  return nullptr;
+}
 
 // The three kernels of the fused backward on stream st (nullptr: no error).
 extern "C" const char* fl_train_backward(const fl::BackwardProblem* pp, cudaStream_t st) {

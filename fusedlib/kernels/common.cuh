@@ -145,13 +145,27 @@ __device__ __forceinline__ Moments chan_merge(Moments a, Moments b) {
 
 // Merge the T row-tile partials of column j in tile order 0, 1, …, T−1 (deterministic).
 // L2-coherent loads (__ldcg): partials may have been written by other blocks of this grid.
+// The loads of UNROLL tiles are issued before their merges: one L2 round trip per UNROLL
+// tiles instead of one per tile (the last tile of a column block runs this at the end of
+// the fused GEMM, where its latency is the kernel's tail). Merge order as without it.
 __device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows) {
+  constexpr int UNROLL = 4;
   const int T = ceil_div(p.n, tile_rows);
-  Moments acc = {(float)min(tile_rows, p.n), __ldcg(p.part + j), __ldcg(p.part + p.m + j)};
-  for (int t = 1; t < T; ++t) {
-    Moments b = {(float)min(tile_rows, p.n - t * tile_rows), __ldcg(p.part + (size_t)(2 * t) * p.m + j),
-                 __ldcg(p.part + (size_t)(2 * t + 1) * p.m + j)};
-    acc = chan_merge(acc, b);
+  Moments acc = {0.f, 0.f, 0.f};
+  for (int t0 = 0; t0 < T; t0 += UNROLL) {
+    float mean[UNROLL], m2[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+      if (t0 + u < T) {
+        mean[u] = __ldcg(p.part + (size_t)(2 * (t0 + u)) * p.m + j);
+        m2[u] = __ldcg(p.part + (size_t)(2 * (t0 + u) + 1) * p.m + j);
+      }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+      if (t0 + u < T) {
+        const Moments b = {(float)min(tile_rows, p.n - (t0 + u) * tile_rows), mean[u], m2[u]};
+        acc = t0 + u == 0 ? b : chan_merge(acc, b);
+      }
   }
   return acc;
 }

@@ -1,5 +1,5 @@
 // The host side of the fused backward's kernels (backward.cu), exported to Python as
-// `backward_passes` and called by the CUDA kernel of torch.ops.fusedlib.train_backward
+// `backward_passes` (and `centered_x`, X's operand of dW) and called by the CUDA kernel of torch.ops.fusedlib.train_backward
 // (fusedlib/ops.py), which adds the two GEMMs. Argument checks, outputs, the stream's
 // scratch (row terms, tile partials, coefficients, column-tile counters: shared with the
 // forwards on the same stream, which run in order), the three launches on the current
@@ -74,4 +74,21 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy_in, const at::Tenso
   const char* err = fl_train_backward(&p, stream);
   TORCH_CHECK(err == nullptr, "fusedlib backward kernels: ", err ? err : "");
   return {dz, dzt, dgamma, dbeta, dscale_cols};
+}
+
+// X − x̄ (1, N, K), or its TF32 parts (2, N, K) with split: the X operand of dW = dZ'ᵀ(X − x̄)
+// (x̄ the column mean of X over the batch), on the current stream.
+at::Tensor centered_x(const at::Tensor& x, bool split) {
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && x.dim() == 2 && x.is_contiguous() && x.size(0) > 0,
+              "x: expected a contiguous float32 CUDA tensor (batch, in_features), got ", x.scalar_type(), " ",
+              shape_str(x), " on ", x.device());
+  const int64_t n = x.size(0), k = x.size(1);
+  TORCH_CHECK(n * k < INT32_MAX, "x: sizes beyond 32-bit indexing are not supported");
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty({split ? 2 : 1, n, k}, x.options());
+  at::Tensor scratch = at::empty({((n + 511) / 512 + 1) * k}, x.options());
+  const char* err = fl_center_x(x.data_ptr<float>(), out.data_ptr<float>(), scratch.data_ptr<float>(), (int)n,
+                                (int)k, split, c10::cuda::getCurrentCUDAStream(x.get_device()).stream());
+  TORCH_CHECK(err == nullptr, "fusedlib centered_x kernels: ", err ? err : "");
+  return out;
 }
