@@ -79,6 +79,7 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy_in, const at::Tenso
 // X − x̄ (1, N, K), or its TF32 parts (2, N, K) with split: the X operand of dW = dZ'ᵀ(X − x̄)
 // (x̄ the column mean of X over the batch), on the current stream.
 at::Tensor centered_x(const at::Tensor& x, bool split) {
+  using namespace fl;
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && x.dim() == 2 && x.is_contiguous() && x.size(0) > 0,
               "x: expected a contiguous float32 CUDA tensor (batch, in_features), got ", x.scalar_type(), " ",
               shape_str(x), " on ", x.device());
