@@ -14,7 +14,10 @@ import torch
 from torch.utils.cpp_extension import load_inline
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = [(128, 128, 16, 1), (128, 128, 16, 2), (128, 128, 32, 1), (128, 64, 16, 1)]
+# (BM, BN, BK, FLUSH); FLUSH 1 << 20: one partial for the whole K loop, i.e. single-level accumulation
+# (what the two-level scheme costs in FADDs and registers)
+VARIANTS = [(128, 128, 16, 1), (128, 128, 16, 2), (128, 128, 32, 1), (128, 64, 16, 1), (128, 128, 8, 2),
+            (128, 128, 16, 1 << 20)]
 
 binding = r"""
 #include <torch/extension.h>
@@ -44,7 +47,9 @@ torch::Tensor sgemm(torch::Tensor x, torch::Tensor w, int64_t variant, bool pois
     case 1: err = launch<128, 128, 16, 2>(x, w, out, vec); break;
     case 2: err = launch<128, 128, 32, 1>(x, w, out, vec); break;
     case 3: err = launch<128, 64, 16, 1>(x, w, out, vec); break;
-    default: TORCH_CHECK(false, "variant: 0..3");
+    case 4: err = launch<128, 128, 8, 2>(x, w, out, vec); break;
+    case 5: err = launch<128, 128, 16, 1 << 20>(x, w, out, vec); break;
+    default: TORCH_CHECK(false, "variant: 0..5");
   }
   TORCH_CHECK(err == cudaSuccess, cudaGetErrorString(err));
   return out;
@@ -83,7 +88,7 @@ for shape in [(7, 33, 65), (257, 1000, 999), (1000, 999, 1001), (129, 64, 130), 
             y = ext.sgemm(x, w, v, True)
             e = rel(y, want) if torch.isfinite(y).all() else float("nan")
             errs.append(e)
-            bad += not (e <= max(2 * ref, 1e-6))
+            bad += VARIANTS[v][3] < 1 << 20 and not (e <= max(2 * ref, 1e-6))
         print(f"{shape[0]}x{shape[1]}->{shape[2]:<6} {kind:6s} cuBLAS {ref:.2e}  ours " + " ".join(f"{e:.2e}" for e in errs))
 # an input not 16-B aligned: the scalar-load path
 x, w = inputs(256, 516, 260, "randn")
