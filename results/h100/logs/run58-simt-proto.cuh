@@ -27,6 +27,39 @@ struct SgemmTile {
   static constexpr size_t kSmem = (size_t)2 * BK * (kLda + kLdb) * sizeof(float);
 };
 
+// One K step (columns k0 … k0 + BK − 1) of a ROWS-row operand tile starting at row r0 of src (row-major,
+// leading dimension K, `rows` rows in all) into registers: thread tid holds the elements tid + q·THREADS
+// of the tile in row-major order, as float4 when VEC (K % 4 == 0, 16-B aligned rows); zeros outside.
+template <int ROWS, int BK, int THREADS, bool VEC>
+__device__ __forceinline__ void load_tile(float (&r)[ROWS * BK / THREADS], const float* __restrict__ src, int r0,
+                                          int rows, int K, int k0, int tid) {
+  if constexpr (VEC) {
+#pragma unroll
+    for (int q = 0; q < ROWS * BK / THREADS / 4; ++q) {
+      const int f = tid + q * THREADS, row = r0 + f / (BK / 4), k = k0 + (f % (BK / 4)) * 4;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (row < rows && k < K) v = __ldg(reinterpret_cast<const float4*>(src + (size_t)row * K + k));
+      r[4 * q] = v.x, r[4 * q + 1] = v.y, r[4 * q + 2] = v.z, r[4 * q + 3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < ROWS * BK / THREADS; ++q) {
+      const int e = tid + q * THREADS, row = r0 + e / BK, k = k0 + e % BK;
+      r[q] = (row < rows && k < K) ? __ldg(src + (size_t)row * K + k) : 0.f;
+    }
+  }
+}
+
+// The registers of load_tile into shared memory, K-major: dst[k][row] with leading dimension LD.
+template <int ROWS, int BK, int THREADS, bool VEC, int LD>
+__device__ __forceinline__ void stash_tile(const float (&r)[ROWS * BK / THREADS], float* dst, int tid) {
+#pragma unroll
+  for (int q = 0; q < ROWS * BK / THREADS; ++q) {
+    const int e = VEC ? (tid + (q / 4) * THREADS) * 4 + q % 4 : tid + q * THREADS;  // row-major index in the tile
+    dst[(e % BK) * LD + e / BK] = r[q];
+  }
+}
+
 template <int BM, int BN, int BK, int FLUSH, bool VEC>
 __global__ void __launch_bounds__((BM / 8) * (BN / 8), 1)
 sgemm_nt_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int N, int K,
@@ -45,62 +78,12 @@ sgemm_nt_kernel(const float* __restrict__ x, const float* __restrict__ w, float*
 
   float ra[LA], rb[LB];
   auto load = [&](int k0) {
-    if constexpr (VEC) {
-#pragma unroll
-      for (int q = 0; q < LA / 4; ++q) {
-        const int f = tid + q * THREADS, row = f / (BK / 4), k = k0 + (f % (BK / 4)) * 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (m0 + row < N && k < K) v = __ldg(reinterpret_cast<const float4*>(x + (size_t)(m0 + row) * K + k));
-        ra[4 * q] = v.x, ra[4 * q + 1] = v.y, ra[4 * q + 2] = v.z, ra[4 * q + 3] = v.w;
-      }
-#pragma unroll
-      for (int q = 0; q < LB / 4; ++q) {
-        const int f = tid + q * THREADS, row = f / (BK / 4), k = k0 + (f % (BK / 4)) * 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (n0 + row < M && k < K) v = __ldg(reinterpret_cast<const float4*>(w + (size_t)(n0 + row) * K + k));
-        rb[4 * q] = v.x, rb[4 * q + 1] = v.y, rb[4 * q + 2] = v.z, rb[4 * q + 3] = v.w;
-      }
-    } else {
-#pragma unroll
-      for (int q = 0; q < LA; ++q) {
-        const int e = tid + q * THREADS, row = e / BK, k = k0 + e % BK;
-        ra[q] = (m0 + row < N && k < K) ? __ldg(x + (size_t)(m0 + row) * K + k) : 0.f;
-      }
-#pragma unroll
-      for (int q = 0; q < LB; ++q) {
-        const int e = tid + q * THREADS, row = e / BK, k = k0 + e % BK;
-        rb[q] = (n0 + row < M && k < K) ? __ldg(w + (size_t)(n0 + row) * K + k) : 0.f;
-      }
-    }
+    load_tile<BM, BK, THREADS, VEC>(ra, x, m0, N, K, k0, tid);
+    load_tile<BN, BK, THREADS, VEC>(rb, w, n0, M, K, k0, tid);
   };
-  auto stash = [&](int s) {  // K-major in shared memory: As[s][k][row]
-    float* a = As + s * BK * LDA;
-    float* b = Bs + s * BK * LDB;
-    if constexpr (VEC) {
-#pragma unroll
-      for (int q = 0; q < LA / 4; ++q) {
-        const int f = tid + q * THREADS, row = f / (BK / 4), kk = (f % (BK / 4)) * 4;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) a[(kk + c) * LDA + row] = ra[4 * q + c];
-      }
-#pragma unroll
-      for (int q = 0; q < LB / 4; ++q) {
-        const int f = tid + q * THREADS, row = f / (BK / 4), kk = (f % (BK / 4)) * 4;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) b[(kk + c) * LDB + row] = rb[4 * q + c];
-      }
-    } else {
-#pragma unroll
-      for (int q = 0; q < LA; ++q) {
-        const int e = tid + q * THREADS;
-        a[(e % BK) * LDA + e / BK] = ra[q];
-      }
-#pragma unroll
-      for (int q = 0; q < LB; ++q) {
-        const int e = tid + q * THREADS;
-        b[(e % BK) * LDB + e / BK] = rb[q];
-      }
-    }
+  auto stash = [&](int s) {
+    stash_tile<BM, BK, THREADS, VEC, LDA>(ra, As + s * BK * LDA, tid);
+    stash_tile<BN, BK, THREADS, VEC, LDB>(rb, Bs + s * BK * LDB, tid);
   };
 
   float acc[8][8], part[8][8];
