@@ -3,8 +3,8 @@ SIMT GEMM (the naive stage's fp32 GEMM kernel, torch.profiler) in one process.
 
 For each variant (BM×BN tile, BK, FLUSH K steps a partial, VEC float4 loads): correctness first
 (normwise relative error against float64 on randn and offset inputs, odd shapes for the scalar-load
-path, NaN poisoned outputs), then time at the KernelBench shapes (L2 flush, CUDA events, median of
-30 after 5 warm-up calls). Prints a table; run from the repository root with PYTHONPATH=. and the
+path, NaN poisoned outputs), then time at the KernelBench shapes (fusedlib.bench.time_round_robin: L2 flush, CUDA events,
+50 calls each in 10 rounds). Prints a table; run from the repository root with PYTHONPATH=. and the
 engine's build cache in $FUSEDLIB_CACHE."""
 import statistics
 import sys
@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 from torch.utils.cpp_extension import load_inline
+
+from fusedlib import bench
 
 HERE = Path(__file__).resolve().parent
 # (BM, BN, BK, FLUSH); FLUSH 1 << 20: one partial for the whole K loop, i.e. single-level accumulation
@@ -98,24 +100,6 @@ print(f"offset pointer (scalar loads): {e:.2e}")
 bad += not (e < 1e-6)
 print(f"correctness: {bad} failures")
 
-flush = torch.empty(64 * 1024 * 1024, device=dev)
-
-
-def time_ms(fn, iters=30, warmup=5):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(iters):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
-
-
 def engine_simt_ms(n, k, m):
     """The engine's SIMT GEMM kernel time (the naive stage's fp32 GEMM), torch.profiler."""
     try:
@@ -139,13 +123,15 @@ def engine_simt_ms(n, k, m):
         return float("nan")
 
 
-print("\n== time (ms, median of 30, L2 flushed); TFLOP/s in brackets")
+print("\n== time (ms, median of 50 in 10 rounds, L2 flushed); TFLOP/s in brackets")
 rows = []
 for n, k, m in [(1024, 8192, 8192), (16384, 4096, 4096), (4096, 4096, 4096), (128, 1024, 512)]:
     x, w = inputs(n, k, m, "randn")
     flops = 2 * n * k * m
-    cub = time_ms(lambda: x @ w.t())
-    ours = [time_ms(lambda v=v: ext.sgemm(x, w, v, False)) for v in range(len(VARIANTS))]
+    fns = {"cublas": (lambda x: x @ w.t(), "fp32")}
+    fns.update({f"v{v}": (lambda x, v=v: ext.sgemm(x, w, v, False), None) for v in range(len(VARIANTS))})
+    t = bench.time_round_robin(fns, x, iters=50, rounds=10)   # the harness's protocol: L2 flush, events, rounds
+    cub, ours = t["cublas"][0], [t[f"v{v}"][0] for v in range(len(VARIANTS))]
     eng = engine_simt_ms(n, k, m)
     rows.append((f"{n}x{k}->{m}", cub, eng, ours))
     print(f"{n}x{k}->{m}: cuBLAS {cub:.3f} ({flops / cub / 1e9:.1f})  engine {eng:.3f}  " +
