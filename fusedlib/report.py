@@ -73,8 +73,9 @@ def train_step_section(gpu: str = "h100") -> str:
     from .course import train_step_table
     table = train_step_table(gpu)
     header = "| " + " | ".join(table.columns) + " |"
-    rows = ["| " + " | ".join("" if v is None or v != v else str(v) for v in r) + " |"
-            for r in table.itertuples(index=False)]
+    def cell(v) -> str:  # times with their three decimals (1.020, not 1.02)
+        return "" if v is None or v != v else f"{v:.3f}" if isinstance(v, float) else str(v)
+    rows = ["| " + " | ".join(cell(v) for v in r) + " |" for r in table.itertuples(index=False)]
     return "\n".join([header, "|" + "---|" * len(table.columns), *rows])
 
 
