@@ -93,7 +93,8 @@ def results_table(bench, presets_only: bool = True) -> str:
     for 3xtf32 rows, which are compared with the fp32 peers (the same accuracy class; the
     peers have no 3xTF32). ``presets_only`` keeps the KernelBench shapes (each problem's own
     and v0) and leaves the size sweeps to the figures. Rows are ordered by problem (84, 33,
-    39), shape (own preset, v0, others), mode, precision, implementation.
+    39), shape (own preset, v0, others), mode, precision, implementation. The table is preceded
+    by :func:`ladder_check`'s paragraph.
     """
     from .bench import COLUMNS
     from .costmodel import IMPLS, PRECISIONS
@@ -123,10 +124,12 @@ def results_table(bench, presets_only: bool = True) -> str:
 
     df = df.sort_values(["problem", "_shape", "batch", "in_features", "out_features", "mode", "precision", "impl"],
                         key=rank)
-    lines = ["Speedup = peer time / this time at the same precision (3xtf32 rows: against the fp32 peers); "
-             "/ GEMM-only = this time / `F.linear` time; rel. error = ‖y − y64‖/‖y64‖ against float64.", "",
-             "| problem @shape | mode | precision | impl | median ms | vs eager | vs compile | / GEMM-only | rel. error |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    ladder = ladder_check(bench)
+    lines = [ladder, ""] if ladder else []
+    lines += ["Speedup = peer time / this time at the same precision (3xtf32 rows: against the fp32 peers); "
+              "/ GEMM-only = this time / `F.linear` time; rel. error = ‖y − y64‖/‖y64‖ against float64.", "",
+              "| problem @shape | mode | precision | impl | median ms | vs eager | vs compile | / GEMM-only | rel. error |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for row in df.itertuples(index=False):
         peers_prec = "fp32" if row.precision == "3xtf32" else row.precision
         peers = df[(df.problem == row.problem) & (df.batch == row.batch) & (df.in_features == row.in_features)
@@ -138,6 +141,49 @@ def results_table(bench, presets_only: bool = True) -> str:
                      f"{row.precision} | {row.impl} | {row.median_ms:.3f} | {speedup('eager')} | "
                      f"{speedup('compile')} | {floor} | {row.rel_err:.1e} |")
     return "\n".join(lines)
+
+
+#: The ladder's rule (issue "One GEMM engine under every stage"): a later stage may take at
+#: most this fraction longer than an earlier one at the same shape, mode and precision.
+LADDER_TOLERANCE = 0.02
+
+
+def ladder_check(bench, tolerance: float = LADDER_TOLERANCE) -> str:
+    """One Markdown paragraph: at each problem's KernelBench shape, in both modes and every
+    precision, how many pairs (earlier stage, later stage) of naive → fold → sums → fused hold
+    ``later ≤ earlier · (1 + tolerance)`` on the median times of ``bench`` (a bench.csv
+    DataFrame, the latest row of each implementation), which pairs do not (with the excess in
+    %), and 84's tf32 fused / naive time per mode. Empty when no table has all four stages.
+    """
+    from .reference import PRESETS
+    stages = ("naive", "fold", "sums", "fused")
+    key = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl"]
+    df = bench.assign(problem=bench.problem.astype(str)).drop_duplicates(key, keep="last")
+    pairs, over, ratios = 0, [], []
+    for problem in _PROBLEM_ORDER:
+        s = PRESETS[problem]
+        own = df[(df.problem == problem) & (df.batch == s.batch) & (df.in_features == s.in_features)
+                 & (df.out_features == s.out_features) & df.impl.isin(stages)]
+        for (mode, precision), g in own.groupby(["mode", "precision"], sort=False):
+            t = g.set_index("impl").median_ms
+            if not all(st in t for st in stages):
+                continue
+            for i, early in enumerate(stages):
+                for late in stages[i + 1:]:
+                    pairs += 1
+                    if t[late] > t[early] * (1 + tolerance):
+                        over.append(f"{problem} {mode} {precision} {late} against {early} "
+                                    f"+{100 * (t[late] / t[early] - 1):.1f} %")
+            if problem == "84" and precision == "tf32":
+                ratios.append(f"{mode} {t['fused'] / t['naive']:.2f}")
+    if not pairs:
+        return ""
+    text = (f"Ladder (each problem's KernelBench shape, both modes, every precision): a later stage "
+            f"within {100 * tolerance:.0f} % of an earlier one in {pairs - len(over)} of {pairs} stage pairs")
+    text += ("; over it: " + ", ".join(over) + "." if over else ".")
+    if ratios:
+        text += " 84 tf32 fused / naive: " + ", ".join(ratios) + "."
+    return text
 
 
 def update_results_table(readme: Path, bench) -> bool:

@@ -229,6 +229,24 @@ def test_readme_results_table(tmp_path):
         report.render_readme("no markers", table, report.TABLE_BEGIN, report.TABLE_END)
 
 
+def test_readme_ladder_check(tmp_path):
+    """The ladder paragraph counts the stage pairs within the 2 % rule at the KernelBench shape
+    and names the ones over it; without all four stages in any table it is empty."""
+    import pandas as pd
+
+    from fusedlib import report
+    shape, path = parse_shape("84"), tmp_path / "bench.csv"
+    for impl, ms in (("naive", 1.0), ("fold", 0.9), ("sums", 0.8), ("fused", 0.84), ("eager", 0.7)):
+        bench.append_row(path, bench.make_row("84", shape, "train", "tf32", impl, (ms,) * 3, 50, 1e-4, ENV))
+    df = pd.read_csv(path, dtype={"problem": str})
+    text = report.ladder_check(df)
+    assert "in 5 of 6 stage pairs; over it: 84 train tf32 fused against sums +5.0 %." in text
+    assert text.endswith("84 tf32 fused / naive: train 0.84.")
+    assert text in report.results_table(df)
+    assert "within 6 % of an earlier one in 6 of 6 stage pairs." in report.ladder_check(df, 0.06)
+    assert report.ladder_check(df[df.impl != "fold"]) == ""
+
+
 def test_dry_run_of_the_whole_harness_on_cpu(tmp_path):
     """The bench loop end to end on the CPU algebra: every table, every impl that exists at
     each precision, one row each, errors of the right size, appended across runs."""
