@@ -186,7 +186,7 @@ GRAD_NAMES = ("x", "gemm.weight", "gemm.bias", "scale", "bn.weight", "bn.bias")
 
 def run_grad_case(problem: str, stage: str, mode: str, precision: str, shape: str, seed: int,
                   device: str = "cpu", input_kind: str = "rand") -> dict:
-    """Run one gradient case (the backward of issue 12, DESIGN.md §10) and return its record.
+    """Run one gradient case (the fused backward, DESIGN.md §10) and return its record.
 
     The case's model (:func:`case_model`: zero and negative scale entries for 33/39) takes
     two train steps without gradients (non-trivial running buffers; eval mode then
