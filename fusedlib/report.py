@@ -79,6 +79,13 @@ def train_step_section(gpu: str = "h100") -> str:
     return "\n".join([header, "|" + "---|" * len(table.columns), *rows])
 
 
+def _latest(bench):
+    """The bench.csv rows with ``problem`` as text, the latest of each problem, shape, mode,
+    precision and implementation (a shape timed twice, as the size sweeps repeat 84's, counts once)."""
+    key = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl"]
+    return bench.assign(problem=bench.problem.astype(str)).drop_duplicates(key, keep="last")
+
+
 #: Order of the table's rows.
 _PROBLEM_ORDER, _MODE_ORDER = ("84", "33", "39"), ("train", "eval")
 
@@ -102,8 +109,7 @@ def results_table(bench, presets_only: bool = True) -> str:
     missing = [c for c in COLUMNS if c not in bench.columns]
     if missing:
         raise ValueError(f"bench.csv: missing columns {missing}")
-    key = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl"]
-    df = bench.assign(problem=bench.problem.astype(str)).drop_duplicates(key, keep="last")
+    df = _latest(bench)
 
     def shape_rank(row):
         s = (row.batch, row.in_features, row.out_features)
@@ -157,8 +163,7 @@ def ladder_check(bench, tolerance: float = LADDER_TOLERANCE) -> str:
     """
     from .reference import PRESETS
     stages = ("naive", "fold", "sums", "fused")
-    key = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl"]
-    df = bench.assign(problem=bench.problem.astype(str)).drop_duplicates(key, keep="last")
+    df = _latest(bench)
     pairs, over, ratios = 0, [], []
     for problem in _PROBLEM_ORDER:
         s = PRESETS[problem]
