@@ -34,10 +34,11 @@ STAGES = ("naive", "fold", "sums", "fused")
 #: GEMM precision modes (DESIGN.md §4); every stage runs every one of them.
 PRECISIONS = ("fp32", "tf32", "3xtf32")
 #: Square tiles of the SIMT (FFMA) GEMM that runs fp32, largest first: it takes the largest
-#: whose grid has at least MIN_GRID tiles (the H100's SM count: fewer leave SMs idle, e.g. 16
-#: tiles of 64 × 64 at KernelBench v0), else the smallest. Fixed numbers (not the SM count
-#: of the device at hand), so that this specification picks the kernel's tile on any GPU.
-SIMT_TILES, MIN_GRID = (64, 32), 132
+#: whose grid has at least MIN_GRID tiles (the H100's SM count: fewer leave SMs idle, e.g. 4
+#: tiles of 128 × 128 or 16 of 64 × 64 at KernelBench v0), else the smallest. Fixed numbers
+#: (not the SM count of the device at hand), so that this specification picks the kernel's
+#: tile on any GPU.
+SIMT_TILES, MIN_GRID = (128, 64, 32), 132
 #: Rows of every tile of the tensor-core GEMMs (mma.sync and wgmma) that run tf32 and 3xtf32.
 TC_TILE_ROWS = 128
 #: Rows a statistics tile of the fused backward's column pass (``backward.cu``, kBwdTileRows).
@@ -57,7 +58,7 @@ def tile_rows(n: int, m: int, precision: str = "fp32") -> int:
             "tf32" or "3xtf32" (tensor cores: :data:`TC_TILE_ROWS`).
 
     Returns:
-        64, 32 or 128.
+        128, 64 or 32.
 
     Raises:
         ValueError: unknown precision, or n or m < 1.

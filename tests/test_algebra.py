@@ -219,11 +219,13 @@ def test_tile_rows_follow_the_precision_and_the_grid():
     """The GEMM's row tile (hence the statistics tiles), the same for every stage: 128 on the
     tensor-core paths; on the SIMT path (fp32) the largest square tile with at least
     MIN_GRID tiles, else the smallest."""
-    assert algebra.SIMT_TILES == (64, 32) and algebra.MIN_GRID == 132 and algebra.TC_TILE_ROWS == 128
-    assert algebra.tile_rows(1024, 8192, "fp32") == 64      # 84/33: 16·128 = 2048 tiles of 64
-    assert algebra.tile_rows(1024, 8192) == 64              # fp32 is the default
-    assert algebra.tile_rows(16384, 4096, "fp32") == 64     # 39
-    assert algebra.tile_rows(128, 512, "fp32") == 32        # v0: 2·8 = 16 tiles of 64
+    assert algebra.SIMT_TILES == (128, 64, 32) and algebra.MIN_GRID == 132 and algebra.TC_TILE_ROWS == 128
+    assert algebra.tile_rows(1024, 8192, "fp32") == 128     # 84/33: 8·64 = 512 tiles of 128
+    assert algebra.tile_rows(1024, 8192) == 128             # fp32 is the default
+    assert algebra.tile_rows(16384, 4096, "fp32") == 128    # 39
+    assert algebra.tile_rows(128, 512, "fp32") == 32        # v0: 1·4 tiles of 128, 2·8 = 16 of 64
+    assert algebra.tile_rows(1152, 1920, "fp32") == 128     # 9·15 = 135 tiles of 128
+    assert algebra.tile_rows(1024, 2048, "fp32") == 64      # 8·16 = 128 < 132 tiles of 128
     assert algebra.tile_rows(640, 1000, "fp32") == 64       # 10·16 = 160 tiles of 64
     assert algebra.tile_rows(576, 1000, "fp32") == 64       # 9·16 = 144
     assert algebra.tile_rows(512, 1000, "fp32") == 32       # 8·16 = 128 < 132

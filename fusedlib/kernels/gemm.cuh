@@ -2,9 +2,10 @@
 // of the path the host chose (p.path, fusedlib/engine.py select_path). Every stage calls
 // launch_gemm<Epi>; for a given GPU, precision and shape all four stages get the same
 // mainloop and the same tile, so what differs between two stages is the fusion alone.
-//   PATH_SIMT   fp32, FFMA, any GPU: square tiles of 64, or 32 when 64-row tiles would leave
-//               SMs idle (fewer than kMinGrid tiles: KernelBench v0 gets 64 tiles of 32×32
-//               instead of 16 of 64×64)
+//   PATH_SIMT   fp32, FFMA, any GPU: square tiles of 128 (8×8 outputs a thread; 128×64 where a
+//               block cannot have the 128×128 tile's 66 KB of shared memory, sm_75), or the
+//               largest of 64 and 32 (4×4 a thread) whose grid has at least kMinGrid tiles
+//               (KernelBench v0 gets 64 tiles of 32×32 instead of 4 of 128×128)
 //   PATH_MMA    tf32 / 3xtf32, mma.sync m16n8k8, sm_80 on: 128×128 tiles
 //   PATH_WGMMA  tf32 / 3xtf32, TMA + wgmma, sm_90a: 128×256 (tf32) or 128×192 (3xtf32) tiles
 // Statistics tiles are therefore 128 rows on the tensor-core paths and 64 or 32 on SIMT
@@ -17,14 +18,16 @@
 namespace fl {
 
 constexpr int kMinGrid = 132;  // the H100's SM count (algebra.MIN_GRID)
-constexpr int kSimtTiles[2] = {64, 32};  // algebra.SIMT_TILES
+constexpr int kSimtTiles[3] = {128, 64, 32};  // algebra.SIMT_TILES
 
 inline bool fills_grid(const Problem& p, int tile) { return ceil_div(p.m, tile) * ceil_div(p.n, tile) >= kMinGrid; }
 
 // Rows per statistics tile (the GEMM's block height BM) for this problem and path.
 inline int gemm_tile_rows(const Problem& p) {
   if (p.path != PATH_SIMT) return 128;  // kMmaBM == kWgBM
-  return fills_grid(p, kSimtTiles[0]) ? kSimtTiles[0] : kSimtTiles[1];
+  for (int t : kSimtTiles)
+    if (fills_grid(p, t)) return t;
+  return kSimtTiles[2];
 }
 
 template <class Epi>
@@ -33,8 +36,14 @@ const char* launch_gemm(const Problem& p, const float* x, const float* w, float*
   switch (p.path) {
     case PATH_SIMT:
       if (p.precision != FP32) return "the SIMT GEMM runs fp32 only (tf32/3xtf32 need a tensor-core path)";
-      if (gemm_tile_rows(p) == 64) return launch_simt_gemm<64, 64, 16, 4, 4, Epi>(p, x, w, out, st);
-      return launch_simt_gemm<32, 32, 16, 2, 2, Epi>(p, x, w, out, st);
+      switch (gemm_tile_rows(p)) {  // <BM, BN, BK, TM, TN, MIN_BLOCKS>
+        case 128:
+          if (max_smem_optin() >= (int)SimtTile<128, 128, 16, 8, 8>::kSmem)
+            return launch_simt_gemm<128, 128, 16, 8, 8, 1, Epi>(p, x, w, out, st);
+          return launch_simt_gemm<128, 64, 8, 8, 8, 1, Epi>(p, x, w, out, st);
+        case 64: return launch_simt_gemm<64, 64, 16, 4, 4, 3, Epi>(p, x, w, out, st);
+        default: return launch_simt_gemm<32, 32, 16, 4, 4, 4, Epi>(p, x, w, out, st);
+      }
     case PATH_MMA:
       if (p.precision == FP32) return "the mma.sync GEMM runs tf32/3xtf32 only (fp32 runs the SIMT GEMM)";
       return launch_mma_gemm<Epi>(p, x, w, out, st);

@@ -1,8 +1,14 @@
 // SIMT mainloop: out(N×M) = X Wᵀ with exact fp32 products (FFMA), on every GPU (sm_75 on).
-// Block tile BM×BN, K step BK, the next K step prefetched into registers; thread (ty, tx)
-// owns rows ty + i·(BM/TM) and columns tx + j·(BN/TN), so shared-memory reads are
-// broadcasts (A) and consecutive words (B): no bank conflicts. The finished accumulators go through the shared-memory C tile to the
-// epilogue Epi (epilogue.cuh). grid = (ceil(M/BN), ceil(N/BM)).
+// Block tile BM×BN, K step BK; thread (ty, tx) owns TM×TN outputs as (TM/4)×(TN/4) quadrants
+// of 4×4 (rows q·BM/(TM/4) + 4ty + i, columns q·BN/(TN/4) + 4tx + j), so each K step it reads
+// its operands as float4 (LDS.128): a warp's A reads are broadcasts and its B reads
+// consecutive float4, with no bank conflicts, and 8×8 outputs give 64 FFMAs per 16 operands.
+// Global loads are float4 along K when K % 4 == 0 and the operand rows are 16-byte aligned
+// (scalar loads of the same elements otherwise). Two shared-memory stages: the next K step is
+// loaded into registers during this step's FFMAs and stored into the other stage, one
+// __syncthreads a K step. The finished accumulators go through the shared-memory C tile to
+// the epilogue Epi (epilogue.cuh). grid = (ceil(M/BN), ceil(N/BM)). The ladder of SIMT SGEMM
+// kernels this follows: siboehm, "How to optimize a CUDA matmul kernel" (SGEMM_CUDA).
 #pragma once
 #include "epilogue.cuh"
 
@@ -11,64 +17,87 @@ namespace fl {
 template <int BM, int BN, int BK, int TM, int TN>
 struct SimtTile {
   static constexpr int kThreads = (BM / TM) * (BN / TN);
-  static constexpr int kLda = BM + 32 / BK, kLdb = BN + 32 / BK;  // padded: transposing stores hit distinct banks
-  static constexpr size_t kLoopSmem = (size_t)BK * (kLda + kLdb) * sizeof(float);
+  static constexpr int kLda = BM + 4, kLdb = BN + 4;  // padded, float4-aligned: transposing stores spread over banks
+  static constexpr size_t kLoopSmem = (size_t)2 * BK * (kLda + kLdb) * sizeof(float);
   static constexpr size_t kEpiSmem = epilogue_smem_bytes<BM, BN, kThreads>();
   static constexpr size_t kSmem = kLoopSmem > kEpiSmem ? kLoopSmem : kEpiSmem;
 };
 
-// At least 4 blocks of 256 threads an SM (64 registers a thread): the register budget is
-// fixed, so the mainloop compiles to the same schedule whatever epilogue follows it (measured
-// on the H100: 6.07 ms at 84 with each of the three epilogues; with 3 blocks, 80 registers,
-// 6.28 to 6.43 ms, the epilogues changing the mainloop's schedule).
-constexpr int kSimtMinBlocks = 4;
+// One K step (columns k0 … k0 + BK − 1) of a ROWS-row operand tile from row r0 of src
+// (row-major, leading dimension K, `rows` rows in all) into registers: thread tid holds the
+// float4 groups f = tid + q·THREADS of the tile in row-major order (row f / (BK/4), columns
+// 4·(f % (BK/4)) …), one LDG.128 each when vec, four scalar loads otherwise; zeros outside.
+template <int ROWS, int BK, int THREADS>
+__device__ __forceinline__ void simt_load(float (&r)[ROWS * BK / THREADS], const float* __restrict__ src, int r0,
+                                          int rows, int K, int k0, int tid, bool vec) {
+#pragma unroll
+  for (int q = 0; q < ROWS * BK / THREADS / 4; ++q) {
+    const int f = tid + q * THREADS, row = r0 + f / (BK / 4), k = k0 + (f % (BK / 4)) * 4;
+    const float* s = src + (size_t)row * K + k;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (vec) {
+      if (row < rows && k < K) v = __ldg(reinterpret_cast<const float4*>(s));
+    } else if (row < rows) {
+      v.x = k < K ? __ldg(s) : 0.f;
+      v.y = k + 1 < K ? __ldg(s + 1) : 0.f;
+      v.z = k + 2 < K ? __ldg(s + 2) : 0.f;
+      v.w = k + 3 < K ? __ldg(s + 3) : 0.f;
+    }
+    r[4 * q] = v.x, r[4 * q + 1] = v.y, r[4 * q + 2] = v.z, r[4 * q + 3] = v.w;
+  }
+}
 
-template <int BM, int BN, int BK, int TM, int TN, class Epi>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN), kSimtMinBlocks)
-simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __restrict__ w, float* out) {
+// The registers of simt_load into shared memory, K-major: dst[k][row], leading dimension LD.
+template <int ROWS, int BK, int THREADS, int LD>
+__device__ __forceinline__ void simt_stash(const float (&r)[ROWS * BK / THREADS], float* dst, int tid) {
+#pragma unroll
+  for (int q = 0; q < ROWS * BK / THREADS; ++q) {
+    const int e = (tid + (q / 4) * THREADS) * 4 + q % 4;  // row-major index in the tile
+    dst[(e % BK) * LD + e / BK] = r[q];
+  }
+}
+
+// Thread tile TM×TN of 4×4 quadrants; MIN_BLOCKS fixes the register budget, so the mainloop
+// compiles to the same schedule whatever epilogue follows it.
+template <int BM, int BN, int BK, int TM, int TN, int MIN_BLOCKS, class Epi>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS)
+simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __restrict__ w, float* out, bool vec) {
   using T = SimtTile<BM, BN, BK, TM, TN>;
-  constexpr int THREADS = T::kThreads, RY = BM / TM, RX = BN / TN, LDA = T::kLda, LDB = T::kLdb;
-  extern __shared__ float smem[];
-  float* As = smem;             // [BK][LDA], K-major
-  float* Bs = smem + BK * LDA;  // [BK][LDB]
+  constexpr int THREADS = T::kThreads, LDA = T::kLda, LDB = T::kLdb, QM = TM / 4, QN = TN / 4, RX = BN / TN;
+  static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0, "4×4 quadrants, float4 along K");
+  static_assert((BM * BK) % (4 * THREADS) == 0 && (BN * BK) % (4 * THREADS) == 0, "load tiling");
+  constexpr int LA = BM * BK / THREADS, LB = BN * BK / THREADS;
+  extern __shared__ __align__(16) float smem[];
+  float* As = smem;                 // [2][BK][LDA], K-major
+  float* Bs = smem + 2 * BK * LDA;  // [2][BK][LDB]
   const int tid = threadIdx.x, tx = tid % RX, ty = tid / RX;
   const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
   const int K = p.k;
+
+  float ra[LA], rb[LB];
+  auto load = [&](int k0) {
+    simt_load<BM, BK, THREADS>(ra, x, m0, p.n, K, k0, tid, vec);
+    simt_load<BN, BK, THREADS>(rb, w, n0, p.m, K, k0, tid, vec);
+  };
+  auto stash = [&](int s) {
+    simt_stash<BM, BK, THREADS, LDA>(ra, As + s * BK * LDA, tid);
+    simt_stash<BN, BK, THREADS, LDB>(rb, Bs + s * BK * LDB, tid);
+  };
+
   float acc[TM][TN];
 #pragma unroll
   for (int i = 0; i < TM; ++i)
 #pragma unroll
     for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
-  // Register prefetch: each thread holds its LA + LB elements of the next K step while the
-  // current one is multiplied, so global-memory latency overlaps the FFMAs. Thread tid loads
-  // column kk = tid % BK of rows tid / BK + q·(THREADS / BK), q = 0 … LA − 1 (LB for W).
-  static_assert(THREADS % BK == 0 && (BM * BK) % THREADS == 0 && (BN * BK) % THREADS == 0, "load tiling");
-  constexpr int LA = BM * BK / THREADS, LB = BN * BK / THREADS, RSTEP = THREADS / BK;
-  const int kk0 = tid % BK, r0 = tid / BK;
-  const float* xa = x + (size_t)(m0 + r0) * K + kk0;
-  const float* wb = w + (size_t)(n0 + r0) * K + kk0;
-  float ra[LA], rb[LB];
-  auto load = [&](int k0) {
-    const bool in_k = k0 + kk0 < K;
-#pragma unroll
-    for (int q = 0; q < LA; ++q)
-      ra[q] = (in_k && m0 + r0 + q * RSTEP < p.n) ? xa[(size_t)q * RSTEP * K + k0] : 0.f;
-#pragma unroll
-    for (int q = 0; q < LB; ++q)
-      rb[q] = (in_k && n0 + r0 + q * RSTEP < p.m) ? wb[(size_t)q * RSTEP * K + k0] : 0.f;
-  };
-  auto stash = [&]() {  // K-major in shared memory
-#pragma unroll
-    for (int q = 0; q < LA; ++q) As[kk0 * LDA + r0 + q * RSTEP] = ra[q];
-#pragma unroll
-    for (int q = 0; q < LB; ++q) Bs[kk0 * LDB + r0 + q * RSTEP] = rb[q];
-  };
+  const int steps = ceil_div(K, BK);
   load(0);
-  for (int k0 = 0; k0 < K; k0 += BK) {
-    stash();
-    __syncthreads();
-    if (k0 + BK < K) load(k0 + BK);  // in flight during this step's FFMAs
+  stash(0);
+  __syncthreads();
+  for (int t = 0; t < steps; ++t) {
+    const float* a = As + (t & 1) * BK * LDA;
+    const float* b = Bs + (t & 1) * BK * LDB;
+    if (t + 1 < steps) load((t + 1) * BK);  // in flight during this step's FFMAs
     // Two-level accumulation: the BK products of this K step are summed into a fresh partial,
     // which is then added to the accumulator. A rounding error then grows with BK + K/BK
     // additions instead of K, which keeps Z accurate on columns with a large mean (offset
@@ -76,20 +105,27 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
     float part[TM][TN];
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
-      float a[TM], b[TN];
+      float av[TM], bv[TN];
 #pragma unroll
-      for (int i = 0; i < TM; ++i) a[i] = As[kk * LDA + ty + i * RY];
+      for (int q = 0; q < QM; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(a + kk * LDA + q * (BM / QM) + 4 * ty);
+        av[4 * q] = v.x, av[4 * q + 1] = v.y, av[4 * q + 2] = v.z, av[4 * q + 3] = v.w;
+      }
 #pragma unroll
-      for (int j = 0; j < TN; ++j) b[j] = Bs[kk * LDB + tx + j * RX];
+      for (int q = 0; q < QN; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(b + kk * LDB + q * (BN / QN) + 4 * tx);
+        bv[4 * q] = v.x, bv[4 * q + 1] = v.y, bv[4 * q + 2] = v.z, bv[4 * q + 3] = v.w;
+      }
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) part[i][j] = kk ? fmaf(a[i], b[j], part[i][j]) : a[i] * b[j];
+        for (int j = 0; j < TN; ++j) part[i][j] = kk ? fmaf(av[i], bv[j], part[i][j]) : av[i] * bv[j];
     }
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int j = 0; j < TN; ++j) acc[i][j] += part[i][j];
+    if (t + 1 < steps) stash((t + 1) & 1);  // the other stage: last read before the previous barrier
     __syncthreads();  // the last one also frees the loop buffers for C
   }
   constexpr int LDC = BN + 1;
@@ -97,18 +133,20 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
 #pragma unroll
   for (int i = 0; i < TM; ++i)
 #pragma unroll
-    for (int j = 0; j < TN; ++j) C[(ty + i * RY) * LDC + tx + j * RX] = acc[i][j];
+    for (int j = 0; j < TN; ++j)
+      C[((i / 4) * (BM / QM) + 4 * ty + i % 4) * LDC + (j / 4) * (BN / QN) + 4 * tx + j % 4] = acc[i][j];
   __syncthreads();
   Epi::template apply<BM, BN, THREADS>(p, C, smem + BM * LDC, out, m0, n0, tid);
 }
 
-template <int BM, int BN, int BK, int TM, int TN, class Epi>
+template <int BM, int BN, int BK, int TM, int TN, int MIN_BLOCKS, class Epi>
 const char* launch_simt_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
   using T = SimtTile<BM, BN, BK, TM, TN>;
-  auto kernel = simt_gemm_kernel<BM, BN, BK, TM, TN, Epi>;
+  auto kernel = simt_gemm_kernel<BM, BN, BK, TM, TN, MIN_BLOCKS, Epi>;
   FL_OPT_IN_SMEM(kernel, T::kSmem);
+  const bool vec = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
   const dim3 grid(ceil_div(p.m, BN), ceil_div(p.n, BM));
-  kernel<<<grid, T::kThreads, T::kSmem, st>>>(p, x, w, out);
+  kernel<<<grid, T::kThreads, T::kSmem, st>>>(p, x, w, out, vec);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
