@@ -13,7 +13,7 @@ for i in 0 1 2 3; do
   sed -i "s/launch_simt_gemm<128, 128, 16, 8, 8, 1, Epi>/launch_simt_gemm<${variants[$i]}, Epi>/" $d/fusedlib/kernels/gemm.cuh
   (cd $d && PYTHONPATH=$d FUSEDLIB_CACHE=$d/cache python -c "from fusedlib.build import load_stage; load_stage('naive')" > $OUT/build-v$i.log 2>&1) &
 done
-d=/tmp/old; rm -rf $d; mkdir -p $d; cp -r fusedlib results $d/; git show HEAD~1:fusedlib/kernels/epilogue.cuh > $d/fusedlib/kernels/epilogue.cuh 2>/dev/null || cp $R/.epi_old.cuh $d/fusedlib/kernels/epilogue.cuh
+d=/tmp/old; rm -rf $d; mkdir -p $d; cp -r fusedlib results $d/; cp $R/build/epi_old.cuh $d/fusedlib/kernels/epilogue.cuh
 for s in sums fused; do
   (cd $d && PYTHONPATH=$d FUSEDLIB_CACHE=$d/cache python -c "from fusedlib.build import load_stage; load_stage('$s')" > $OUT/build-old-$s.log 2>&1) &
   (PYTHONPATH=$R FUSEDLIB_CACHE=$R/build/flcache python -c "from fusedlib.build import load_stage; load_stage('$s')" > $OUT/build-new-$s.log 2>&1) &
