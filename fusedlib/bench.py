@@ -8,7 +8,7 @@ timed together, round-robin (:func:`time_round_robin`): each gets its ``--warmup
 calls (≥ 10), then in each of R rounds every implementation in turn makes about n/R of its
 n timed calls (the remainder goes to the first rounds). n is ``--iters`` (≥ 50), raised for
 short calls until the slowest implementation's timed calls add up to ``--min-time-ms``
-(200 ms, at most 1000 calls: :func:`table_iters`), R is ``--rounds`` (5) or one per 10
+(500 ms, at most 1000 calls: :func:`table_iters`), R is ``--rounds`` (5) or one per 10
 calls if more; the ``iters`` column records n. Each timed call is preceded by a 256 MiB write that
 flushes the L2 cache and timed with a pair of CUDA events, the device synchronized after
 it; the median (quoted), minimum and maximum of an implementation's calls are recorded in
@@ -80,7 +80,7 @@ ROUNDS = 5
 #: Short calls get more timed calls (:func:`table_iters`): until each implementation's timed
 #: calls add up to MIN_TIMED_MS (``--min-time-ms``), at most MAX_ITERS, in rounds of at
 #: least CALLS_PER_ROUND calls.
-MIN_TIMED_MS, MAX_ITERS, CALLS_PER_ROUND = 200.0, 1000, 10
+MIN_TIMED_MS, MAX_ITERS, CALLS_PER_ROUND = 500.0, 1000, 10
 #: Size sweeps: batch at BATCH_SWEEP_FEATURES→BATCH_SWEEP_FEATURES, and features (K = M) at
 #: FEATURE_SWEEP_BATCH rows; the sizes are overridable (--batches, --features).
 SWEEP_BATCHES = (256, 1024, 4096)

@@ -438,9 +438,11 @@ def test_timed_input_is_independent_of_the_weights(problem):
 def test_iters_for_short_and_long_calls():
     """Short calls get more timed calls (up to MAX_ITERS), long ones the minimum; rounds keep
     about CALLS_PER_ROUND calls each."""
-    assert bench.iters_for(6.0, 50, 5) == (50, 5)             # 84 fp32: 50 calls = 300 ms
-    assert bench.iters_for(0.4, 50, 5) == (500, 50)           # 84 tf32: 200 ms / 0.4 ms
+    assert bench.iters_for(12.0, 50, 5) == (50, 5)            # 39 fp32: 50 calls = 600 ms
+    assert bench.iters_for(6.0, 50, 5) == (84, 8)             # 84 fp32: 500 ms / 6 ms
+    assert bench.iters_for(0.4, 50, 5) == (1000, 100)         # 84 tf32: 500 ms / 0.4 ms, at most 1000
+    assert bench.iters_for(1.4, 50, 5) == (358, 35)           # 84 3xtf32: 500 ms / 1.4 ms
     assert bench.iters_for(0.01, 50, 5) == (bench.MAX_ITERS, bench.MAX_ITERS // bench.CALLS_PER_ROUND)
     assert bench.iters_for(0.4, 50, 5, min_ms=0) == (50, 5)   # --min-time-ms 0: exactly --iters
-    assert bench.iters_for(0.4, 50, 80) == (500, 80)
+    assert bench.iters_for(2.0, 50, 80) == (250, 80)
     assert bench.table_iters({"a": (lambda x: x, None)}, torch.zeros(2), 50, 5) == (50, 5)  # CPU: as given

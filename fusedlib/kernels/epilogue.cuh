@@ -6,10 +6,9 @@
 //   BiasStore          out = C + bias                                   (naive, fold)
 //   AffineStore        out = a∘C + c, a and c of the tile's columns     (sums, fused: eval)
 //                      from the running buffers, γ, β, s and the bias
-//   ColumnStats        the tile's column partials (n_t, mean_t, M2_t),   (sums)
-//                      mean first, then Σ(z − mean_t)²; then out = C (Z' = XWᵀ)
-//   ColumnStatsMerge   ColumnStats, the tile counted before its stores;  (fused)
-//                      the last tile of each column
+//   ColumnStats        out = C (Z' = XWᵀ) and the tile's column partials (sums)
+//                      (n_t, mean_t, M2_t): mean first, then Σ(z − mean_t)²
+//   ColumnStatsMerge   ColumnStats, then the last tile of each column   (fused)
 //                      block merges every row tile's partials in order (Chan) into a, c
 //                      and the running buffers (tile counter + fence, no float atomics)
 // Interface: Epi::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid), called by THREADS
@@ -82,13 +81,15 @@ struct AffineStore {
 };
 
 struct ColumnStats {
-  // The partials (mean_t, M2_t) of row tile t = m0 / BM at p.part[2t][n0 + c],
+  // Z' and the partials (mean_t, M2_t) of row tile t = m0 / BM at p.part[2t][n0 + c],
   // p.part[2t + 1][n0 + c]. R = THREADS / BN row groups each sum rows g, g + R, …; the R
   // sums of a column are added in group order (deterministic).
   template <int BM, int BN, int THREADS>
-  __device__ static void partials(const Problem& p, const float* C, float* scratch, int m0, int n0, int tid) {
+  __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
+                               int tid) {
     constexpr int LDC = BN + 1, R = THREADS / BN;  // threads past R·BN only store
     static_assert(THREADS >= BN, "need a thread per column");
+    store_tile<BM, BN, THREADS, Store::kPlain>(p, C, out, m0, n0, tid);
     const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
     const int c = tid % BN, g = tid / BN;
     const bool active = g < R;
@@ -129,27 +130,17 @@ struct ColumnStats {
       }
     }
   }
-
-  // Z' (= XWᵀ) and the partials.
-  template <int BM, int BN, int THREADS>
-  __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
-                               int tid) {
-    partials<BM, BN, THREADS>(p, C, scratch, m0, n0, tid);
-    store_tile<BM, BN, THREADS, Store::kPlain>(p, C, out, m0, n0, tid);
-  }
 };
 
 struct ColumnStatsMerge {
-  // ColumnStats' partials, then count this tile on its column block's counter (fence first),
-  // then store Z'. The partials come first so that the fence waits for the partials alone,
-  // not for the tile's Z' stores as well (up to 128 a thread). The last tile of the column
-  // block resets the counter to zero for the next call (the host keeps the counters between
-  // calls: fusedlib/kernels/torch_op.cuh), merges all row tiles in order 0, 1, … (Chan) and
-  // finalizes the BatchNorm coefficients and running buffers.
+  // ColumnStats, then count this tile on its column block's counter (fence first); the
+  // last tile of the column block resets the counter to zero for the next call (the host
+  // keeps the counters between calls: fusedlib/kernels/torch_op.cuh), merges all row tiles
+  // in order 0, 1, … (Chan) and finalizes the BatchNorm coefficients and running buffers.
   template <int BM, int BN, int THREADS>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
-    ColumnStats::partials<BM, BN, THREADS>(p, C, scratch, m0, n0, tid);
+    ColumnStats::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid);
     const int col_block = n0 / BN, row_tiles = ceil_div(p.n, BM), cols = min(BN, p.m - n0);
     int* is_last = reinterpret_cast<int*>(scratch + scratch_floats<THREADS, BN>() - 32);
     __threadfence();  // this tile's partials visible device-wide before it is counted
@@ -158,7 +149,6 @@ struct ColumnStatsMerge {
       *is_last = atomicAdd(p.counters + col_block, 1u) == (unsigned)row_tiles - 1;
       if (*is_last) p.counters[col_block] = 0;  // every tile of the block has counted
     }
-    store_tile<BM, BN, THREADS, Store::kPlain>(p, C, out, m0, n0, tid);
     epilogue_sync<THREADS>();
     if (!*is_last) return;
     __threadfence();

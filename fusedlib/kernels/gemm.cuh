@@ -8,7 +8,7 @@
 //               (KernelBench v0 gets 64 tiles of 32×32 instead of 4 of 128×128)
 //   PATH_MMA    tf32 / 3xtf32, mma.sync m16n8k8, sm_80 on: 128×128 tiles
 //   PATH_WGMMA  tf32 / 3xtf32, TMA + wgmma, sm_90a: 128×256 (tf32) or 128×192 (3xtf32) tiles
-// Statistics tiles are therefore 128 rows on the tensor-core paths and 64 or 32 on SIMT
+// Statistics tiles are therefore 128 rows on the tensor-core paths and 128, 64 or 32 on SIMT
 // (gemm_tile_rows; algebra.tile_rows is the same rule).
 #pragma once
 #include "gemm_mma.cuh"
@@ -36,7 +36,7 @@ const char* launch_gemm(const Problem& p, const float* x, const float* w, float*
   switch (p.path) {
     case PATH_SIMT:
       if (p.precision != FP32) return "the SIMT GEMM runs fp32 only (tf32/3xtf32 need a tensor-core path)";
-      switch (gemm_tile_rows(p)) {  // <BM, BN, BK, TM, TN, MIN_BLOCKS>
+      switch (gemm_tile_rows(p)) {  // <BM, BN, BK, TM, TN, MIN_BLOCKS> (variants timed: run59–run61)
         case 128:
           if (max_smem_optin() >= (int)SimtTile<128, 128, 16, 8, 8>::kSmem)
             return launch_simt_gemm<128, 128, 16, 8, 8, 1, Epi>(p, x, w, out, st);

@@ -26,16 +26,16 @@ struct SimtTile {
 // One K step (columns k0 … k0 + BK − 1) of a ROWS-row operand tile from row r0 of src
 // (row-major, leading dimension K, `rows` rows in all) into registers: thread tid holds the
 // float4 groups f = tid + q·THREADS of the tile in row-major order (row f / (BK/4), columns
-// 4·(f % (BK/4)) …), one LDG.128 each when VEC, four scalar loads otherwise; zeros outside.
-template <int ROWS, int BK, int THREADS, bool VEC>
+// 4·(f % (BK/4)) …), one LDG.128 each when vec, four scalar loads otherwise; zeros outside.
+template <int ROWS, int BK, int THREADS>
 __device__ __forceinline__ void simt_load(float (&r)[ROWS * BK / THREADS], const float* __restrict__ src, int r0,
-                                          int rows, int K, int k0, int tid) {
+                                          int rows, int K, int k0, int tid, bool vec) {
 #pragma unroll
   for (int q = 0; q < ROWS * BK / THREADS / 4; ++q) {
     const int f = tid + q * THREADS, row = r0 + f / (BK / 4), k = k0 + (f % (BK / 4)) * 4;
     const float* s = src + (size_t)row * K + k;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (VEC) {
+    if (vec) {
       if (row < rows && k < K) v = __ldg(reinterpret_cast<const float4*>(s));
     } else if (row < rows) {
       v.x = k < K ? __ldg(s) : 0.f;
@@ -58,11 +58,10 @@ __device__ __forceinline__ void simt_stash(const float (&r)[ROWS * BK / THREADS]
 }
 
 // Thread tile TM×TN of 4×4 quadrants; MIN_BLOCKS fixes the register budget, so the mainloop
-// compiles to the same schedule whatever epilogue follows it. VEC: float4 global loads (a
-// compile-time choice: the scalar path's registers would otherwise count in every kernel).
-template <int BM, int BN, int BK, int TM, int TN, int MIN_BLOCKS, bool VEC, class Epi>
+// compiles to the same schedule whatever epilogue follows it.
+template <int BM, int BN, int BK, int TM, int TN, int MIN_BLOCKS, class Epi>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS)
-simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __restrict__ w, float* out) {
+simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __restrict__ w, float* out, bool vec) {
   using T = SimtTile<BM, BN, BK, TM, TN>;
   constexpr int THREADS = T::kThreads, LDA = T::kLda, LDB = T::kLdb, QM = TM / 4, QN = TN / 4, RX = BN / TN;
   static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0, "4×4 quadrants, float4 along K");
@@ -77,8 +76,8 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
 
   float ra[LA], rb[LB];
   auto load = [&](int k0) {
-    simt_load<BM, BK, THREADS, VEC>(ra, x, m0, p.n, K, k0, tid);
-    simt_load<BN, BK, THREADS, VEC>(rb, w, n0, p.m, K, k0, tid);
+    simt_load<BM, BK, THREADS>(ra, x, m0, p.n, K, k0, tid, vec);
+    simt_load<BN, BK, THREADS>(rb, w, n0, p.m, K, k0, tid, vec);
   };
   auto stash = [&](int s) {
     simt_stash<BM, BK, THREADS, LDA>(ra, As + s * BK * LDA, tid);
@@ -143,12 +142,11 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
 template <int BM, int BN, int BK, int TM, int TN, int MIN_BLOCKS, class Epi>
 const char* launch_simt_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
   using T = SimtTile<BM, BN, BK, TM, TN>;
-  const bool vec = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
-  auto kernel = vec ? simt_gemm_kernel<BM, BN, BK, TM, TN, MIN_BLOCKS, true, Epi>
-                    : simt_gemm_kernel<BM, BN, BK, TM, TN, MIN_BLOCKS, false, Epi>;
+  auto kernel = simt_gemm_kernel<BM, BN, BK, TM, TN, MIN_BLOCKS, Epi>;
   FL_OPT_IN_SMEM(kernel, T::kSmem);
+  const bool vec = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
   const dim3 grid(ceil_div(p.m, BN), ceil_div(p.n, BM));
-  kernel<<<grid, T::kThreads, T::kSmem, st>>>(p, x, w, out);
+  kernel<<<grid, T::kThreads, T::kSmem, st>>>(p, x, w, out, vec);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
