@@ -41,7 +41,7 @@ const char* launch_gemm(const Problem& p, const float* x, const float* w, float*
           if (max_smem_optin() >= (int)SimtTile<128, 128, 16, 8, 8>::kSmem)
             return launch_simt_gemm<128, 128, 16, 8, 8, 1, Epi>(p, x, w, out, st);
           return launch_simt_gemm<128, 64, 8, 8, 8, 1, Epi>(p, x, w, out, st);
-        case 64: return launch_simt_gemm<64, 64, 16, 4, 4, 3, Epi>(p, x, w, out, st);
+        case 64: return launch_simt_gemm<64, 64, 16, 4, 4, 2, Epi>(p, x, w, out, st);
         default: return launch_simt_gemm<32, 32, 16, 4, 4, 4, Epi>(p, x, w, out, st);
       }
     case PATH_MMA:
