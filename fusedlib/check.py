@@ -43,9 +43,9 @@ BUDGET = {"fp32": 1e-5, "3xtf32": 1e-5, "tf32": 5e-3}
 #: Default shapes on the CPU: small and odd (no multiple of any tile), plus KernelBench v0.
 CPU_SHAPES = ("7x33->65", "2x64->3", "257x100->99", "v0")
 #: Default shapes on CUDA besides the problem's own KernelBench preset. fp32 (the SIMT GEMM,
-#: algebra.tile_rows): 640x1000->1000 takes the 64×64 tile (10·16 = 160 ≥ MIN_GRID tiles), as do
-#: the presets of 84, 33 and 39; v0 (2·8 = 16 tiles of 64) and the odd shapes take the 32×32
-#: one. tf32/3xtf32 (tensor cores): 128-row tiles everywhere; on an H100 7x33->65 (K % 4 ≠ 0)
+#: algebra.tile_rows): the presets of 84, 33 and 39 take the 128-row tile; 640x1000->1000 the
+#: 64×64 one (5·8 = 40 tiles of 128, 10·16 = 160 ≥ MIN_GRID of 64); v0 (16 tiles of 64) and the
+#: odd shapes the 32×32 one. tf32/3xtf32 (tensor cores): 128-row tiles everywhere; on an H100 7x33->65 (K % 4 ≠ 0)
 #: runs the mma.sync path, the other shapes the wgmma path (engine.select_path).
 CUDA_SHAPES = ("v0", "257x1000->999", "640x1000->1000", "2x64->3", "7x33->65")
 INPUT_KINDS = ("rand", "randn", "offset")
