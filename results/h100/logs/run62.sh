@@ -8,6 +8,7 @@
 # Later parts start from the carried cache (.cache/flcache.tgz) and the committed CSVs they append to.
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
+# rows name the commit whose kernels they measure (the device copy's .git names another): set FUSEDLIB_COMMIT
 t0=$(date +%s)
 [ -d build/flcache ] || [ ! -f .cache/flcache.tgz ] || tar xzf .cache/flcache.tgz
 for s in naive fold sums fused; do python -c "from fusedlib.build import load_stage; load_stage('$s')" > /tmp/build-$s.log 2>&1 & done
