@@ -15,7 +15,7 @@ epilogues of ``sums`` and ``fused`` store two floats (mean_t, M2_t) per tile and
 the tile count n_t is implicit (rows per tile, last tile shorter), so T·M·2 floats with
 T = ceil(N / tile rows). Every stage runs the same GEMM (:mod:`fusedlib.engine`), so the
 tile rows depend on the precision and the shape only (:func:`fusedlib.algebra.tile_rows`):
-64 or 32 on the SIMT path (fp32; 32 when 64-row tiles would give fewer than 132 tiles),
+128, 64 or 32 on the SIMT path (fp32: the largest whose square tiles number at least 132),
 128 on the tensor-core paths (tf32, 3xtf32).
 
 Precision changes the GEMM's passes, in every stage alike: 3xtf32 on the Hopper path

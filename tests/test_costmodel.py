@@ -93,11 +93,13 @@ def test_each_stage_moves_fewer_bytes(kind, shape, precision):
 
 
 def test_tile_counts_follow_the_precision():
-    """At 84's shape the SIMT tile is 64 rows (16 tiles), the tensor-core tile 128 (8 tiles):
-    fp32 writes and reads twice the partials of tf32."""
-    n, k, m = 1024, 8192, 8192
+    """At 640×1000→1000 the SIMT tile is 64 rows (10 tiles), the tensor-core tile 128 (5 tiles):
+    fp32 writes and reads twice the partials of tf32. At 84's shape both are 128 rows."""
+    n, k, m = 640, 1000, 1000
     fp32, tf32 = cost("84", "sums", n, k, m), cost("84", "sums", n, k, m, "train", "tf32")
-    assert fp32.bytes - tf32.bytes == 4 * 2 * (2 * 16 * m - 2 * 8 * m)
+    assert fp32.bytes - tf32.bytes == 4 * 2 * (2 * 10 * m - 2 * 5 * m)
+    n, k, m = 1024, 8192, 8192
+    assert cost("84", "sums", n, k, m).bytes == cost("84", "sums", n, k, m, "train", "tf32").bytes
 
 
 @pytest.mark.parametrize("stage", ["naive", "fold", "sums", "fused"])
