@@ -78,7 +78,7 @@ slides: venv
 check-gpu: venv
 	$(BIN)/python tests/run_gpu_suite.py
 
-# Every GPU result the project shows, on a GPU machine (about 27 min on an H100): the
+# Every GPU result the project shows, on a GPU machine (about 23 min on an H100): the
 # validation, then one bench process for all tables (KernelBench shapes with ceilings and
 # per-kernel profile, then the size sweeps appended), the train steps (forward + backward),
 # the README tables, the figures and the notebooks executed with the kernels. Commit results/, figures/, notebooks/ and README.md.

@@ -3,7 +3,7 @@ problem, the gradient cases with the reruns, the compute-sanitizer runs, and the
 tests (tests/test_gpu_operator.py) run as parallel pytest processes on the one GPU (the cases
 are small; the host is the bottleneck), each part writing its own record
 (``FUSEDLIB_VALIDATION_OUT``); the records are then joined into
-``results/<gpu>/validation.json`` (tests/test_gpu.py ``merge_files``). About 8 minutes on
+``results/<gpu>/validation.json`` (tests/test_gpu.py ``merge_files``). About 6 minutes on
 the H100 instead of 15 one after the other. Exit status: 0 if every part passed, else 1
 (the record is written either way: failing cases stay in it).
 
