@@ -416,6 +416,29 @@ def ncu_table(name: str, gpu: str = "h100"):
     return out
 
 
+def notes_table(header: str, gpu: str = "h100") -> str | None:
+    """The Markdown table of ``results/<gpu>/NOTES.md`` whose header row starts with
+    ``header`` (e.g. ``"| version"``: the tensor-core mainloop's versions), up to the next
+    blank line, or None when the notes or the table are not committed."""
+    path = results_dir(gpu) / "NOTES.md"
+    notes = path.read_text() if path.exists() else ""
+    start = notes.find("\n" + header)
+    return notes[start + 1:].split("\n\n")[0].rstrip() if start >= 0 else None
+
+
+def ncu_versus(ours: str, theirs: str, gpu: str = "h100"):
+    """Two single-kernel Nsight Compute reports of ``results/<gpu>/logs/`` side by side
+    (:func:`ncu_table` of each: ``ours`` first, e.g. ``run67-ncu-simt.csv`` against cuBLAS's
+    ``run67-ncu-sgemm.csv``) and the time ratio ours / theirs, or (None, None) when absent."""
+    import pandas as pd
+    try:
+        a, b = ncu_table(ours, gpu), ncu_table(theirs, gpu)
+    except FileNotFoundError:
+        return None, None
+    table = pd.concat([a, b], axis=1)
+    return table, float(a.loc["Duration (µs)"].iloc[0] / b.loc["Duration (µs)"].iloc[0])
+
+
 def train_steps(gpu: str = "h100"):
     """The committed train_step.csv (``python -m fusedlib train-step``) as a DataFrame, or None."""
     import pandas as pd
