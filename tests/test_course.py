@@ -107,6 +107,28 @@ def test_ncu_table_reads_the_committed_report():
         course.ncu_table("no-such-report.csv")
 
 
+def test_ncu_versus_puts_two_reports_side_by_side(monkeypatch, tmp_path):
+    """The SIMT GEMM against cuBLAS SGEMM (run67): ours first, the ratio of the durations;
+    (None, None) where a report is not committed."""
+    table, ratio = course.ncu_versus("run67-ncu-simt.csv", "run67-ncu-sgemm.csv")
+    ours, cublas = table.columns
+    assert ours.startswith("simt_gemm_kernel") and "xmma_gemm" in cublas
+    assert ratio == pytest.approx(table.loc["Duration (µs)", ours] / table.loc["Duration (µs)", cublas])
+    assert 1.0 < ratio < 3.0 and table.loc["Grid Size", ours] == 512
+    assert course.ncu_versus("run67-ncu-simt.csv", "no-such-report.csv") == (None, None)
+
+
+def test_notes_table_finds_a_table_by_its_header(monkeypatch, tmp_path):
+    """The first Markdown table of NOTES.md whose header row starts with the given text, up to
+    the blank line after it; None for a missing table or missing notes."""
+    (tmp_path / "NOTES.md").write_text("text\n\n| version | a |\n|---|---|\n| v1 | 2 |\n\nmore | version\n")
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    assert course.notes_table("| version") == "| version | a |\n|---|---|\n| v1 | 2 |"
+    assert course.notes_table("| nothing") is None
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path / "absent"))
+    assert course.notes_table("| version") is None
+
+
 # ---------------------------------------------------------------- kernel sources in the notebooks
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
