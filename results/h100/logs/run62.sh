@@ -4,7 +4,8 @@
 #   PART=84        bench --fresh --ceilings --profile --problem 84
 #   PART=33        bench --profile --problem 33,39
 #   PART=sweeps    the size sweeps, then the train steps
-#   PART=notebooks the notebooks executed in place (packages from wheels carried in .whl/)
+#   PART=notebooks the notebooks executed in place (packages from wheels carried in .whl/:
+#                  notebook-wheels.sh fetches them)
 # Later parts start from the carried cache (.cache/flcache.tgz) and the committed CSVs they append to.
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
