@@ -11,7 +11,10 @@ NaN before each launch; the running buffers compared after 3 train steps (and th
 step). Every hardware path is validated: the default one of each precision (on an H100:
 fp32 on the SIMT GEMM, tf32/3xtf32 on wgmma), then the tensor-core precisions again with
 ``FUSEDLIB_GEMM_PATH=mma`` (the Ampere mainloop) on the odd shapes and v0 of 84 and 33, and
-3xtf32 at K = 16384 and K = 16383 on both tensor-core paths (fp32-class at every K).
+3xtf32 at K = 16384 and K = 16383 on both tensor-core paths (fp32-class at every K), and
+fp32 on the SIMT GEMM's 128×64 tile (the one GPUs with 64 KB of shared memory a block run)
+forced with ``FUSEDLIB_SIMT_SMALL_SMEM=1``. The persistent wgmma GEMM gives the same bits on
+grids of 1, 7 and one CTA an SM (``FUSEDLIB_WGMMA_GRID``).
 Gradients (the fused backward, check.run_grad_case): every stage, mode and precision of 84
 and 33 at small odd shapes and v0, on both tensor-core paths, and at each KernelBench shape;
 forward and backward reruns bit-identical; the sanitizer runs a backward too.
@@ -67,6 +70,12 @@ CASES += [dict(c, path=path)
                                     ("3xtf32",), ["256x16384->256", "256x16383->256"], seeds=5, device="cuda")
           for path in dict.fromkeys([_default_path("3xtf32", c["shape"])] + _other_tc_paths())
           if path != "wgmma" or parse_shape(c["shape"]).in_features % 4 == 0]  # TMA needs K % 4 == 0
+# The SIMT tile of GPUs whose blocks get less shared memory (128×64, sm_75), forced on this
+# one ($FUSEDLIB_SIMT_SMALL_SMEM=1): shapes whose grids take 128-row tiles, K aligned and odd.
+SIMT_SMALL = "simt-128x64"
+CASES += [dict(c, path=SIMT_SMALL) for c in check.iter_cases(
+    [p for p in ("84", "33") if p in PROBLEMS], algebra.STAGES, ("train", "eval"), ("fp32",),
+    ["1152x1920->1920", "1157x1001->1921"], seeds=3, device="cuda") if c["seed"] < 2 or "1001" in c["shape"]]
 # Gradients (check.run_grad_case): 84 and 33 × stages × modes × precisions at check.GRAD_SHAPES
 # (seeds 0, 1, 2: rand, randn, offset; tf32 without offset),
 # the tensor-core precisions again on the other tensor-core path, and each problem's
@@ -181,7 +190,9 @@ def _run_recorded(case: dict, monkeypatch, run, part: str) -> None:
     (``FUSEDLIB_GEMM_PATH``), record it under RECORD[part] and assert that it passed."""
     case = dict(case)
     path = case.pop("path")
-    monkeypatch.setenv(engine.ENV_VAR, path)
+    monkeypatch.setenv(engine.ENV_VAR, "simt" if path == SIMT_SMALL else path)
+    if path == SIMT_SMALL:
+        monkeypatch.setenv("FUSEDLIB_SIMT_SMALL_SMEM", "1")
     monkeypatch.setattr(check, "make_reference", _cached_reference)
     result = {**run(**case), "path": path}
     RECORD[part].append(result)
@@ -238,6 +249,36 @@ def test_reruns_are_bit_identical(problem, stage, precision):
     RECORD["determinism"].append({"problem": problem, "stage": stage, "precision": precision,
                                   "shape": str(shape), "pass": "forward", "reruns": 10, "bit_identical": same})
     assert same
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="the persistent wgmma GEMM runs on sm_90 only")
+@pytest.mark.parametrize("problem,shape", [("84", "257x1000->999"), ("33", "257x1000->999"), ("84", "84")])
+@pytest.mark.parametrize("stage,precision", [(s, p) for s in algebra.STAGES for p in TC])
+def test_persistent_grid_sizes_are_bit_identical(problem, shape, stage, precision, monkeypatch):
+    """The persistent wgmma GEMM on 1, 7 and one CTA an SM ($FUSEDLIB_WGMMA_GRID): the same
+    outputs and running buffers bit for bit after two train steps and an eval step (a static
+    tile schedule; the column merge counts tiles and adds them in row-tile order, whatever
+    CTA ran them). One CTA runs every tile: the load ring's phases across many tiles."""
+    if shape == "84" and stage in ("naive", "fold"):
+        pytest.skip("the KernelBench shape once a precision, in the statistics stages")
+    sh = PRESETS[shape] if shape in PRESETS else parse_shape(shape)
+    model = make_reference(problem, sh.in_features, sh.out_features, seed=0).cuda()
+    x = torch.randn(sh.batch, sh.in_features, device="cuda")
+    runs = []
+    for grid in ("1", "7", "0"):  # 0: the default, one CTA an SM
+        monkeypatch.setenv("FUSEDLIB_WGMMA_GRID", grid)
+        fused = fusedlib.from_reference(copy.deepcopy(model), stage=stage, precision=precision)
+        with torch.no_grad():
+            outs = [fused(x), fused(x)]
+            fused.eval()
+            outs += [fused(x), fused.bn.running_mean.clone(), fused.bn.running_var.clone()]
+        runs.append(outs)
+    same = all(torch.equal(a, b) for run in runs[1:] for a, b in zip(run, runs[0]))
+    RECORD["determinism"].append({"problem": problem, "stage": stage, "precision": precision,
+                                  "shape": str(sh), "pass": "grid 1, 7, SMs", "reruns": 3, "bit_identical": same})
+    assert same
+    assert all(torch.isfinite(t).all() for t in runs[0])
 
 
 _SANITIZE = """

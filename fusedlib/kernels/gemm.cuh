@@ -20,6 +20,13 @@ namespace fl {
 constexpr int kMinGrid = 132;  // the H100's SM count (algebra.MIN_GRID)
 constexpr int kSimtTiles[3] = {128, 64, 32};  // algebra.SIMT_TILES
 
+// $FUSEDLIB_SIMT_SMALL_SMEM=1 runs the 128×64 tile of GPUs whose blocks get less shared
+// memory (sm_75) on any GPU, so that the tests validate that path where it never runs itself.
+inline bool small_smem_forced() {
+  const char* v = std::getenv("FUSEDLIB_SIMT_SMALL_SMEM");
+  return v && v[0] == '1';
+}
+
 inline bool fills_grid(const Problem& p, int tile) { return ceil_div(p.m, tile) * ceil_div(p.n, tile) >= kMinGrid; }
 
 // Rows per statistics tile (the GEMM's block height BM) for this problem and path.
@@ -38,7 +45,7 @@ const char* launch_gemm(const Problem& p, const float* x, const float* w, float*
       if (p.precision != FP32) return "the SIMT GEMM runs fp32 only (tf32/3xtf32 need a tensor-core path)";
       switch (gemm_tile_rows(p)) {  // <BM, BN, BK, TM, TN, MIN_BLOCKS> (variants timed: run59–run61)
         case 128:
-          if (max_smem_optin() >= (int)SimtTile<128, 128, 16, 8, 8>::kSmem)
+          if (max_smem_optin() >= (int)SimtTile<128, 128, 16, 8, 8>::kSmem && !small_smem_forced())
             return launch_simt_gemm<128, 128, 16, 8, 8, 1, Epi>(p, x, w, out, st);
           return launch_simt_gemm<128, 64, 8, 8, 8, 1, Epi>(p, x, w, out, st);
         case 64: return launch_simt_gemm<64, 64, 16, 4, 4, 2, Epi>(p, x, w, out, st);
