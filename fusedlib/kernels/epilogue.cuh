@@ -11,14 +11,10 @@
 //   ColumnStatsMerge   ColumnStats, then the last tile of each column   (fused)
 //                      block merges every row tile's partials in order (Chan) into a, c
 //                      and the running buffers (tile counter + fence, no float atomics)
-// Interface: a mainloop hands each finished BM×BN tile to Epi in column chunks of width CN
-// (the whole tile on the SIMT and mma.sync paths; 32 columns on wgmma, whose persistent CTAs
-// keep their load ring live under the epilogue): Epi::chunk<BM, CN, THREADS>(p, C, scratch,
-// out, m0, n0c, tid) once a chunk (C: rows m0…, columns n0c…, row stride CN + 1), then
-// Epi::finish<BM, BN, THREADS>(p, scratch, m0, n0, tid) once a tile. THREADS threads numbered
-// tid = 0 … THREADS − 1 call both (a mainloop may keep other warps out, as the wgmma producer
-// warpgroup is); they synchronise on named barrier 1 only. scratch holds
-// scratch_floats<THREADS, CN>() floats. Specification: fusedlib/algebra.py (tile_partials, chan_merge).
+// Interface: Epi::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid), called by THREADS
+// threads numbered tid = 0 … THREADS − 1 (a mainloop may keep other warps out, as the wgmma
+// producer warpgroup is); they synchronise on named barrier 1 only. scratch holds
+// scratch_floats<THREADS, BN>() floats. Specification: fusedlib/algebra.py (tile_partials, chan_merge).
 #pragma once
 #include "common.cuh"
 
@@ -30,26 +26,12 @@ __device__ __forceinline__ void epilogue_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
 }
 
-// Scratch words an epilogue may use: a row group's partial sums (THREADS), or a chunk's
-// coefficients a, c (2·CN).
-template <int THREADS, int CN>
+// Scratch words an epilogue may use: a row group's partial sums (THREADS), or a tile's
+// coefficients a, c (2·BN); then 32 words of flags.
+template <int THREADS, int BN>
 __host__ __device__ constexpr int scratch_floats() {
-  return THREADS > 2 * CN ? THREADS : 2 * CN;
+  return (THREADS > 2 * BN ? THREADS : 2 * BN) + 32;
 }
-
-// The whole tile as one chunk (the SIMT and mma.sync mainloops).
-template <int BM, int BN, int THREADS, class Epi>
-__device__ __forceinline__ void epilogue_tile(const Problem& p, const float* C, float* scratch, float* out, int m0,
-                                              int n0, int tid) {
-  Epi::template chunk<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid);
-  Epi::template finish<BM, BN, THREADS>(p, scratch, m0, n0, tid);
-}
-
-// Epilogues with nothing to do once a tile.
-struct NoFinish {
-  template <int BM, int BN, int THREADS>
-  __device__ static void finish(const Problem&, float*, int, int, int) {}
-};
 
 enum class Store { kPlain, kBias, kAffine };
 
@@ -72,21 +54,21 @@ __device__ __forceinline__ void store_tile(const Problem& p, const float* C, flo
   }
 }
 
-struct BiasStore : NoFinish {
+struct BiasStore {
   template <int BM, int BN, int THREADS>
-  __device__ static void chunk(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
+  __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
     store_tile<BM, BN, THREADS, Store::kBias>(p, C, out, m0, n0, tid);
   }
 };
 
 // Eval mode of sums and fused: BatchNorm (running statistics), the scale and the Linear's
-// bias applied per column as V = a∘(XWᵀ) + c (eval_affine with fold_bias). Each chunk
+// bias applied per column as V = a∘(XWᵀ) + c (eval_affine with fold_bias). Each tile
 // computes its columns' a, c into shared memory from the parameters, so nothing is cached
 // between calls (a write through .data is seen at once) and no kernel runs before the GEMM.
-struct AffineStore : NoFinish {
+struct AffineStore {
   template <int BM, int BN, int THREADS>
-  __device__ static void chunk(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
+  __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
     for (int c = tid; c < BN && n0 + c < p.m; c += THREADS) {
       const Affine ac = eval_affine(p, n0 + c, true);
@@ -98,12 +80,12 @@ struct AffineStore : NoFinish {
   }
 };
 
-struct ColumnStats : NoFinish {
+struct ColumnStats {
   // Z' and the partials (mean_t, M2_t) of row tile t = m0 / BM at p.part[2t][n0 + c],
   // p.part[2t + 1][n0 + c]. R = THREADS / BN row groups each sum rows g, g + R, …; the R
   // sums of a column are added in group order (deterministic).
   template <int BM, int BN, int THREADS>
-  __device__ static void chunk(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
+  __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
     constexpr int LDC = BN + 1, R = THREADS / BN;  // threads past R·BN only store
     static_assert(THREADS >= BN, "need a thread per column");
@@ -150,18 +132,17 @@ struct ColumnStats : NoFinish {
   }
 };
 
-struct ColumnStatsMerge : ColumnStats {
-  // ColumnStats on every chunk; then, once a tile, count it on its column block's counter
-  // (fence first). The last tile of the column block resets the counter to zero for the next
-  // call (the host keeps the counters between calls: fusedlib/kernels/torch_op.cuh), merges
-  // all row tiles in order 0, 1, … (Chan) and finalizes the BatchNorm coefficients and running
-  // buffers. The counter counts tiles, not blocks, and nothing waits on it: any grid size (a
-  // persistent grid included) gives the same bits. The flag reuses scratch word 0, which no
-  // chunk reads any more.
+struct ColumnStatsMerge {
+  // ColumnStats, then count this tile on its column block's counter (fence first); the
+  // last tile of the column block resets the counter to zero for the next call (the host
+  // keeps the counters between calls: fusedlib/kernels/torch_op.cuh), merges all row tiles
+  // in order 0, 1, … (Chan) and finalizes the BatchNorm coefficients and running buffers.
   template <int BM, int BN, int THREADS>
-  __device__ static void finish(const Problem& p, float* scratch, int m0, int n0, int tid) {
+  __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
+                               int tid) {
+    ColumnStats::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid);
     const int col_block = n0 / BN, row_tiles = ceil_div(p.n, BM), cols = min(BN, p.m - n0);
-    int* is_last = reinterpret_cast<int*>(scratch);
+    int* is_last = reinterpret_cast<int*>(scratch + scratch_floats<THREADS, BN>() - 32);
     __threadfence();  // this tile's partials visible device-wide before it is counted
     epilogue_sync<THREADS>();
     if (tid == 0) {
@@ -169,9 +150,7 @@ struct ColumnStatsMerge : ColumnStats {
       if (*is_last) p.counters[col_block] = 0;  // every tile of the block has counted
     }
     epilogue_sync<THREADS>();
-    const bool last = *is_last;
-    epilogue_sync<THREADS>();  // the flag is read before the next tile's chunks reuse the scratch
-    if (!last) return;
+    if (!*is_last) return;
     __threadfence();
     for (int cc = tid; cc < cols; cc += THREADS) {
       const Moments mo = merge_column_partials(p, n0 + cc, BM);
@@ -180,10 +159,10 @@ struct ColumnStatsMerge : ColumnStats {
   }
 };
 
-// Shared memory an epilogue needs: the C tile (or chunk) of CN columns and the scratch words.
-template <int BM, int CN, int THREADS>
+// Shared memory an epilogue needs beside nothing else: the C tile and the scratch words.
+template <int BM, int BN, int THREADS>
 constexpr size_t epilogue_smem_bytes() {
-  return ((size_t)BM * (CN + 1) + scratch_floats<THREADS, CN>()) * sizeof(float);
+  return ((size_t)BM * (BN + 1) + scratch_floats<THREADS, BN>()) * sizeof(float);
 }
 
 }  // namespace fl

@@ -136,7 +136,7 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
     for (int j = 0; j < TN; ++j)
       C[((i / 4) * (BM / QM) + 4 * ty + i % 4) * LDC + (j / 4) * (BN / QN) + 4 * tx + j % 4] = acc[i][j];
   __syncthreads();
-  epilogue_tile<BM, BN, THREADS, Epi>(p, C, smem + BM * LDC, out, m0, n0, tid);
+  Epi::template apply<BM, BN, THREADS>(p, C, smem + BM * LDC, out, m0, n0, tid);
 }
 
 template <int BM, int BN, int BK, int TM, int TN, int MIN_BLOCKS, class Epi>

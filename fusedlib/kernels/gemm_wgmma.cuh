@@ -1,19 +1,16 @@
 // TMA + wgmma mainloop (sm_90a: H100, H200): out(N×M) = X Wᵀ on TF32 tensor cores.
-// wgmma m64nBNk8 fed by TMA bulk tensor copies into a 4-stage shared-memory ring on
+// wgmma m64nBNk8 fed by TMA bulk tensor copies into a 4- or 5-stage shared-memory ring on
 // mbarriers; warp-specialized: one producer warpgroup (one thread issues the copies), two
 // consumer warpgroups of 64 rows each; 128×BN block tile, grouped raster order.
 //  * tf32: BN = 256, one pass over K; the tensor cores read the top 19 bits of the fp32 words.
 //  * 3xtf32: X = Xb + Xs split into TF32 parts by split_tf32_kernel (W's parts too, unless
 //    the caller passed them cached: p.split_w = 0), then the same kernel with BN = 168 over three K segments Xb·Wb, Xs·Wb,
 //    Xb·Ws, with promoted accumulation (fp32-class at any K).
-// Persistent CTAs (one an SM) run the tiles in turn; the consumers stage the accumulators in
-// a shared-memory chunk of 32 columns at a time and run the epilogue Epi on it while the
-// producer already loads the next tile. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
+// The consumers stage the accumulators in the shared-memory C tile (over the drained ring)
+// and run the epilogue Epi. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
 // fusedlib/engine.py picks another path otherwise. Other targets compile an empty body.
 #pragma once
 #include <cudaTypedefs.h>  // CUtensorMap and the cuTensorMapEncodeTiled signature (no -lcuda)
-
-#include <cstdlib>
 
 #include "epilogue.cuh"
 
@@ -29,21 +26,16 @@ constexpr int kWgBM = 128, kWgBK = 32, kWgThreads = 384, kWgGroup = 16;
 constexpr int kPromoteStages = 4;  // 3xTF32: promote every 4 K steps (128 products)
 constexpr int kSplitBN = 168;      // 3xTF32 tile width: 84 window + 84 promoted accumulators a thread
 
-// Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), as many
-// pipeline stages as fit in 192 KB (4 for BN = 256, 5 for 168), then the epilogue's chunk
-// buffer (128 × 32 or 24 columns) and scratch (the ring stays live: the producer loads the next tile under the
-// epilogue), then the mbarriers.
-// Epilogue chunk width: the widest multiple of 8 up to 32 columns that divides BN.
-constexpr int wg_chunk(int bn) { return bn % 32 == 0 ? 32 : bn % 24 == 0 ? 24 : bn % 16 == 0 ? 16 : 8; }
-
+// Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), and as
+// many pipeline stages as fit in 192 KB (4 for BN = 256, 5 for 168).
 template <int BN>
 struct WgTile {
   static constexpr uint32_t kABytes = kWgBM * kWgBK * 4, kBBytes = BN * kWgBK * 4;
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;
-  static constexpr int kStages = (192 * 1024) / kStageBytes, kChunk = wg_chunk(BN);
-  static constexpr size_t kBarrierOffset = (size_t)kStages * kStageBytes + epilogue_smem_bytes<kWgBM, kChunk, 256>();
-  static constexpr size_t kSmem = 1024 + kBarrierOffset + 2 * kStages * sizeof(uint64_t);
-  static_assert(BN % kChunk == 0 && kBarrierOffset % 8 == 0, "whole chunks; aligned mbarriers");
+  static constexpr int kStages = (192 * 1024) / kStageBytes;
+  static constexpr size_t kSmem = 1024 + (size_t)kStages * kStageBytes + 2 * kStages * sizeof(uint64_t);
+  static_assert(epilogue_smem_bytes<kWgBM, BN, 256>() <= (size_t)kStages * kStageBytes,
+                "the epilogue's C tile and scratch overlay the drained ring");
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) { return (uint32_t)__cvta_generic_to_shared(ptr); }
@@ -110,27 +102,6 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[128], uint64_t desc_a, uin
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-__device__ __forceinline__ void wgmma_tf32(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n192k8
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
-      "%96, %97, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
 __device__ __forceinline__ void wgmma_tf32(float (&d)[84], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n168k8
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %86, 0;\n"
@@ -153,22 +124,9 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[84], uint64_t desc_a, uint
 }
 #endif  // FL_WGMMA_ENABLED
 
-// Tile t of the grouped raster: kWgGroup row tiles share each column tile in turn, so the
-// tiles running at once reuse W's column blocks and X's row blocks from L2.
-__device__ __forceinline__ void wg_tile_origin(int t, int row_tiles, int col_tiles, int bn, int& m0, int& n0) {
-  const int per_group = kWgGroup * col_tiles, group = t / per_group;
-  const int first_row = group * kWgGroup, rows_in_group = min(kWgGroup, row_tiles - first_row);
-  m0 = (first_row + (t % per_group) % rows_in_group) * kWgBM;
-  n0 = ((t % per_group) / rows_in_group) * bn;
-}
-
-// Persistent: a CTA (one an SM) runs tiles t = blockIdx.x, blockIdx.x + gridDim.x, … (a static
-// schedule, as CUTLASS's PersistentTileSchedulerSm90). Warpgroup 0 produces (one thread issues
-// the TMA copies), warpgroups 1 and 2 consume 64 rows each. full[s]: stage s landed; empty[s]:
-// both consumer warpgroups are done reading it. One step counter `it` runs across the CTA's
-// tiles, so producer and consumers agree on every stage's parity; the producer loads the next
-// tile while the consumers run this tile's epilogue. Segments: A = (seg == 1 ? a1 : a0),
-// B = (seg == 2 ? b1 : b0).
+// One CTA = one 128×BN tile of Z'. Warpgroup 0 produces (one thread issues the TMA copies),
+// warpgroups 1 and 2 consume 64 rows each. full[s]: stage s landed; empty[s]: both consumer
+// warpgroups are done reading it. Segments: A = (seg == 1 ? a1 : a0), B = (seg == 2 ? b1 : b0).
 // PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each
 // window of kPromoteStages K steps (128 products) is accumulated from zero and then added into
 // a separate fp32 accumulator (round-to-nearest FADD): 3xTF32 stays fp32-class for any K.
@@ -179,14 +137,19 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
                    const __grid_constant__ CUtensorMap map_b1, int segments) {
 #if FL_WGMMA_ENABLED
   using T = WgTile<BN>;
-  constexpr int ST = T::kStages, NACC = BN / 2, CN = T::kChunk;
+  constexpr int ST = T::kStages, NACC = BN / 2;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  float* C = reinterpret_cast<float*>(smem + ST * T::kStageBytes);  // one 128×CN chunk, row stride CN + 1
-  float* scratch = C + kWgBM * (CN + 1);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarrierOffset);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + ST * T::kStageBytes);
   uint64_t* empty = full + ST;
-  const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN), tiles = row_tiles * col_tiles;
+  const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN);
+  // Grouped raster: kWgGroup row tiles share each column tile in turn, so a wave of CTAs
+  // reuses W's column blocks and X's row blocks from L2.
+  const int per_group = kWgGroup * col_tiles, group = blockIdx.x / per_group;
+  const int first_row = group * kWgGroup, rows_in_group = min(kWgGroup, row_tiles - first_row);
+  const int rt = first_row + (blockIdx.x % per_group) % rows_in_group;
+  const int ct = (blockIdx.x % per_group) / rows_in_group;
+  const int m0 = rt * kWgBM, n0 = ct * BN;
   const int KT = ceil_div(p.k, kWgBK), total = segments * KT;
   const int wg = threadIdx.x / 128;
 
@@ -203,92 +166,76 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   if (wg == 0) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (threadIdx.x == 0) {
-      int it = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        int m0, n0;
-        wg_tile_origin(tile, row_tiles, col_tiles, BN, m0, n0);
-        for (int kt = 0; kt < total; ++kt, ++it) {
-          const int s = it % ST, seg = kt / KT, k0 = (kt % KT) * kWgBK;
-          if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
-          uint8_t* st = smem + s * T::kStageBytes;
-          mbar_expect_tx(full + s, T::kStageBytes);
-          tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
-          tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
-        }
+      for (int it = 0; it < total; ++it) {
+        const int s = it % ST, seg = it / KT, k0 = (it % KT) * kWgBK;
+        if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
+        uint8_t* st = smem + s * T::kStageBytes;
+        mbar_expect_tx(full + s, T::kStageBytes);
+        tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
+        tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
       }
     }
   } else {  // consumers: warpgroup 1 → rows 0..63, warpgroup 2 → rows 64..127
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    const int cw = wg - 1, tid = threadIdx.x - 128;
+    float d[NACC], acc[PROMOTE ? NACC : 1];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) d[i] = 0.f;  // K = 0 leaves the first product unissued
+#pragma unroll
+    for (int i = 0; i < (PROMOTE ? NACC : 1); ++i) acc[i] = 0.f;
+    const int cw = wg - 1;
     const bool leader = threadIdx.x % 128 == 0;
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = (threadIdx.x % 128) >> 5;
-    const int r = cw * 64 + warp * 16 + g;  // the thread's accumulator rows r and r + 8
-    int it = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      float d[NACC], acc[PROMOTE ? NACC : 1];
+    bool prev_released = true;  // stage it − 1's buffers already handed back to the producer
+    for (int it = 0; it < total; ++it) {
+      const int s = it % ST;
+      mbar_wait(full + s, (it / ST) & 1);
+      const uint8_t* a = smem + s * T::kStageBytes + cw * 64 * 128;
+      const uint8_t* b = smem + s * T::kStageBytes + T::kABytes;
+      // A promotion window starts from zero: its first product overwrites d (scale-d = 0).
+      const bool fresh = PROMOTE ? it % kPromoteStages == 0 : it == 0;
+      wgmma_fence();
 #pragma unroll
-      for (int i = 0; i < NACC; ++i) d[i] = 0.f;  // K = 0 leaves the first product unissued
+      for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
+        wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
+      wgmma_commit();
+      if (PROMOTE && (it % kPromoteStages == kPromoteStages - 1 || it == total - 1)) {
+        wgmma_wait<0>();  // the window's products are done: add them in with round-to-nearest
 #pragma unroll
-      for (int i = 0; i < (PROMOTE ? NACC : 1); ++i) acc[i] = 0.f;
-      bool prev_released = true;  // step it − 1's stage already handed back to the producer
-      for (int kt = 0; kt < total; ++kt, ++it) {
-        const int s = it % ST;
-        mbar_wait(full + s, (it / ST) & 1);
-        const uint8_t* a = smem + s * T::kStageBytes + cw * 64 * 128;
-        const uint8_t* b = smem + s * T::kStageBytes + T::kABytes;
-        // A promotion window starts from zero: its first product overwrites d (scale-d = 0).
-        const bool fresh = PROMOTE ? kt % kPromoteStages == 0 : kt == 0;
-        wgmma_fence();
+        for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+        if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
+        if (leader) mbar_arrive(empty + s);
+        prev_released = true;
 #pragma unroll
-        for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
-          wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
-        wgmma_commit();
-        if (PROMOTE && (kt % kPromoteStages == kPromoteStages - 1 || kt == total - 1)) {
-          wgmma_wait<0>();  // the window's products are done: add them in with round-to-nearest
-#pragma unroll
-          for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
-          if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
-          if (leader) mbar_arrive(empty + s);
-          prev_released = true;
-#pragma unroll
-          for (int i = 0; i < NACC; ++i) acc[i] += d[i];
-        } else {
-          wgmma_wait<1>();  // the previous step's products are done: release its stage
-          if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
-          prev_released = false;
-        }
+        for (int i = 0; i < NACC; ++i) acc[i] += d[i];
+      } else {
+        wgmma_wait<1>();  // the previous stage's products are done: release its buffers
+        if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
+        prev_released = false;
       }
-      wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
-      if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);  // the tile's last stage
-      if (PROMOTE) {
-#pragma unroll
-        for (int i = 0; i < NACC; ++i) d[i] = acc[i];
-      }
-      int m0, n0;  // (not needed by the mainloop: two registers fewer under the accumulators)
-      wg_tile_origin(tile, row_tiles, col_tiles, BN, m0, n0);
-      // The epilogue, chunk by chunk, while the producer already loads the next tile:
-      // accumulators to the chunk buffer (thread rows r, r + 8, columns 8j + 2t, 8j + 2t + 1,
-      // as mma.sync m16n8), then Epi on the chunk; a barrier first, as the previous chunk's
-      // epilogue may still read C and the scratch.
-#pragma unroll
-      for (int q = 0; q < BN / CN; ++q) {
-        if (n0 + q * CN >= p.m) break;  // the same for every thread: no barrier is skipped by some
-        epilogue_sync<256>();
-#pragma unroll
-        for (int jj = 0; jj < CN / 8; ++jj) {
-          const int j = q * (CN / 8) + jj, c = 8 * jj + 2 * t;
-          C[r * (CN + 1) + c] = d[4 * j];
-          C[r * (CN + 1) + c + 1] = d[4 * j + 1];
-          C[(r + 8) * (CN + 1) + c] = d[4 * j + 2];
-          C[(r + 8) * (CN + 1) + c + 1] = d[4 * j + 3];
-        }
-        epilogue_sync<256>();
-        Epi::template chunk<kWgBM, CN, 256>(p, C, scratch, out, m0, n0 + q * CN, tid);
-      }
-      Epi::template finish<kWgBM, BN, 256>(p, scratch, m0, n0, tid);
     }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    if (PROMOTE) {
+#pragma unroll
+      for (int i = 0; i < NACC; ++i) d[i] = acc[i];
+    }
+    // Accumulators to the C tile: thread rows r, r + 8, columns 8j + 2t, 8j + 2t + 1 (as
+    // mma.sync m16n8), once both consumer warpgroups are done reading the ring it overlays.
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = (threadIdx.x % 128) >> 5;
+    const int r = cw * 64 + warp * 16 + g;
+    constexpr int LDC = BN + 1;
+    float* C = reinterpret_cast<float*>(smem);
+    epilogue_sync<256>();
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int c = 8 * j + 2 * t;
+      C[r * LDC + c] = d[4 * j];
+      C[r * LDC + c + 1] = d[4 * j + 1];
+      C[(r + 8) * LDC + c] = d[4 * j + 2];
+      C[(r + 8) * LDC + c + 1] = d[4 * j + 3];
+    }
+    epilogue_sync<256>();
+    Epi::template apply<kWgBM, BN, 256>(p, C, C + kWgBM * LDC, out, m0, n0, threadIdx.x - 128);
   }
 #endif
 }
@@ -329,15 +276,6 @@ inline bool wgmma_applicable(const Problem& p, const float* x, const float* w) {
   return aligned && (p.precision == TF32 || (p.precision == TF32X3 && p.xsplit && p.wsplit));
 }
 
-// CTAs of a persistent launch: one an SM, at most one a tile. $FUSEDLIB_WGMMA_GRID=G caps it
-// at G (tests: every grid size must give the same bits, as the schedule and the merge order
-// do not depend on it).
-inline int persistent_grid(int tiles) {
-  const char* cap = std::getenv("FUSEDLIB_WGMMA_GRID");
-  const int limit = cap && std::atoi(cap) > 0 ? std::atoi(cap) : sm_count();
-  return tiles < limit ? tiles : limit;
-}
-
 template <class Epi>
 const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
   if (!wgmma_applicable(p, x, w))
@@ -349,7 +287,7 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
     if ((err = encode_map(&a0, x, p.n, p.k, kWgBM)) || (err = encode_map(&b0, w, p.m, p.k, 256))) return err;
     auto kernel = wgmma_gemm_kernel<256, false, Epi>;
     FL_OPT_IN_SMEM(kernel, WgTile<256>::kSmem);
-    kernel<<<persistent_grid(ceil_div(p.n, kWgBM) * ceil_div(p.m, 256)), kWgThreads, WgTile<256>::kSmem, st>>>(p, out, a0, b0, a0, b0, 1);
+    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, 256), kWgThreads, WgTile<256>::kSmem, st>>>(p, out, a0, b0, a0, b0, 1);
     FL_CHECK_LAUNCH();
     return nullptr;
   }
@@ -365,7 +303,7 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
     return err;
   auto kernel = wgmma_gemm_kernel<kSplitBN, true, Epi>;
   FL_OPT_IN_SMEM(kernel, WgTile<kSplitBN>::kSmem);
-  kernel<<<persistent_grid(ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitBN)), kWgThreads, WgTile<kSplitBN>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
+  kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitBN), kWgThreads, WgTile<kSplitBN>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
