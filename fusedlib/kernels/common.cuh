@@ -94,6 +94,18 @@ inline int max_smem_optin() {
   return v;
 }
 
+// Streaming multiprocessors of the current device (asked once per device).
+inline int sm_count() {
+  static int cached[64] = {0};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+  if (dev < 64 && cached[dev]) return cached[dev];
+  int v = 1;
+  cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+  if (dev < 64) cached[dev] = v;
+  return v;
+}
+
 __device__ __forceinline__ float scale_at(const Problem& p, int j) {
   return p.scale_len == 1 ? p.scale[0] : p.scale[j];
 }

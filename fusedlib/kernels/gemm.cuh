@@ -7,7 +7,7 @@
 //               largest of 64 and 32 (4×4 a thread) whose grid has at least kMinGrid tiles
 //               (KernelBench v0 gets 64 tiles of 32×32 instead of 4 of 128×128)
 //   PATH_MMA    tf32 / 3xtf32, mma.sync m16n8k8, sm_80 on: 128×128 tiles
-//   PATH_WGMMA  tf32 / 3xtf32, TMA + wgmma, sm_90a: 128×256 (tf32) or 128×168 (3xtf32) tiles
+//   PATH_WGMMA  tf32 / 3xtf32, TMA + wgmma, sm_90a: 128×256 (tf32) or 128×192 / 128×168 (3xtf32, per shape) tiles
 // Statistics tiles are therefore 128 rows on the tensor-core paths and 128, 64 or 32 on SIMT
 // (gemm_tile_rows; algebra.tile_rows is the same rule).
 #pragma once

@@ -4,7 +4,7 @@
 // consumer warpgroups of 64 rows each; 128×BN block tile, grouped raster order.
 //  * tf32: BN = 256, one pass over K; the tensor cores read the top 19 bits of the fp32 words.
 //  * 3xtf32: X = Xb + Xs split into TF32 parts by split_tf32_kernel (W's parts too, unless
-//    the caller passed them cached: p.split_w = 0), then the same kernel with BN = 168 over three K segments Xb·Wb, Xs·Wb,
+//    the caller passed them cached: p.split_w = 0), then the same kernel with BN = 192 or 168 over three K segments Xb·Wb, Xs·Wb,
 //    Xb·Ws, with promoted accumulation (fp32-class at any K).
 // The consumers stage the accumulators in the shared-memory C tile (over the drained ring)
 // and run the epilogue Epi. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
@@ -24,10 +24,12 @@ namespace fl {
 
 constexpr int kWgBM = 128, kWgBK = 32, kWgThreads = 384, kWgGroup = 16;
 constexpr int kPromoteStages = 4;  // 3xTF32: promote every 4 K steps (128 products)
-constexpr int kSplitBN = 168;      // 3xTF32 tile width: 84 window + 84 promoted accumulators a thread
+// 3xTF32 tile widths (window + promoted accumulators a thread: 96 + 96 or 84 + 84), chosen per
+// shape by split_tile_width.
+constexpr int kSplitWide = 192, kSplitNarrow = 168;
 
 // Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), and as
-// many pipeline stages as fit in 192 KB (4 for BN = 256, 5 for 168).
+// many pipeline stages as fit in 192 KB (4 for BN = 256 or 192, 5 for 168).
 template <int BN>
 struct WgTile {
   static constexpr uint32_t kABytes = kWgBM * kWgBK * 4, kBBytes = BN * kWgBK * 4;
@@ -100,6 +102,27 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[128], uint64_t desc_a, uin
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_tf32(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n192k8
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
+      "%96, %97, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 __device__ __forceinline__ void wgmma_tf32(float (&d)[84], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n168k8
@@ -276,6 +299,17 @@ inline bool wgmma_applicable(const Problem& p, const float* x, const float* w) {
   return aligned && (p.precision == TF32 || (p.precision == TF32X3 && p.xsplit && p.wsplit));
 }
 
+// 3xTF32 tile width for an N×M output: of 192 and 168, the one whose rounds of one tile an SM
+// cost less, ceil(tiles / SMs)·(BN + 24) (the 24: a tile's own loads and epilogue, in columns).
+// Fits the H100 measurements (results/h100/NOTES.md, run79): 168 where both widths need the
+// same rounds (1024×8192→8192: 3 · 3, 12 % faster), 192 at 16384×4096→4096 (25 · 22 rounds).
+inline int split_tile_width(int n, int m) {
+  const int sms = sm_count(), rows = ceil_div(n, kWgBM);
+  const long wide = (long)ceil_div(rows * ceil_div(m, kSplitWide), sms) * (kSplitWide + 24);
+  const long narrow = (long)ceil_div(rows * ceil_div(m, kSplitNarrow), sms) * (kSplitNarrow + 24);
+  return narrow < wide ? kSplitNarrow : kSplitWide;
+}
+
 template <class Epi>
 const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
   if (!wgmma_applicable(p, x, w))
@@ -298,12 +332,19 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
     split_tf32_kernel<<<132 * 8, 256, 0, st>>>(w, p.wsplit, p.wsplit + mk, mk);
     FL_CHECK_LAUNCH();
   }
+  const int bn = split_tile_width(p.n, p.m);
   if ((err = encode_map(&a0, p.xsplit, p.n, p.k, kWgBM)) || (err = encode_map(&a1, p.xsplit + nk, p.n, p.k, kWgBM)) ||
-      (err = encode_map(&b0, p.wsplit, p.m, p.k, kSplitBN)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, kSplitBN)))
+      (err = encode_map(&b0, p.wsplit, p.m, p.k, bn)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, bn)))
     return err;
-  auto kernel = wgmma_gemm_kernel<kSplitBN, true, Epi>;
-  FL_OPT_IN_SMEM(kernel, WgTile<kSplitBN>::kSmem);
-  kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitBN), kWgThreads, WgTile<kSplitBN>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
+  if (bn == kSplitWide) {
+    auto kernel = wgmma_gemm_kernel<kSplitWide, true, Epi>;
+    FL_OPT_IN_SMEM(kernel, WgTile<kSplitWide>::kSmem);
+    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitWide), kWgThreads, WgTile<kSplitWide>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
+  } else {
+    auto kernel = wgmma_gemm_kernel<kSplitNarrow, true, Epi>;
+    FL_OPT_IN_SMEM(kernel, WgTile<kSplitNarrow>::kSmem);
+    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitNarrow), kWgThreads, WgTile<kSplitNarrow>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
+  }
   FL_CHECK_LAUNCH();
   return nullptr;
 }
