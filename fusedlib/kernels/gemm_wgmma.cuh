@@ -6,8 +6,8 @@
 //  * 3xtf32: X = Xb + Xs split into TF32 parts by split_tf32_kernel (W's parts too, unless
 //    the caller passed them cached: p.split_w = 0), then the same kernel with BN = 192 or 168 over three K segments Xb·Wb, Xs·Wb,
 //    Xb·Ws, with promoted accumulation (fp32-class at any K).
-// The consumers stage the accumulators in the shared-memory C tile (over the drained ring)
-// and run the epilogue Epi. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
+// The consumers run the epilogue Epi from their accumulator registers (epilogue_from_fragments:
+// no C tile). Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
 // fusedlib/engine.py picks another path otherwise. Other targets compile an empty body.
 #pragma once
 #include <cudaTypedefs.h>  // CUtensorMap and the cuTensorMapEncodeTiled signature (no -lcuda)
@@ -36,8 +36,8 @@ struct WgTile {
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;
   static constexpr int kStages = (192 * 1024) / kStageBytes;
   static constexpr size_t kSmem = 1024 + (size_t)kStages * kStageBytes + 2 * kStages * sizeof(uint64_t);
-  static_assert(epilogue_smem_bytes<kWgBM, BN, 256>() <= (size_t)kStages * kStageBytes,
-                "the epilogue's C tile and scratch overlay the drained ring");
+  static_assert(fragment_smem_floats<BN>() * sizeof(float) <= (size_t)kStages * kStageBytes,
+                "the epilogue's shared memory overlays the drained ring");
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) { return (uint32_t)__cvta_generic_to_shared(ptr); }
@@ -242,23 +242,11 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 #pragma unroll
       for (int i = 0; i < NACC; ++i) d[i] = acc[i];
     }
-    // Accumulators to the C tile: thread rows r, r + 8, columns 8j + 2t, 8j + 2t + 1 (as
-    // mma.sync m16n8), once both consumer warpgroups are done reading the ring it overlays.
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = (threadIdx.x % 128) >> 5;
-    const int r = cw * 64 + warp * 16 + g;
-    constexpr int LDC = BN + 1;
-    float* C = reinterpret_cast<float*>(smem);
+    // The epilogue from the accumulator registers (m16n8 layout: warp 4·cw + warp holds rows
+    // 16·(4·cw + warp) + g and + 8), its shared memory over the ring once both consumer
+    // warpgroups are done reading it.
     epilogue_sync<256>();
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int c = 8 * j + 2 * t;
-      C[r * LDC + c] = d[4 * j];
-      C[r * LDC + c + 1] = d[4 * j + 1];
-      C[(r + 8) * LDC + c] = d[4 * j + 2];
-      C[(r + 8) * LDC + c + 1] = d[4 * j + 3];
-    }
-    epilogue_sync<256>();
-    Epi::template apply<kWgBM, BN, 256>(p, C, C + kWgBM * LDC, out, m0, n0, threadIdx.x - 128);
+    epilogue_from_fragments<BN, Epi>(p, d, reinterpret_cast<float*>(smem), out, m0, n0, threadIdx.x - 128);
   }
 #endif
 }
