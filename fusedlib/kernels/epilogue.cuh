@@ -1,8 +1,10 @@
 // GEMM epilogues: what happens to one BM×BN accumulator tile once a mainloop has finished it.
-// Every mainloop (gemm_simt.cuh, gemm_mma.cuh, gemm_wgmma.cuh) stages its accumulators in a
-// shared-memory tile C (row stride BN + 1) and hands it to the epilogue it was instantiated
-// with, so each epilogue exists once for every hardware path (CUTLASS 3's collective
-// epilogue, and its visitor trees' column reductions, at a fraction of the size):
+// Each epilogue is defined once for every hardware path (CUTLASS 3's collective epilogue, and
+// its visitor trees' column reductions, at a fraction of the size), in two forms of one
+// algorithm: the SIMT and mma.sync mainloops stage their accumulators in a shared-memory tile
+// C (row stride BN + 1) and call Epi::apply on it; the wgmma mainloop runs it straight from its
+// accumulator registers (epilogue_from_fragments, driven by Epi::kStore, kStats, kMerge: no
+// C tile, so a persistent CTA keeps its load ring live under the epilogue):
 //   BiasStore          out = C + bias                                   (naive, fold)
 //   AffineStore        out = a∘C + c, a and c of the tile's columns     (sums, fused: eval)
 //                      from the running buffers, γ, β, s and the bias
@@ -11,7 +13,7 @@
 //   ColumnStatsMerge   ColumnStats, then the last tile of each column   (fused)
 //                      block merges every row tile's partials in order (Chan) into a, c
 //                      and the running buffers (tile counter + fence, no float atomics)
-// Interface: Epi::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid), called by THREADS
+// Interface (C-tile form): Epi::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid), called by THREADS
 // threads numbered tid = 0 … THREADS − 1 (a mainloop may keep other warps out, as the wgmma
 // producer warpgroup is); they synchronise on named barrier 1 only. scratch holds
 // scratch_floats<THREADS, BN>() floats. Specification: fusedlib/algebra.py (tile_partials, chan_merge).
@@ -257,7 +259,7 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, const 
     if (ok0) store_pair(row0 + c, v0, v1, c, cols, pairs);
     if (ok1) store_pair(row1 + c, v2, v3, c, cols, pairs);
   }
-  if (!Epi::kStats) return;
+  if constexpr (Epi::kStats) {
   float s[V];
 #pragma unroll
   for (int pass = 0; pass < 2; ++pass) {  // 0: Σz → mean_t; 1: Σ(z − mean_t)² → M2_t
@@ -294,6 +296,7 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, const 
     }
   }
   if (Epi::kMerge) count_and_merge<BM, BN, THREADS>(p, flag, n0, tid);
+  }
 }
 
 // Shared memory an epilogue needs beside nothing else: the C tile and the scratch words.

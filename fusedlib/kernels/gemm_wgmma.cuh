@@ -6,11 +6,14 @@
 //  * 3xtf32: X = Xb + Xs split into TF32 parts by split_tf32_kernel (W's parts too, unless
 //    the caller passed them cached: p.split_w = 0), then the same kernel with BN = 192 or 168 over three K segments Xb·Wb, Xs·Wb,
 //    Xb·Ws, with promoted accumulation (fp32-class at any K).
-// The consumers run the epilogue Epi from their accumulator registers (epilogue_from_fragments:
-// no C tile). Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
+// Persistent CTAs (one an SM) run the tiles in turn; the consumers run the epilogue Epi from
+// their accumulator registers (epilogue_from_fragments: no C tile) while the producer already
+// loads the next tile. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
 // fusedlib/engine.py picks another path otherwise. Other targets compile an empty body.
 #pragma once
 #include <cudaTypedefs.h>  // CUtensorMap and the cuTensorMapEncodeTiled signature (no -lcuda)
+
+#include <cstdlib>
 
 #include "epilogue.cuh"
 
@@ -28,16 +31,17 @@ constexpr int kPromoteStages = 4;  // 3xTF32: promote every 4 K steps (128 produ
 // shape by split_tile_width.
 constexpr int kSplitWide = 192, kSplitNarrow = 168;
 
-// Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), and as
-// many pipeline stages as fit in 192 KB (4 for BN = 256 or 192, 5 for 168).
+// Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), as many
+// pipeline stages as fit in 192 KB, then the epilogue's shared memory and the mbarriers (4 for BN = 256 or 192, 5 for 168).
 template <int BN>
 struct WgTile {
   static constexpr uint32_t kABytes = kWgBM * kWgBK * 4, kBBytes = BN * kWgBK * 4;
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;
   static constexpr int kStages = (192 * 1024) / kStageBytes;
-  static constexpr size_t kSmem = 1024 + (size_t)kStages * kStageBytes + 2 * kStages * sizeof(uint64_t);
-  static_assert(fragment_smem_floats<BN>() * sizeof(float) <= (size_t)kStages * kStageBytes,
-                "the epilogue's shared memory overlays the drained ring");
+  static constexpr size_t kEpilogueOffset = (size_t)kStages * kStageBytes;  // beside the live ring
+  static constexpr size_t kBarrierOffset = kEpilogueOffset + fragment_smem_floats<BN>() * sizeof(float);
+  static constexpr size_t kSmem = 1024 + kBarrierOffset + 2 * kStages * sizeof(uint64_t);
+  static_assert(kBarrierOffset % 8 == 0 && kSmem <= 232448, "aligned mbarriers; within sm_90's 227 KB");
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) { return (uint32_t)__cvta_generic_to_shared(ptr); }
@@ -147,9 +151,27 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[84], uint64_t desc_a, uint
 }
 #endif  // FL_WGMMA_ENABLED
 
-// One CTA = one 128×BN tile of Z'. Warpgroup 0 produces (one thread issues the TMA copies),
-// warpgroups 1 and 2 consume 64 rows each. full[s]: stage s landed; empty[s]: both consumer
-// warpgroups are done reading it. Segments: A = (seg == 1 ? a1 : a0), B = (seg == 2 ? b1 : b0).
+// Whether a tile width runs persistent CTAs: all but the 192-wide 3xTF32 tile, whose 192
+// accumulators a thread leave no registers for a tile loop's state (ptxas spills); it runs
+// one CTA a tile, as the launch's grid says.
+__host__ __device__ constexpr bool wg_persistent(int bn, bool promote) { return !(promote && bn == 192); }
+
+// Tile t of the grouped raster: kWgGroup row tiles share each column tile in turn, so the
+// tiles running at once reuse W's column blocks and X's row blocks from L2.
+__device__ __forceinline__ void wg_tile_origin(int t, int row_tiles, int col_tiles, int bn, int& m0, int& n0) {
+  const int per_group = kWgGroup * col_tiles, group = t / per_group;
+  const int first_row = group * kWgGroup, rows_in_group = min(kWgGroup, row_tiles - first_row);
+  m0 = (first_row + (t % per_group) % rows_in_group) * kWgBM;
+  n0 = ((t % per_group) / rows_in_group) * bn;
+}
+
+// Persistent: a CTA (one an SM) runs tiles t = blockIdx.x, blockIdx.x + gridDim.x, … (a static
+// schedule, as CUTLASS's PersistentTileSchedulerSm90). Warpgroup 0 produces (one thread issues
+// the TMA copies), warpgroups 1 and 2 consume 64 rows each. full[s]: stage s landed; empty[s]:
+// both consumer warpgroups are done reading it. One step counter `it` runs across the CTA's
+// tiles, so producer and consumers agree on every stage's parity; the producer loads the next
+// tile while the consumers run this tile's epilogue (from their registers, with its own shared
+// memory beside the ring). Segments: A = (seg == 1 ? a1 : a0), B = (seg == 2 ? b1 : b0).
 // PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each
 // window of kPromoteStages K steps (128 products) is accumulated from zero and then added into
 // a separate fp32 accumulator (round-to-nearest FADD): 3xTF32 stays fp32-class for any K.
@@ -163,16 +185,10 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   constexpr int ST = T::kStages, NACC = BN / 2;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + ST * T::kStageBytes);
+  float* epi = reinterpret_cast<float*>(smem + T::kEpilogueOffset);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarrierOffset);
   uint64_t* empty = full + ST;
-  const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN);
-  // Grouped raster: kWgGroup row tiles share each column tile in turn, so a wave of CTAs
-  // reuses W's column blocks and X's row blocks from L2.
-  const int per_group = kWgGroup * col_tiles, group = blockIdx.x / per_group;
-  const int first_row = group * kWgGroup, rows_in_group = min(kWgGroup, row_tiles - first_row);
-  const int rt = first_row + (blockIdx.x % per_group) % rows_in_group;
-  const int ct = (blockIdx.x % per_group) / rows_in_group;
-  const int m0 = rt * kWgBM, n0 = ct * BN;
+  const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN), tiles = row_tiles * col_tiles;
   const int KT = ceil_div(p.k, kWgBK), total = segments * KT;
   const int wg = threadIdx.x / 128;
 
@@ -189,64 +205,77 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   if (wg == 0) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (threadIdx.x == 0) {
-      for (int it = 0; it < total; ++it) {
-        const int s = it % ST, seg = it / KT, k0 = (it % KT) * kWgBK;
-        if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
-        uint8_t* st = smem + s * T::kStageBytes;
-        mbar_expect_tx(full + s, T::kStageBytes);
-        tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
-        tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
+      int it = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int m0, n0;
+        wg_tile_origin(tile, row_tiles, col_tiles, BN, m0, n0);
+        for (int kt = 0; kt < total; ++kt, ++it) {
+          const int s = it % ST, seg = kt / KT, k0 = (kt % KT) * kWgBK;
+          if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
+          uint8_t* st = smem + s * T::kStageBytes;
+          mbar_expect_tx(full + s, T::kStageBytes);
+          tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
+          tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
+        }
+        if (!wg_persistent(BN, PROMOTE)) break;
       }
     }
   } else {  // consumers: warpgroup 1 → rows 0..63, warpgroup 2 → rows 64..127
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    float d[NACC], acc[PROMOTE ? NACC : 1];
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) d[i] = 0.f;  // K = 0 leaves the first product unissued
-#pragma unroll
-    for (int i = 0; i < (PROMOTE ? NACC : 1); ++i) acc[i] = 0.f;
     const int cw = wg - 1;
     const bool leader = threadIdx.x % 128 == 0;
-    bool prev_released = true;  // stage it − 1's buffers already handed back to the producer
-    for (int it = 0; it < total; ++it) {
-      const int s = it % ST;
-      mbar_wait(full + s, (it / ST) & 1);
-      const uint8_t* a = smem + s * T::kStageBytes + cw * 64 * 128;
-      const uint8_t* b = smem + s * T::kStageBytes + T::kABytes;
-      // A promotion window starts from zero: its first product overwrites d (scale-d = 0).
-      const bool fresh = PROMOTE ? it % kPromoteStages == 0 : it == 0;
-      wgmma_fence();
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      float d[NACC], acc[PROMOTE ? NACC : 1];
 #pragma unroll
-      for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
-        wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
-      wgmma_commit();
-      if (PROMOTE && (it % kPromoteStages == kPromoteStages - 1 || it == total - 1)) {
-        wgmma_wait<0>();  // the window's products are done: add them in with round-to-nearest
+      for (int i = 0; i < NACC; ++i) d[i] = 0.f;  // K = 0 leaves the first product unissued
 #pragma unroll
-        for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
-        if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
-        if (leader) mbar_arrive(empty + s);
-        prev_released = true;
+      for (int i = 0; i < (PROMOTE ? NACC : 1); ++i) acc[i] = 0.f;
+      bool prev_released = true;  // step it − 1's stage already handed back to the producer
+      for (int kt = 0; kt < total; ++kt, ++it) {
+        const int s = it % ST;
+        mbar_wait(full + s, (it / ST) & 1);
+        const uint8_t* a = smem + s * T::kStageBytes + cw * 64 * 128;
+        const uint8_t* b = smem + s * T::kStageBytes + T::kABytes;
+        // A promotion window starts from zero: its first product overwrites d (scale-d = 0).
+        const bool fresh = PROMOTE ? kt % kPromoteStages == 0 : kt == 0;
+        wgmma_fence();
 #pragma unroll
-        for (int i = 0; i < NACC; ++i) acc[i] += d[i];
-      } else {
-        wgmma_wait<1>();  // the previous stage's products are done: release its buffers
-        if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
-        prev_released = false;
+        for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
+          wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
+        wgmma_commit();
+        if (PROMOTE && (kt % kPromoteStages == kPromoteStages - 1 || kt == total - 1)) {
+          wgmma_wait<0>();  // the window's products are done: add them in with round-to-nearest
+#pragma unroll
+          for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+          if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
+          if (leader) mbar_arrive(empty + s);
+          prev_released = true;
+#pragma unroll
+          for (int i = 0; i < NACC; ++i) acc[i] += d[i];
+        } else {
+          wgmma_wait<1>();  // the previous step's products are done: release its stage
+          if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
+          prev_released = false;
+        }
       }
-    }
-    wgmma_wait<0>();
+      wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
-    if (PROMOTE) {
+      for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+      if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);  // the tile's last stage
+      if (PROMOTE) {
 #pragma unroll
-      for (int i = 0; i < NACC; ++i) d[i] = acc[i];
+        for (int i = 0; i < NACC; ++i) d[i] = acc[i];
+      }
+      int m0, n0;  // (not needed by the mainloop: two registers fewer under the accumulators)
+      wg_tile_origin(tile, row_tiles, col_tiles, BN, m0, n0);
+      // The epilogue from the accumulator registers (m16n8 layout: warp 4·cw + warp holds rows
+      // 16·(4·cw + warp) + g and + 8); the barrier keeps the previous tile's epilogue reads of
+      // its shared memory before this one's writes.
+      epilogue_sync<256>();
+      epilogue_from_fragments<BN, Epi>(p, d, epi, out, m0, n0, threadIdx.x - 128);
+      if (!wg_persistent(BN, PROMOTE)) break;  // one tile a CTA
     }
-    // The epilogue from the accumulator registers (m16n8 layout: warp 4·cw + warp holds rows
-    // 16·(4·cw + warp) + g and + 8), its shared memory over the ring once both consumer
-    // warpgroups are done reading it.
-    epilogue_sync<256>();
-    epilogue_from_fragments<BN, Epi>(p, d, reinterpret_cast<float*>(smem), out, m0, n0, threadIdx.x - 128);
   }
 #endif
 }
@@ -298,6 +327,15 @@ inline int split_tile_width(int n, int m) {
   return narrow < wide ? kSplitNarrow : kSplitWide;
 }
 
+// CTAs of a persistent launch: one an SM, at most one a tile. $FUSEDLIB_WGMMA_GRID=G caps it
+// at G (tests: every grid size must give the same bits, as the schedule and the merge order
+// do not depend on it; G ≥ tiles: one CTA a tile).
+inline int persistent_grid(int tiles) {
+  const char* cap = std::getenv("FUSEDLIB_WGMMA_GRID");
+  const int limit = cap && std::atoi(cap) > 0 ? std::atoi(cap) : sm_count();
+  return tiles < limit ? tiles : limit;
+}
+
 template <class Epi>
 const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
   if (!wgmma_applicable(p, x, w))
@@ -309,7 +347,7 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
     if ((err = encode_map(&a0, x, p.n, p.k, kWgBM)) || (err = encode_map(&b0, w, p.m, p.k, 256))) return err;
     auto kernel = wgmma_gemm_kernel<256, false, Epi>;
     FL_OPT_IN_SMEM(kernel, WgTile<256>::kSmem);
-    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, 256), kWgThreads, WgTile<256>::kSmem, st>>>(p, out, a0, b0, a0, b0, 1);
+    kernel<<<persistent_grid(ceil_div(p.n, kWgBM) * ceil_div(p.m, 256)), kWgThreads, WgTile<256>::kSmem, st>>>(p, out, a0, b0, a0, b0, 1);
     FL_CHECK_LAUNCH();
     return nullptr;
   }
@@ -331,7 +369,7 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   } else {
     auto kernel = wgmma_gemm_kernel<kSplitNarrow, true, Epi>;
     FL_OPT_IN_SMEM(kernel, WgTile<kSplitNarrow>::kSmem);
-    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitNarrow), kWgThreads, WgTile<kSplitNarrow>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
+    kernel<<<persistent_grid(ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitNarrow)), kWgThreads, WgTile<kSplitNarrow>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
   }
   FL_CHECK_LAUNCH();
   return nullptr;
