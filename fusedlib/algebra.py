@@ -404,6 +404,59 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
     return y
 
 
+# --------------------------------------------------------------------------- centred train forward
+
+def centred_matmul_nt(x: torch.Tensor, weight: torch.Tensor,
+                      precision: str = "fp32") -> tuple[torch.Tensor, torch.Tensor]:
+    """Z' = X Wᵀ split as Zc + μ for a train-mode forward, from one GEMM over the (N + 1)×K
+    operand [X − x̄; x̄] (x̄ = the column means of X): rows 0…N−1 give Zc = (X − x̄)Wᵀ, row N gives
+    μ = x̄Wᵀ, the batch mean of Z'. BatchNorm needs Z' − mean(Z') = Zc − mean(Zc) and var(Zc):
+    the offset |x̄| no longer cancels inside the GEMM's sums (inputs with column |mean|/std ≈ 1e3:
+    error of Zc − mean(Zc) ≈ 1e-7 in fp32 and 3xTF32 against ≈ 1e-4 from X Wᵀ, see
+    tests/test_algebra.py), and μ serves the running mean only. The extra row is the kernels'
+    way to get μ without a separate GEMV (results/h100/NOTES.md, "What a centred forward would
+    cost": a GEMV costs 39 % of the TF32 GEMM at 84).
+
+    Args:
+        x: (N, K) float32 or float64. weight: (M, K). precision: as :func:`matmul_nt`.
+
+    Returns:
+        zc: (N, M) (X − x̄)Wᵀ; mu: (M,) x̄Wᵀ; both of ``x``'s dtype.
+    """
+    xbar = x.mean(0)
+    z = matmul_nt(torch.cat([x - xbar, xbar[None]]), weight, precision)
+    return z[:-1], z[-1]
+
+
+def centred_train_forward(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                          scale: torch.Tensor, bn: BNState, precision: str = "fp32") -> torch.Tensor:
+    """The train-mode forward of problem family ``kind`` on the centred GEMM
+    (:func:`centred_matmul_nt`): the column statistics of Zc (mean ≈ 0, two passes), the
+    coefficients a, c of :func:`train_coefficients` applied to Zc − mean(Zc), the running
+    buffers from μ + mean(Zc) + b and var(Zc). Equal to ``stage_forward(kind, "fused", …,
+    training=True)`` in exact arithmetic; in fp32 and 3xTF32 accurate on offset inputs too.
+
+    Args: as :func:`stage_forward` (train mode only). bn: updated in place.
+
+    Returns:
+        (N, M) tensor of ``x``'s dtype.
+
+    Raises:
+        ValueError: unknown precision, or N = 1 (as :func:`stage_forward`).
+    """
+    check_stage_precision("fused", precision)
+    n = x.shape[0]
+    if n <= 1:
+        raise ValueError(
+            f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
+    zc, mu = centred_matmul_nt(x, weight, precision)
+    mean_c, var = column_stats_two_pass(zc)
+    a, c = train_coefficients(kind, mean_c, var, bn, scale)
+    y = _finish(kind, a * zc + c)
+    update_running_stats(bn, *tracked_stats(kind, mu + mean_c + bias.to(x.dtype), var, scale), n)
+    return y
+
+
 # --------------------------------------------------------------------------- backward
 
 def _softmax_backward(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
