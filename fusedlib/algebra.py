@@ -345,6 +345,13 @@ def _finish(kind, v):
     return softmax_three_pass(v) if kind == "84" else v
 
 
+def _check_train_batch(x: torch.Tensor) -> None:
+    """BatchNorm's batch statistics need N ≥ 2: the message PyTorch's BatchNorm raises."""
+    if x.shape[0] <= 1:
+        raise ValueError(
+            f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
+
+
 def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                   scale: torch.Tensor, bn: BNState, training: bool, precision: str = "fp32") -> torch.Tensor:
     """Forward of problem family ``kind`` ("84" or "33") computed the way ``stage`` does it.
@@ -368,9 +375,8 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
     """
     check_stage_precision(stage, precision)
     n = x.shape[0]
-    if training and n <= 1:
-        raise ValueError(
-            f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
+    if training:
+        _check_train_batch(x)
     if stage == "naive":
         return _naive(kind, x, weight, bias, scale, bn, training, precision)
     dt = x.dtype
@@ -432,7 +438,7 @@ def centred_train_forward(kind: str, x: torch.Tensor, weight: torch.Tensor, bias
                           scale: torch.Tensor, bn: BNState, precision: str = "fp32") -> torch.Tensor:
     """The train-mode forward of problem family ``kind`` on the centred GEMM
     (:func:`centred_matmul_nt`): the column statistics of Zc (mean ≈ 0, two passes), the
-    coefficients a, c of :func:`train_coefficients` applied to Zc − mean(Zc), the running
+    coefficients a, c of :func:`train_coefficients` applied to Zc (V = a∘Zc + c), the running
     buffers from μ + mean(Zc) + b and var(Zc). Equal to ``stage_forward(kind, "fused", …,
     training=True)`` in exact arithmetic; in fp32 and 3xTF32 accurate on offset inputs too.
 
@@ -445,10 +451,8 @@ def centred_train_forward(kind: str, x: torch.Tensor, weight: torch.Tensor, bias
         ValueError: unknown precision, or N = 1 (as :func:`stage_forward`).
     """
     check_stage_precision("fused", precision)
+    _check_train_batch(x)
     n = x.shape[0]
-    if n <= 1:
-        raise ValueError(
-            f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
     zc, mu = centred_matmul_nt(x, weight, precision)
     mean_c, var = column_stats_two_pass(zc)
     a, c = train_coefficients(kind, mean_c, var, bn, scale)

@@ -28,6 +28,11 @@ def _model(problem, k, m, seed=0, dtype=torch.float64, momentum=0.1):
     return ref.to(dtype)
 
 
+def _bn_state(ref):
+    return algebra.BNState(ref.bn.weight, ref.bn.bias, ref.bn.running_mean, ref.bn.running_var,
+                           ref.bn.num_batches_tracked, ref.bn.momentum, ref.bn.eps)
+
+
 def _rel(a, b):
     return ((a - b).norm() / b.norm()).item()
 
@@ -158,8 +163,7 @@ def test_eval_fold_matches_fuse_linear_bn_eval():
     ref(torch.rand(20, 12, dtype=torch.float64))
     ref.eval()
     ref.scale.data.fill_(1.0)  # fuse_linear_bn_eval folds BN alone (scale 1)
-    bn = algebra.BNState(ref.bn.weight, ref.bn.bias, ref.bn.running_mean, ref.bn.running_var,
-                         ref.bn.num_batches_tracked, ref.bn.momentum, ref.bn.eps)
+    bn = _bn_state(ref)
     a, c = algebra.eval_coefficients("84", bn, ref.scale, torch.float64)
     w2, b2 = algebra.fold_linear(ref.gemm.weight, ref.gemm.bias, a, c)
     torch_fused = fuse_linear_bn_eval(ref.gemm, ref.bn)
@@ -180,8 +184,7 @@ def test_eval_fold_33_matches_fuse_linear_bn_eval_of_the_scaled_linear():
         scaled.weight.copy_(s[:, None] * ref.gemm.weight)
         scaled.bias.copy_(s * ref.gemm.bias)
     torch_fused = fuse_linear_bn_eval(scaled, ref.bn)
-    bn = algebra.BNState(ref.bn.weight, ref.bn.bias, ref.bn.running_mean, ref.bn.running_var,
-                         ref.bn.num_batches_tracked, ref.bn.momentum, ref.bn.eps)
+    bn = _bn_state(ref)
     a, c = algebra.eval_coefficients("33", bn, ref.scale, torch.float64)
     w2, b2 = algebra.fold_linear(ref.gemm.weight, ref.gemm.bias, a, c)
     assert torch.allclose(w2, torch_fused.weight, rtol=1e-12, atol=1e-15)
@@ -274,10 +277,6 @@ def test_every_stage_accepts_every_precision():
     with pytest.raises(ValueError, match="precision"):
         algebra.check_stage_precision("naive", "fp16")
 
-
-def _bn_state(ref):
-    return algebra.BNState(ref.bn.weight, ref.bn.bias, ref.bn.running_mean, ref.bn.running_var,
-                           ref.bn.num_batches_tracked, ref.bn.momentum, ref.bn.eps)
 
 
 @pytest.mark.parametrize("problem", ["84", "33"])
