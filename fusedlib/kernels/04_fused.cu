@@ -4,10 +4,7 @@
 // V = a∘Z' + c and (84) the softmax from online (max, Σexp) partials, writing Y once.
 // What changes from sums: the finalize kernel moves into the epilogue and the row softmax
 // reads each row once (online). Eval mode: as sums (coefficients from the running buffers
-// in the GEMM's AffineStore epilogue), then the online softmax (84). Two kernels a forward;
-// one in train mode on the persistent wgmma GEMM, whose CTAs (one an SM, launched
-// cooperatively) run the row pass after a grid-wide barrier (passes.cuh SoftmaxRows,
-// AffineRows).
+// in the GEMM's AffineStore epilogue), then the online softmax (84). Two kernels a forward.
 // The column-tile counters are the host's, zero between calls (torch_op.cuh).
 // Specification: algebra.stage_forward("fused"), algebra.tile_rows.
 #include "gemm.cuh"
@@ -21,11 +18,7 @@ extern "C" const char* fl_fused_forward(const fl::Problem* pp, cudaStream_t st) 
     if ((err = launch_gemm<AffineStore>(p, p.x, p.w, p.y, st))) return err;
     return p.kind == 84 ? launch_online_softmax_rows(p.y, nullptr, p.y, p.n, p.m, nullptr, st) : nullptr;
   }
-  bool rows_done = false;  // Z', partials, a, c; on the persistent wgmma GEMM the row pass too
-  if (p.kind == 84) {
-    if ((err = launch_gemm<ColumnStatsMerge, SoftmaxRows>(p, p.x, p.w, p.z, st, &rows_done))) return err;
-    return rows_done ? nullptr : launch_online_softmax_rows(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st);
-  }
-  if ((err = launch_gemm<ColumnStatsMerge, AffineRows>(p, p.x, p.w, p.z, st, &rows_done))) return err;
-  return rows_done ? nullptr : launch_affine(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st);
+  if ((err = launch_gemm<ColumnStatsMerge>(p, p.x, p.w, p.z, st))) return err;  // Z', partials, a, c
+  return p.kind == 84 ? launch_online_softmax_rows(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st)
+                      : launch_affine(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st);
 }

@@ -37,12 +37,8 @@ inline int gemm_tile_rows(const Problem& p) {
   return kSimtTiles[2];
 }
 
-// Rows (passes.cuh: SoftmaxRows, AffineRows) asks for the fused forward's row pass in the same
-// launch; where the path runs it (the persistent wgmma GEMM, co-resident CTAs) *rows_done is
-// set, else the caller launches its row pass itself.
-template <class Epi, class Rows = NoRows>
-const char* launch_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st,
-                        bool* rows_done = nullptr) {
+template <class Epi>
+const char* launch_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
   static_assert(kMmaBM == 128 && kWgBM == 128, "gemm_tile_rows assumes 128-row tensor-core tiles");
   switch (p.path) {
     case PATH_SIMT:
@@ -60,7 +56,7 @@ const char* launch_gemm(const Problem& p, const float* x, const float* w, float*
       return launch_mma_gemm<Epi>(p, x, w, out, st);
     case PATH_WGMMA:
       if (p.precision == FP32) return "the wgmma GEMM runs tf32/3xtf32 only (fp32 runs the SIMT GEMM)";
-      return launch_wgmma_gemm<Epi, Rows>(p, x, w, out, st, rows_done);
+      return launch_wgmma_gemm<Epi>(p, x, w, out, st);
     default:
       return "unknown GEMM path (expected 0 simt, 1 mma, 2 wgmma)";
   }

@@ -13,12 +13,9 @@
 #pragma once
 #include <cudaTypedefs.h>  // CUtensorMap and the cuTensorMapEncodeTiled signature (no -lcuda)
 
-#include <cooperative_groups.h>
-
 #include <cstdlib>
 
 #include "epilogue.cuh"
-#include "passes.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FL_WGMMA_ENABLED 1
@@ -178,7 +175,7 @@ __device__ __forceinline__ void wg_tile_origin(int t, int row_tiles, int col_til
 // PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each
 // window of kPromoteStages K steps (128 products) is accumulated from zero and then added into
 // a separate fp32 accumulator (round-to-nearest FADD): 3xTF32 stays fp32-class for any K.
-template <int BN, bool PROMOTE, class Epi, class Rows>
+template <int BN, bool PROMOTE, class Epi>
 __global__ void __launch_bounds__(kWgThreads, 1)
 wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorMap map_a0,
                    const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_a1,
@@ -222,10 +219,6 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         }
         if (!wg_persistent(BN, PROMOTE)) break;
       }
-    }
-    if constexpr (Rows::kActive) {  // phase 2: wait for every tile, then count the train step
-      cooperative_groups::this_grid().sync();
-      count_train_step(p.num_batches_tracked);
     }
   } else {  // consumers: warpgroup 1 → rows 0..63, warpgroup 2 → rows 64..127
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
@@ -282,10 +275,6 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
       epilogue_sync<256>();
       epilogue_from_fragments<BN, Epi>(p, d, epi, out, m0, n0, threadIdx.x - 128);
       if (!wg_persistent(BN, PROMOTE)) break;  // one tile a CTA
-    }
-    if constexpr (Rows::kActive) {  // phase 2: every Z' tile stored, every column's a, c merged
-      cooperative_groups::this_grid().sync();
-      Rows::run(p, reinterpret_cast<float*>(smem), T::kEpilogueOffset / sizeof(float), threadIdx.x - 128);
     }
   }
 #endif
@@ -347,56 +336,8 @@ inline int persistent_grid(int tiles) {
   return tiles < limit ? tiles : limit;
 }
 
-// $FUSEDLIB_ONE_LAUNCH=0 keeps the row pass a kernel of its own (A/B timing of phase 2).
-inline bool one_launch_enabled() {
-  const char* v = std::getenv("FUSEDLIB_ONE_LAUNCH");
-  return !(v && v[0] == '0');
-}
-
-// Launch one wgmma GEMM: persistent where the tile allows it, one CTA a tile otherwise. With
-// Rows active (a one-launch fused forward) in tf32, a cooperative launch of one
-// CTA an SM runs the row pass as the kernel's second phase and sets *rows_done; where the
-// device cannot make the CTAs co-resident the plain launch runs and the caller launches its
-// row pass.
-template <int BN, bool PROMOTE, class Epi, class Rows>
-const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a0, const CUtensorMap& b0,
-                      const CUtensorMap& a1, const CUtensorMap& b1, int segments, cudaStream_t st, bool* rows_done) {
-  constexpr size_t smem = WgTile<BN>::kSmem;
-  const int tiles = ceil_div(p.n, kWgBM) * ceil_div(p.m, BN);
-  if constexpr (Rows::kActive && !PROMOTE) {  // tf32 (3xtf32 launches its split kernels anyway)
-    if (rows_done && one_launch_enabled()) {
-    auto kernel = wgmma_gemm_kernel<BN, PROMOTE, Epi, Rows>;
-    FL_OPT_IN_SMEM(kernel, smem);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(persistent_grid(1 << 30));  // every SM: the row pass needs no tile
-    cfg.blockDim = dim3(kWgThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, out, a0, b0, a1, b1, segments);
-    if (e == cudaSuccess) {
-      *rows_done = true;
-      return nullptr;
-    }
-    if (e != cudaErrorCooperativeLaunchTooLarge) return cudaGetErrorString(e);
-    (void)cudaGetLastError();  // not co-resident here: two launches
-    }
-  }
-  auto kernel = wgmma_gemm_kernel<BN, PROMOTE, Epi, NoRows>;
-  FL_OPT_IN_SMEM(kernel, smem);
-  kernel<<<wg_persistent(BN, PROMOTE) ? persistent_grid(tiles) : tiles, kWgThreads, smem, st>>>(p, out, a0, b0, a1, b1,
-                                                                                              segments);
-  FL_CHECK_LAUNCH();
-  return nullptr;
-}
-
-template <class Epi, class Rows = NoRows>
-const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st,
-                              bool* rows_done = nullptr) {
+template <class Epi>
+const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
   if (!wgmma_applicable(p, x, w))
     return "the wgmma GEMM needs in_features % 4 == 0, 16-byte aligned x and weight, a tensor-core "
            "precision and (3xtf32) the TF32 split workspaces";
@@ -404,7 +345,11 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   const char* err;
   if (p.precision == TF32) {
     if ((err = encode_map(&a0, x, p.n, p.k, kWgBM)) || (err = encode_map(&b0, w, p.m, p.k, 256))) return err;
-    return launch_wg<256, false, Epi, Rows>(p, out, a0, b0, a0, b0, 1, st, rows_done);
+    auto kernel = wgmma_gemm_kernel<256, false, Epi>;
+    FL_OPT_IN_SMEM(kernel, WgTile<256>::kSmem);
+    kernel<<<persistent_grid(ceil_div(p.n, kWgBM) * ceil_div(p.m, 256)), kWgThreads, WgTile<256>::kSmem, st>>>(p, out, a0, b0, a0, b0, 1);
+    FL_CHECK_LAUNCH();
+    return nullptr;
   }
   const size_t nk = (size_t)p.n * p.k, mk = (size_t)p.m * p.k;
   split_tf32_kernel<<<132 * 8, 256, 0, st>>>(x, p.xsplit, p.xsplit + nk, nk);
@@ -417,8 +362,17 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   if ((err = encode_map(&a0, p.xsplit, p.n, p.k, kWgBM)) || (err = encode_map(&a1, p.xsplit + nk, p.n, p.k, kWgBM)) ||
       (err = encode_map(&b0, p.wsplit, p.m, p.k, bn)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, bn)))
     return err;
-  return bn == kSplitWide ? launch_wg<kSplitWide, true, Epi, Rows>(p, out, a0, b0, a1, b1, 3, st, rows_done)
-                          : launch_wg<kSplitNarrow, true, Epi, Rows>(p, out, a0, b0, a1, b1, 3, st, rows_done);
+  if (bn == kSplitWide) {
+    auto kernel = wgmma_gemm_kernel<kSplitWide, true, Epi>;
+    FL_OPT_IN_SMEM(kernel, WgTile<kSplitWide>::kSmem);
+    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitWide), kWgThreads, WgTile<kSplitWide>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
+  } else {
+    auto kernel = wgmma_gemm_kernel<kSplitNarrow, true, Epi>;
+    FL_OPT_IN_SMEM(kernel, WgTile<kSplitNarrow>::kSmem);
+    kernel<<<persistent_grid(ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitNarrow)), kWgThreads, WgTile<kSplitNarrow>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
+  }
+  FL_CHECK_LAUNCH();
+  return nullptr;
 }
 
 }  // namespace fl
