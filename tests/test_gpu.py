@@ -70,6 +70,11 @@ CASES += [dict(c, path=path)
                                     ("3xtf32",), ["256x16384->256", "256x16383->256"], seeds=5, device="cuda")
           for path in dict.fromkeys([_default_path("3xtf32", c["shape"])] + _other_tc_paths())
           if path != "wgmma" or parse_shape(c["shape"]).in_features % 4 == 0]  # TMA needs K % 4 == 0
+# The row pass of 84's fused stage keeps rows of M ≤ 8192 (M % 4 == 0) in registers, with 1, 2,
+# 4 or 8 16-byte loads a thread: the shapes above take 1, 2 and 8; these take 4 and a part-filled 8.
+CASES += [dict(c, path=_default_path(c["precision"], c["shape"])) for c in check.iter_cases(
+    [p for p in ("84",) if p in PROBLEMS], ("fused",), ("train", "eval"), algebra.PRECISIONS,
+    ["130x64->4000", "130x64->6148"], seeds=2, device="cuda")]
 # The SIMT tile of GPUs whose blocks get less shared memory (128×64, sm_75), forced on this
 # one ($FUSEDLIB_SIMT_SMALL_SMEM=1): shapes whose grids take 128-row tiles, K aligned and odd.
 SIMT_SMALL = "simt-128x64"

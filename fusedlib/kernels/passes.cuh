@@ -206,8 +206,74 @@ __global__ void online_softmax_rows_kernel(const float* z, const float* __restri
   }
 }
 
+// Rows of M ≤ 4·VEC·256 with M % 4 == 0 (84's 8192 among them) stay in registers: 256
+// threads a row, each issuing its VEC 16-byte loads of Z' (and of a, c) at once, keeping
+// online (max, Σexp) partials merged as above; then Y = exp(V − M)/L from the same registers.
+// One read and one write of the row, no shared-memory copy: the pass runs at DRAM speed.
+constexpr int kRegRowThreads = 256, kMaxRegRowVec = 8;
+template <int VEC>
+__global__ void __launch_bounds__(kRegRowThreads) online_softmax_rows_regs_kernel(const float* z,
+                                                                                 const float* __restrict__ coef,
+                                                                                 float* y, int m, long long* step) {
+  __shared__ float red_m[kRegRowThreads / 32], red_l[kRegRowThreads / 32];
+  count_train_step(step);
+  const float4* zr = reinterpret_cast<const float4*>(z + (size_t)blockIdx.x * m);
+  float4* yr = reinterpret_cast<float4*>(y + (size_t)blockIdx.x * m);
+  const float4 *a4 = reinterpret_cast<const float4*>(coef), *c4 = reinterpret_cast<const float4*>(coef + m);
+  const int q4 = m / 4;
+  float4 v[VEC];
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    const int q = threadIdx.x + i * kRegRowThreads;
+    v[i] = q < q4 ? zr[q] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+  }
+  float mx = -INFINITY, l = 0.f;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    const int q = threadIdx.x + i * kRegRowThreads;
+    if (q >= q4) continue;
+    if (coef) {
+      const float4 a = a4[q], c = c4[q];
+      v[i] = make_float4(a.x * v[i].x + c.x, a.y * v[i].y + c.y, a.z * v[i].z + c.z, a.w * v[i].w + c.w);
+    }
+    softmax_merge(mx, l, fmaxf(fmaxf(v[i].x, v[i].y), fmaxf(v[i].z, v[i].w)), 0.f);
+    l += expf(v[i].x - mx) + expf(v[i].y - mx) + expf(v[i].z - mx) + expf(v[i].w - mx);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, mx, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
+    softmax_merge(mx, l, m2, l2);
+  }
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  if (lane == 0) { red_m[wid] = mx; red_l[wid] = l; }
+  __syncthreads();
+  mx = red_m[0];
+  l = red_l[0];
+#pragma unroll
+  for (int w = 1; w < kRegRowThreads / 32; ++w) softmax_merge(mx, l, red_m[w], red_l[w]);
+  const float inv = 1.f / l;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    const int q = threadIdx.x + i * kRegRowThreads;
+    if (q < q4)
+      yr[q] = make_float4(expf(v[i].x - mx) * inv, expf(v[i].y - mx) * inv, expf(v[i].z - mx) * inv,
+                          expf(v[i].w - mx) * inv);
+  }
+}
+
+// Register rows where they fit (and Z', Y, a, c are 16-byte aligned), else launch_rows.
 inline const char* launch_online_softmax_rows(const float* z, const float* coef, float* y, int n, int m,
                                               long long* step, cudaStream_t st) {
+  const int vec = ceil_div(m, 4 * kRegRowThreads);
+  const bool aligned = m % 4 == 0 && ((uintptr_t)z | (uintptr_t)y | (uintptr_t)coef) % 16 == 0;
+  if (aligned && vec <= kMaxRegRowVec) {
+    const auto kernel = vec == 1   ? online_softmax_rows_regs_kernel<1>
+                        : vec == 2 ? online_softmax_rows_regs_kernel<2>
+                        : vec <= 4 ? online_softmax_rows_regs_kernel<4>
+                                   : online_softmax_rows_regs_kernel<8>;
+    kernel<<<n, kRegRowThreads, 0, st>>>(z, coef, y, m, step);
+    FL_CHECK_LAUNCH();
+    return nullptr;
+  }
   return launch_rows(online_softmax_rows_kernel<true>, online_softmax_rows_kernel<false>, z, coef, y, n, m, step,
                      st);
 }
