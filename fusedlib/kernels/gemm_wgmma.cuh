@@ -6,9 +6,9 @@
 //  * 3xtf32: X = Xb + Xs split into TF32 parts by split_tf32_kernel (W's parts too, unless
 //    the caller passed them cached: p.split_w = 0), then the same kernel with BN = 192 or 168 over three K segments Xb·Wb, Xs·Wb,
 //    Xb·Ws, with promoted accumulation (fp32-class at any K).
-// Persistent CTAs (one an SM) run the tiles in turn; the consumers run the epilogue Epi from
-// their accumulator registers (epilogue_from_fragments: no C tile) while the producer already
-// loads the next tile. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
+// tf32: persistent CTAs (one an SM) run the tiles in turn (3xtf32: one CTA a tile); the
+// consumers run the epilogue Epi from their accumulator registers (epilogue_from_fragments: no
+// C tile) while the producer already loads the next tile. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
 // fusedlib/engine.py picks another path otherwise. Other targets compile an empty body.
 #pragma once
 #include <cudaTypedefs.h>  // CUtensorMap and the cuTensorMapEncodeTiled signature (no -lcuda)
@@ -151,10 +151,11 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[84], uint64_t desc_a, uint
 }
 #endif  // FL_WGMMA_ENABLED
 
-// Whether a tile width runs persistent CTAs: all but the 192-wide 3xTF32 tile, whose 192
-// accumulators a thread leave no registers for a tile loop's state (ptxas spills); it runs
-// one CTA a tile, as the launch's grid says.
-__host__ __device__ constexpr bool wg_persistent(int bn, bool promote) { return !(promote && bn == 192); }
+// Whether the kernel runs persistent CTAs: tf32 does; 3xTF32 runs one CTA a tile, as the
+// launch's grid says: with its promoted accumulators (2 × BN/2 registers a thread) the tile
+// loop's state costs more than persistence saves (run82, 84's fused GEMM: 1123 µs persistent
+// against 1047–1051 one CTA a tile; at 128×192 ptxas spills).
+__host__ __device__ constexpr bool wg_persistent(bool promote) { return !promote; }
 
 // Tile t of the grouped raster: kWgGroup row tiles share each column tile in turn, so the
 // tiles running at once reuse W's column blocks and X's row blocks from L2.
@@ -217,7 +218,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
           tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
           tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
         }
-        if (!wg_persistent(BN, PROMOTE)) break;
+        if (!wg_persistent(PROMOTE)) break;
       }
     }
   } else {  // consumers: warpgroup 1 → rows 0..63, warpgroup 2 → rows 64..127
@@ -274,7 +275,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
       // its shared memory before this one's writes.
       epilogue_sync<256>();
       epilogue_from_fragments<BN, Epi>(p, d, epi, out, m0, n0, threadIdx.x - 128);
-      if (!wg_persistent(BN, PROMOTE)) break;  // one tile a CTA
+      if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
     }
   }
 #endif
@@ -369,7 +370,7 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   } else {
     auto kernel = wgmma_gemm_kernel<kSplitNarrow, true, Epi>;
     FL_OPT_IN_SMEM(kernel, WgTile<kSplitNarrow>::kSmem);
-    kernel<<<persistent_grid(ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitNarrow)), kWgThreads, WgTile<kSplitNarrow>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
+    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitNarrow), kWgThreads, WgTile<kSplitNarrow>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
   }
   FL_CHECK_LAUNCH();
   return nullptr;
