@@ -13,8 +13,9 @@ fp32 on the SIMT GEMM, tf32/3xtf32 on wgmma), then the tensor-core precisions ag
 ``FUSEDLIB_GEMM_PATH=mma`` (the Ampere mainloop) on the odd shapes and v0 of 84 and 33, and
 3xtf32 at K = 16384 and K = 16383 on both tensor-core paths (fp32-class at every K), and
 fp32 on the SIMT GEMM's 128×64 tile (the one GPUs with 64 KB of shared memory a block run)
-forced with ``FUSEDLIB_SIMT_SMALL_SMEM=1``. The persistent wgmma GEMM gives the same bits on
-grids of 1, 7 and one CTA an SM (``FUSEDLIB_WGMMA_GRID``).
+forced with ``FUSEDLIB_SIMT_SMALL_SMEM=1``, and the wgmma GEMM's split-K forced to 3 and 2
+splits (``FUSEDLIB_WGMMA_SPLITK``). The persistent wgmma GEMM gives the same bits on grids of
+1, 7 and one CTA an SM (``FUSEDLIB_WGMMA_GRID``).
 Gradients (the fused backward, check.run_grad_case): every stage, mode and precision of 84
 and 33 at small odd shapes and v0, on both tensor-core paths, and at each KernelBench shape;
 forward and backward reruns bit-identical; the sanitizer runs a backward too.
@@ -81,6 +82,16 @@ SIMT_SMALL = "simt-128x64"
 CASES += [dict(c, path=SIMT_SMALL) for c in check.iter_cases(
     [p for p in ("84", "33") if p in PROBLEMS], algebra.STAGES, ("train", "eval"), ("fp32",),
     ["1152x1920->1920", "1157x1001->1921"], seeds=3, device="cuda") if c["seed"] < 2 or "1001" in c["shape"]]
+# Split-K of the wgmma GEMM: the small shapes above split on their own (v0: 8 splits in tf32,
+# 16 in 3xtf32); forced to 3 splits ($FUSEDLIB_WGMMA_SPLITK=3: uneven K ranges, K-step ranges
+# across 3xTF32's segments), and to 2 at 84's KernelBench shape (split-K on persistent CTAs).
+WGMMA_SPLITK = {"wgmma-splitk3": "3", "wgmma-splitk2": "2"}
+CASES += [dict(c, path="wgmma-splitk3") for c in check.iter_cases(
+    [p for p in ("84", "33") if p in PROBLEMS], algebra.STAGES, ("train", "eval"), TC,
+    ["257x1000->999", "v0"], seeds=2, device="cuda")] if _default_path("tf32") == "wgmma" else []
+CASES += [dict(c, path="wgmma-splitk2") for c in check.iter_cases(
+    [p for p in ("84",) if p in PROBLEMS], ("sums", "fused"), ("train",), TC, ["84"], seeds=1,
+    device="cuda")] if _default_path("tf32") == "wgmma" else []
 # Gradients (check.run_grad_case): 84 and 33 × stages × modes × precisions at check.GRAD_SHAPES
 # (seeds 0, 1, 2: rand, randn, offset; tf32 without offset),
 # the tensor-core precisions again on the other tensor-core path, and each problem's
@@ -195,9 +206,11 @@ def _run_recorded(case: dict, monkeypatch, run, part: str) -> None:
     (``FUSEDLIB_GEMM_PATH``), record it under RECORD[part] and assert that it passed."""
     case = dict(case)
     path = case.pop("path")
-    monkeypatch.setenv(engine.ENV_VAR, "simt" if path == SIMT_SMALL else path)
+    monkeypatch.setenv(engine.ENV_VAR, "simt" if path == SIMT_SMALL else "wgmma" if path in WGMMA_SPLITK else path)
     if path == SIMT_SMALL:
         monkeypatch.setenv("FUSEDLIB_SIMT_SMALL_SMEM", "1")
+    if path in WGMMA_SPLITK:
+        monkeypatch.setenv("FUSEDLIB_WGMMA_SPLITK", WGMMA_SPLITK[path])
     monkeypatch.setattr(check, "make_reference", _cached_reference)
     result = {**run(**case), "path": path}
     RECORD[part].append(result)

@@ -9,6 +9,8 @@
 //   01_naive.cu … 04_fused.cu                      the stages: which epilogue, which passes
 #pragma once
 #include <cuda_runtime.h>
+
+#include <algorithm>
 #include <stdint.h>
 
 #include <map>
@@ -43,6 +45,9 @@ struct Problem {
   float* xsplit;           // (2, N, K) workspace for X's TF32 parts (3xtf32 on wgmma), or null
   float* wsplit;           // (2, M, K) W's TF32 parts [Wb; Ws] (3xtf32 on wgmma), or null
   int split_w;             // 1: the GEMM writes W's parts into wsplit first; 0: wsplit holds them
+  float* splitk;           // (S, tiles, 128·BN) split-K partial tiles (wgmma, splits > 1), or null
+  unsigned int* splitk_counters;  // (tiles) split-K tile counters: zero before the GEMM, left zero
+  int splits;              // split-K splits S of the wgmma GEMM (1: none)
   int n, k, m;             // batch N, in_features K, out_features M
   int kind;                // 84 or 33 (33 and 39)
   int training;            // 1: batch statistics and running-buffer update

@@ -40,7 +40,7 @@ struct WgTile {
   static constexpr int kStages = (192 * 1024) / kStageBytes;
   static constexpr size_t kEpilogueOffset = (size_t)kStages * kStageBytes;  // beside the live ring
   static constexpr size_t kBarrierOffset = kEpilogueOffset + fragment_smem_floats<BN>() * sizeof(float);
-  static constexpr size_t kSmem = 1024 + kBarrierOffset + 2 * kStages * sizeof(uint64_t);
+  static constexpr size_t kSmem = 1024 + kBarrierOffset + 2 * kStages * sizeof(uint64_t) + 16;  // + split-K flag
   static_assert(kBarrierOffset % 8 == 0 && kSmem <= 232448, "aligned mbarriers; within sm_90's 227 KB");
 };
 
@@ -166,6 +166,40 @@ __device__ __forceinline__ void wg_tile_origin(int t, int row_tiles, int col_til
   n0 = ((t % per_group) / rows_in_group) * bn;
 }
 
+// Split-K (grids that would leave most SMs idle, KernelBench's v0 among them): the K steps of
+// a tile (all segments) cut into S contiguous ranges; split s runs steps
+// [split_begin(s), split_begin(s + 1)).
+__host__ __device__ __forceinline__ int split_begin(int s, int S, int total) { return (int)((long long)total * s / S); }
+
+// A split's partial tile, as its 256 consumer threads hold it (thread-major: float i of thread
+// t at [i·256 + t]), is stored in p.splitk at unit tile·S + s; the tile's counter counts the
+// splits (fence first, as count_and_merge); the last one to count resets the counter, adds
+// the S partial tiles in split order 0, 1, … (the same bits whichever split came last) into
+// d and returns true. No float atomics.
+template <int NACC>
+__device__ __forceinline__ bool sum_splits(const Problem& p, float (&d)[NACC], int tile, int s, int* last, int tid) {
+  const int S = p.splits;
+  float* ws = p.splitk + (size_t)tile * S * NACC * 256;
+#pragma unroll
+  for (int i = 0; i < NACC; ++i) __stcg(ws + ((size_t)s * NACC + i) * 256 + tid, d[i]);
+  __threadfence();
+  epilogue_sync<256>();
+  if (tid == 0) {
+    *last = atomicAdd(p.splitk_counters + tile, 1u) == (unsigned)S - 1;
+    if (*last) p.splitk_counters[tile] = 0;
+  }
+  epilogue_sync<256>();
+  if (!*last) return false;
+  __threadfence();
+#pragma unroll
+  for (int i = 0; i < NACC; ++i) {
+    float v = __ldcg(ws + (size_t)i * 256 + tid);
+    for (int r = 1; r < S; ++r) v += __ldcg(ws + ((size_t)r * NACC + i) * 256 + tid);
+    d[i] = v;
+  }
+  return true;
+}
+
 // Persistent: a CTA (one an SM) runs tiles t = blockIdx.x, blockIdx.x + gridDim.x, … (a static
 // schedule, as CUTLASS's PersistentTileSchedulerSm90). Warpgroup 0 produces (one thread issues
 // the TMA copies), warpgroups 1 and 2 consume 64 rows each. full[s]: stage s landed; empty[s]:
@@ -189,8 +223,9 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   float* epi = reinterpret_cast<float*>(smem + T::kEpilogueOffset);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarrierOffset);
   uint64_t* empty = full + ST;
+  int* last_split = reinterpret_cast<int*>(empty + ST);
   const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN), tiles = row_tiles * col_tiles;
-  const int KT = ceil_div(p.k, kWgBK), total = segments * KT;
+  const int KT = ceil_div(p.k, kWgBK), total = segments * KT, S = p.splits, units = tiles * S;
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -207,10 +242,10 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (threadIdx.x == 0) {
       int it = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
         int m0, n0;
-        wg_tile_origin(tile, row_tiles, col_tiles, BN, m0, n0);
-        for (int kt = 0; kt < total; ++kt, ++it) {
+        wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
+        for (int kt = split_begin(u % S, S, total); kt < split_begin(u % S + 1, S, total); ++kt, ++it) {
           const int s = it % ST, seg = kt / KT, k0 = (kt % KT) * kWgBK;
           if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
           uint8_t* st = smem + s * T::kStageBytes;
@@ -226,26 +261,27 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
     const int cw = wg - 1;
     const bool leader = threadIdx.x % 128 == 0;
     int it = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      const int kt0 = split_begin(u % S, S, total), kt1 = split_begin(u % S + 1, S, total);
       float d[NACC], acc[PROMOTE ? NACC : 1];
 #pragma unroll
       for (int i = 0; i < NACC; ++i) d[i] = 0.f;  // K = 0 leaves the first product unissued
 #pragma unroll
       for (int i = 0; i < (PROMOTE ? NACC : 1); ++i) acc[i] = 0.f;
       bool prev_released = true;  // step it − 1's stage already handed back to the producer
-      for (int kt = 0; kt < total; ++kt, ++it) {
+      for (int kt = kt0; kt < kt1; ++kt, ++it) {
         const int s = it % ST;
         mbar_wait(full + s, (it / ST) & 1);
         const uint8_t* a = smem + s * T::kStageBytes + cw * 64 * 128;
         const uint8_t* b = smem + s * T::kStageBytes + T::kABytes;
         // A promotion window starts from zero: its first product overwrites d (scale-d = 0).
-        const bool fresh = PROMOTE ? kt % kPromoteStages == 0 : kt == 0;
+        const bool fresh = PROMOTE ? (kt - kt0) % kPromoteStages == 0 : kt == kt0;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
           wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
         wgmma_commit();
-        if (PROMOTE && (kt % kPromoteStages == kPromoteStages - 1 || kt == total - 1)) {
+        if (PROMOTE && ((kt - kt0) % kPromoteStages == kPromoteStages - 1 || kt == kt1 - 1)) {
           wgmma_wait<0>();  // the window's products are done: add them in with round-to-nearest
 #pragma unroll
           for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
@@ -268,13 +304,17 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 #pragma unroll
         for (int i = 0; i < NACC; ++i) d[i] = acc[i];
       }
-      int m0, n0;  // (not needed by the mainloop: two registers fewer under the accumulators)
-      wg_tile_origin(tile, row_tiles, col_tiles, BN, m0, n0);
-      // The epilogue from the accumulator registers (m16n8 layout: warp 4·cw + warp holds rows
-      // 16·(4·cw + warp) + g and + 8); the barrier keeps the previous tile's epilogue reads of
-      // its shared memory before this one's writes.
-      epilogue_sync<256>();
-      epilogue_from_fragments<BN, Epi>(p, d, epi, out, m0, n0, threadIdx.x - 128);
+      // Split-K: the tile's last split to finish adds all S partial tiles in split order and
+      // runs the epilogue; the others only leave their partial tile.
+      if (S == 1 || sum_splits<NACC>(p, d, u / S, u % S, last_split, threadIdx.x - 128)) {
+        int m0, n0;  // (not needed by the mainloop: two registers fewer under the accumulators)
+        wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
+        // The epilogue from the accumulator registers (m16n8 layout: warp 4·cw + warp holds rows
+        // 16·(4·cw + warp) + g and + 8); the barrier keeps the previous tile's epilogue reads of
+        // its shared memory before this one's writes.
+        epilogue_sync<256>();
+        epilogue_from_fragments<BN, Epi>(p, d, epi, out, m0, n0, threadIdx.x - 128);
+      }
       if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
     }
   }
@@ -337,8 +377,27 @@ inline int persistent_grid(int tiles) {
   return tiles < limit ? tiles : limit;
 }
 
+// The split-K plan of a wgmma GEMM (host): S = 1 where the tiles fill at least half the SMs;
+// else as many splits as leave one CTA an SM, each of at least kMinSplitSteps K steps, at most
+// kMaxSplits. $FUSEDLIB_WGMMA_SPLITK=S forces S (tests; clamped to 1 … the K steps).
+constexpr int kMinSplitSteps = 4, kMaxSplits = 16;
+struct WgSplitK {
+  int splits, tiles, nacc;
+  size_t floats() const { return splits > 1 ? (size_t)splits * tiles * nacc * 256 : 0; }
+};
+inline WgSplitK wg_split_k(int precision, int n, int k, int m) {
+  const int bn = precision == TF32 ? 256 : split_tile_width(n, m);
+  const int tiles = ceil_div(n, kWgBM) * ceil_div(m, bn), total = (precision == TF32 ? 1 : 3) * ceil_div(k, kWgBK);
+  const char* forced = std::getenv("FUSEDLIB_WGMMA_SPLITK");
+  int s = 1;
+  if (forced && std::atoi(forced) > 0) s = std::atoi(forced);
+  else if (2 * tiles <= sm_count()) s = std::min(std::min(sm_count() / tiles, total / kMinSplitSteps), kMaxSplits);
+  return {std::max(1, std::min(s, total)), tiles, bn / 2};
+}
+
 template <class Epi>
 const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
+  if (p.splits > 1 && !(p.splitk && p.splitk_counters)) return "the split-K wgmma GEMM needs its workspace";
   if (!wgmma_applicable(p, x, w))
     return "the wgmma GEMM needs in_features % 4 == 0, 16-byte aligned x and weight, a tensor-core "
            "precision and (3xtf32) the TF32 split workspaces";
@@ -348,7 +407,7 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
     if ((err = encode_map(&a0, x, p.n, p.k, kWgBM)) || (err = encode_map(&b0, w, p.m, p.k, 256))) return err;
     auto kernel = wgmma_gemm_kernel<256, false, Epi>;
     FL_OPT_IN_SMEM(kernel, WgTile<256>::kSmem);
-    kernel<<<persistent_grid(ceil_div(p.n, kWgBM) * ceil_div(p.m, 256)), kWgThreads, WgTile<256>::kSmem, st>>>(p, out, a0, b0, a0, b0, 1);
+    kernel<<<persistent_grid(ceil_div(p.n, kWgBM) * ceil_div(p.m, 256) * p.splits), kWgThreads, WgTile<256>::kSmem, st>>>(p, out, a0, b0, a0, b0, 1);
     FL_CHECK_LAUNCH();
     return nullptr;
   }
@@ -366,11 +425,11 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   if (bn == kSplitWide) {
     auto kernel = wgmma_gemm_kernel<kSplitWide, true, Epi>;
     FL_OPT_IN_SMEM(kernel, WgTile<kSplitWide>::kSmem);
-    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitWide), kWgThreads, WgTile<kSplitWide>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
+    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitWide) * p.splits, kWgThreads, WgTile<kSplitWide>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
   } else {
     auto kernel = wgmma_gemm_kernel<kSplitNarrow, true, Epi>;
     FL_OPT_IN_SMEM(kernel, WgTile<kSplitNarrow>::kSmem);
-    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitNarrow), kWgThreads, WgTile<kSplitNarrow>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
+    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitNarrow) * p.splits, kWgThreads, WgTile<kSplitNarrow>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
   }
   FL_CHECK_LAUNCH();
   return nullptr;

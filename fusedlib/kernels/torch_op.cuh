@@ -119,8 +119,11 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
   at::Tensor y = at::empty({n, m}, x.options());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
   const int64_t tiles = (n + 31) / 32, n_part = aligned_floats(std::max(2 * tiles * m, 2 * n));
+  // wgmma: split-K where the tiles would leave most SMs idle (its partial tiles and counters)
+  const WgSplitK sk = path == PATH_WGMMA ? wg_split_k(prec, (int)n, (int)k, (int)m) : WgSplitK{1, 0, 0};
+  const int64_t n_count = aligned_floats((m + 31) / 32), n_floats = n_part + 4 * m + (int64_t)sk.floats();
   at::Tensor captured, split_ws;
-  const Scratch scratch = stream_scratch(x, stream, aligned_floats((m + 31) / 32), n_part + 4 * m, captured);
+  const Scratch scratch = stream_scratch(x, stream, n_count + (sk.splits > 1 ? sk.tiles : 0), n_floats, captured);
   if (split) split_ws = at::empty({2 * n * k + (split_w ? 2 * m * k : 0)}, x.options());
 
   Problem p;
@@ -141,6 +144,9 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
   p.xsplit = split ? split_ws.data_ptr<float>() : nullptr;
   p.wsplit = !split ? nullptr : split_w ? p.xsplit + 2 * n * k : weight_split->data_ptr<float>();
   p.split_w = split_w;
+  p.splitk = sk.splits > 1 ? scratch.floats + n_part + 4 * m : nullptr;
+  p.splitk_counters = sk.splits > 1 ? scratch.counters + n_count : nullptr;
+  p.splits = sk.splits;
   p.n = (int)n;
   p.k = (int)k;
   p.m = (int)m;
@@ -155,7 +161,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
 
   const char* poison = std::getenv("FUSEDLIB_POISON");
   if (poison && poison[0] == '1') {  // correctness tests: every unwritten element reads NaN (0xFFFFFFFF)
-    C10_CUDA_CHECK(cudaMemsetAsync(scratch.floats, 0xFF, (n_part + 4 * m) * sizeof(float), stream));
+    C10_CUDA_CHECK(cudaMemsetAsync(scratch.floats, 0xFF, n_floats * sizeof(float), stream));
     C10_CUDA_CHECK(cudaMemsetAsync(p.y, 0xFF, y.nbytes(), stream));
     if (keep_z) C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, y.nbytes(), stream));
     if (split) C10_CUDA_CHECK(cudaMemsetAsync(p.xsplit, 0xFF, split_ws.nbytes(), stream));
