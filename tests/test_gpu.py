@@ -82,8 +82,8 @@ SIMT_SMALL = "simt-128x64"
 CASES += [dict(c, path=SIMT_SMALL) for c in check.iter_cases(
     [p for p in ("84", "33") if p in PROBLEMS], algebra.STAGES, ("train", "eval"), ("fp32",),
     ["1152x1920->1920", "1157x1001->1921"], seeds=3, device="cuda") if c["seed"] < 2 or "1001" in c["shape"]]
-# Split-K of the wgmma GEMM: the small shapes above split on their own (v0: 8 splits in tf32,
-# 16 in 3xtf32); forced to 3 splits ($FUSEDLIB_WGMMA_SPLITK=3: uneven K ranges, K-step ranges
+# Split-K of the wgmma GEMM: the small shapes above split on their own (v0: 8 splits in tf32 and
+# in 3xtf32); forced to 3 splits ($FUSEDLIB_WGMMA_SPLITK=3: uneven K ranges, K-step ranges
 # across 3xTF32's segments), and to 2 at 84's KernelBench shape (split-K on persistent CTAs).
 WGMMA_SPLITK = {"wgmma-splitk3": "3", "wgmma-splitk2": "2"}
 CASES += [dict(c, path="wgmma-splitk3") for c in check.iter_cases(

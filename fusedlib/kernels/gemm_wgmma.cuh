@@ -191,11 +191,13 @@ __device__ __forceinline__ bool sum_splits(const Problem& p, float (&d)[NACC], i
   epilogue_sync<256>();
   if (!*last) return false;
   __threadfence();
+  const float* part = ws + tid;  // split by split: NACC independent loads in flight at a time
 #pragma unroll
-  for (int i = 0; i < NACC; ++i) {
-    float v = __ldcg(ws + (size_t)i * 256 + tid);
-    for (int r = 1; r < S; ++r) v += __ldcg(ws + ((size_t)r * NACC + i) * 256 + tid);
-    d[i] = v;
+  for (int i = 0; i < NACC; ++i) d[i] = __ldcg(part + (size_t)i * 256);
+  for (int r = 1; r < S; ++r) {
+    part += (size_t)NACC * 256;
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) d[i] += __ldcg(part + (size_t)i * 256);
   }
   return true;
 }
@@ -210,7 +212,7 @@ __device__ __forceinline__ bool sum_splits(const Problem& p, float (&d)[NACC], i
 // PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each
 // window of kPromoteStages K steps (128 products) is accumulated from zero and then added into
 // a separate fp32 accumulator (round-to-nearest FADD): 3xTF32 stays fp32-class for any K.
-template <int BN, bool PROMOTE, class Epi>
+template <int BN, bool PROMOTE, class Epi, bool SPLITK>
 __global__ void __launch_bounds__(kWgThreads, 1)
 wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorMap map_a0,
                    const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_a1,
@@ -225,7 +227,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   uint64_t* empty = full + ST;
   int* last_split = reinterpret_cast<int*>(empty + ST);
   const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN), tiles = row_tiles * col_tiles;
-  const int KT = ceil_div(p.k, kWgBK), total = segments * KT, S = p.splits, units = tiles * S;
+  const int KT = ceil_div(p.k, kWgBK), total = segments * KT, S = SPLITK ? p.splits : 1, units = tiles * S;
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -306,7 +308,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
       }
       // Split-K: the tile's last split to finish adds all S partial tiles in split order and
       // runs the epilogue; the others only leave their partial tile.
-      if (S == 1 || sum_splits<NACC>(p, d, u / S, u % S, last_split, threadIdx.x - 128)) {
+      if (!SPLITK || sum_splits<NACC>(p, d, u / S, u % S, last_split, threadIdx.x - 128)) {
         int m0, n0;  // (not needed by the mainloop: two registers fewer under the accumulators)
         wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
         // The epilogue from the accumulator registers (m16n8 layout: warp 4·cw + warp holds rows
@@ -380,7 +382,7 @@ inline int persistent_grid(int tiles) {
 // The split-K plan of a wgmma GEMM (host): S = 1 where the tiles fill at least half the SMs;
 // else as many splits as leave one CTA an SM, each of at least kMinSplitSteps K steps, at most
 // kMaxSplits. $FUSEDLIB_WGMMA_SPLITK=S forces S (tests; clamped to 1 … the K steps).
-constexpr int kMinSplitSteps = 4, kMaxSplits = 16;
+constexpr int kMinSplitSteps = 4, kMaxSplits = 8;
 struct WgSplitK {
   int splits, tiles, nacc;
   size_t floats() const { return splits > 1 ? (size_t)splits * tiles * nacc * 256 : 0; }
@@ -395,6 +397,26 @@ inline WgSplitK wg_split_k(int precision, int n, int k, int m) {
   return {std::max(1, std::min(s, total)), tiles, bn / 2};
 }
 
+// One launch of the width-BN kernel: its split-K instantiation where p.splits > 1 (the S = 1
+// one compiles without the split bookkeeping), a CTA a unit (tf32: persistent, one an SM).
+template <int BN, bool PROMOTE, class Epi, bool SPLITK>
+const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a0, const CUtensorMap& b0,
+                      const CUtensorMap& a1, const CUtensorMap& b1, int segments, cudaStream_t st) {
+  auto kernel = wgmma_gemm_kernel<BN, PROMOTE, Epi, SPLITK>;
+  FL_OPT_IN_SMEM(kernel, WgTile<BN>::kSmem);
+  const int units = ceil_div(p.n, kWgBM) * ceil_div(p.m, BN) * p.splits;
+  kernel<<<wg_persistent(PROMOTE) ? persistent_grid(units) : units, kWgThreads, WgTile<BN>::kSmem, st>>>(
+      p, out, a0, b0, a1, b1, segments);
+  FL_CHECK_LAUNCH();
+  return nullptr;
+}
+template <int BN, bool PROMOTE, class Epi>
+const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a0, const CUtensorMap& b0,
+                      const CUtensorMap& a1, const CUtensorMap& b1, int segments, cudaStream_t st) {
+  return p.splits > 1 ? launch_wg<BN, PROMOTE, Epi, true>(p, out, a0, b0, a1, b1, segments, st)
+                      : launch_wg<BN, PROMOTE, Epi, false>(p, out, a0, b0, a1, b1, segments, st);
+}
+
 template <class Epi>
 const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
   if (p.splits > 1 && !(p.splitk && p.splitk_counters)) return "the split-K wgmma GEMM needs its workspace";
@@ -405,11 +427,7 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   const char* err;
   if (p.precision == TF32) {
     if ((err = encode_map(&a0, x, p.n, p.k, kWgBM)) || (err = encode_map(&b0, w, p.m, p.k, 256))) return err;
-    auto kernel = wgmma_gemm_kernel<256, false, Epi>;
-    FL_OPT_IN_SMEM(kernel, WgTile<256>::kSmem);
-    kernel<<<persistent_grid(ceil_div(p.n, kWgBM) * ceil_div(p.m, 256) * p.splits), kWgThreads, WgTile<256>::kSmem, st>>>(p, out, a0, b0, a0, b0, 1);
-    FL_CHECK_LAUNCH();
-    return nullptr;
+    return launch_wg<256, false, Epi>(p, out, a0, b0, a0, b0, 1, st);
   }
   const size_t nk = (size_t)p.n * p.k, mk = (size_t)p.m * p.k;
   split_tf32_kernel<<<132 * 8, 256, 0, st>>>(x, p.xsplit, p.xsplit + nk, nk);
@@ -422,17 +440,8 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   if ((err = encode_map(&a0, p.xsplit, p.n, p.k, kWgBM)) || (err = encode_map(&a1, p.xsplit + nk, p.n, p.k, kWgBM)) ||
       (err = encode_map(&b0, p.wsplit, p.m, p.k, bn)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, bn)))
     return err;
-  if (bn == kSplitWide) {
-    auto kernel = wgmma_gemm_kernel<kSplitWide, true, Epi>;
-    FL_OPT_IN_SMEM(kernel, WgTile<kSplitWide>::kSmem);
-    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitWide) * p.splits, kWgThreads, WgTile<kSplitWide>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
-  } else {
-    auto kernel = wgmma_gemm_kernel<kSplitNarrow, true, Epi>;
-    FL_OPT_IN_SMEM(kernel, WgTile<kSplitNarrow>::kSmem);
-    kernel<<<ceil_div(p.n, kWgBM) * ceil_div(p.m, kSplitNarrow) * p.splits, kWgThreads, WgTile<kSplitNarrow>::kSmem, st>>>(p, out, a0, b0, a1, b1, 3);
-  }
-  FL_CHECK_LAUNCH();
-  return nullptr;
+  return bn == kSplitWide ? launch_wg<kSplitWide, true, Epi>(p, out, a0, b0, a1, b1, 3, st)
+                          : launch_wg<kSplitNarrow, true, Epi>(p, out, a0, b0, a1, b1, 3, st);
 }
 
 }  // namespace fl
