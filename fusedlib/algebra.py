@@ -434,26 +434,56 @@ def centred_matmul_nt(x: torch.Tensor, weight: torch.Tensor,
     return z[:-1], z[-1]
 
 
-def centred_train_forward(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                          scale: torch.Tensor, bn: BNState, precision: str = "fp32") -> torch.Tensor:
-    """The train-mode forward of problem family ``kind`` on the centred GEMM
-    (:func:`centred_matmul_nt`): the column statistics of Zc (mean ≈ 0, two passes), the
-    coefficients a, c of :func:`train_coefficients` applied to Zc (V = a∘Zc + c), the running
-    buffers from μ + mean(Zc) + b and var(Zc). Equal to ``stage_forward(kind, "fused", …,
-    training=True)`` in exact arithmetic; in fp32 and 3xTF32 accurate on offset inputs too.
+def shifted_matmul_nt(x: torch.Tensor, weight: torch.Tensor,
+                      precision: str = "fp32") -> tuple[torch.Tensor, torch.Tensor]:
+    """Z' = X Wᵀ split as D + z₀ (D = (X − x₀)Wᵀ, z₀ = x₀Wᵀ, x₀ the batch's first row), from one
+    GEMM over the N×K operand [x₀; X[1:] − x₀]: its row 0 gives z₀, rows 1…N−1 give D (row 0 of D
+    is exactly 0). The shifted-data form of :func:`centred_matmul_nt` (Chan, Golub & LeVeque
+    1983: any sample removes the offset as the mean does): as close to float64 on offset
+    inputs (see tests/test_algebra.py), but with no extra row (at 84's shape N + 1 rows would
+    take a ninth row of 128-row tiles) and no column-mean pass over X: the kernels can subtract
+    x₀ as they load X (SIMT), in the 3xTF32 split of X (wgmma), or in one copy.
 
-    Args: as :func:`stage_forward` (train mode only). bn: updated in place.
+    Args:
+        x: (N, K) float32 or float64. weight: (M, K). precision: as :func:`matmul_nt`.
+
+    Returns:
+        d: (N, M) (X − x₀)Wᵀ; z0: (M,) x₀Wᵀ; both of ``x``'s dtype.
+    """
+    z = matmul_nt(torch.cat([x[:1], x[1:] - x[:1]]), weight, precision)
+    return torch.cat([torch.zeros_like(z[:1]), z[1:]]), z[0]
+
+
+#: The operand a centred train forward runs its GEMM on (:func:`centred_train_forward`).
+CENTRINGS = {"mean": centred_matmul_nt, "first_row": shifted_matmul_nt}
+
+
+def centred_train_forward(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                          scale: torch.Tensor, bn: BNState, precision: str = "fp32",
+                          centre: str = "mean") -> torch.Tensor:
+    """The train-mode forward of problem family ``kind`` on a centred GEMM: Z' = Zc + μ₀ with
+    Zc and μ₀ from :func:`centred_matmul_nt` (``centre="mean"``: μ₀ = x̄Wᵀ) or
+    :func:`shifted_matmul_nt` (``"first_row"``: μ₀ = x₀Wᵀ); then the column statistics of Zc
+    (two passes), the coefficients a, c of :func:`train_coefficients` applied to Zc
+    (V = a∘Zc + c), the running buffers from μ₀ + mean(Zc) + b and var(Zc). Equal to
+    ``stage_forward(kind, "fused", …, training=True)`` in exact arithmetic; in fp32 and 3xTF32
+    accurate on offset inputs too.
+
+    Args: as :func:`stage_forward` (train mode only). bn: updated in place. centre: "mean" or
+        "first_row".
 
     Returns:
         (N, M) tensor of ``x``'s dtype.
 
     Raises:
-        ValueError: unknown precision, or N = 1 (as :func:`stage_forward`).
+        ValueError: unknown precision or centre, or N = 1 (as :func:`stage_forward`).
     """
     check_stage_precision("fused", precision)
+    if centre not in CENTRINGS:
+        raise ValueError(f"centre: expected one of {sorted(CENTRINGS)}, got {centre!r}")
     _check_train_batch(x)
     n = x.shape[0]
-    zc, mu = centred_matmul_nt(x, weight, precision)
+    zc, mu = CENTRINGS[centre](x, weight, precision)
     mean_c, var = column_stats_two_pass(zc)
     a, c = train_coefficients(kind, mean_c, var, bn, scale)
     y = _finish(kind, a * zc + c)
