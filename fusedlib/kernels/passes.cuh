@@ -148,6 +148,22 @@ __device__ __forceinline__ void softmax_merge(float& m, float& l, float m2, floa
   m = mx;
 }
 
+// Every thread's (m, l) merged across the block, in a fixed order (lanes by a shuffle
+// butterfly, then warps 0, 1, …); every thread gets the row's (M, L). red_m, red_l: 32 shared
+// words each.
+__device__ __forceinline__ void block_softmax_merge(float& m, float& l, float* red_m, float* red_l) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
+    softmax_merge(m, l, m2, l2);
+  }
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  if (lane == 0) { red_m[wid] = m; red_l[wid] = l; }
+  __syncthreads();
+  m = red_m[0];
+  l = red_l[0];
+  for (int w = 1; w < nw; ++w) softmax_merge(m, l, red_m[w], red_l[w]);
+}
+
 // One block a row: V = a∘Z' + c (coef == nullptr: V = Z') read once into shared memory
 // while each thread keeps online (max, Σexp) partials over its columns; the partials merge
 // across the block in a fixed order; then Y = exp(V − M)/L is written once.
@@ -181,16 +197,7 @@ __global__ void online_softmax_rows_kernel(const float* z, const float* __restri
       softmax_merge(mx, l, v, 1.f);
     }
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, mx, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
-    softmax_merge(mx, l, m2, l2);
-  }
-  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  if (lane == 0) { red_m[wid] = mx; red_l[wid] = l; }
-  __syncthreads();
-  mx = red_m[0];
-  l = red_l[0];
-  for (int q = 1; q < nw; ++q) softmax_merge(mx, l, red_m[q], red_l[q]);
+  block_softmax_merge(mx, l, red_m, red_l);
   const float inv = 1.f / l;
   if (vec) {
     for (int j = 4 * threadIdx.x; j < m; j += 4 * blockDim.x) {
@@ -239,17 +246,7 @@ __global__ void __launch_bounds__(kRegRowThreads) online_softmax_rows_regs_kerne
     softmax_merge(mx, l, fmaxf(fmaxf(v[i].x, v[i].y), fmaxf(v[i].z, v[i].w)), 0.f);
     l += expf(v[i].x - mx) + expf(v[i].y - mx) + expf(v[i].z - mx) + expf(v[i].w - mx);
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, mx, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
-    softmax_merge(mx, l, m2, l2);
-  }
-  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-  if (lane == 0) { red_m[wid] = mx; red_l[wid] = l; }
-  __syncthreads();
-  mx = red_m[0];
-  l = red_l[0];
-#pragma unroll
-  for (int w = 1; w < kRegRowThreads / 32; ++w) softmax_merge(mx, l, red_m[w], red_l[w]);
+  block_softmax_merge(mx, l, red_m, red_l);
   const float inv = 1.f / l;
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
