@@ -26,7 +26,7 @@ __all__ = [
     "tile_partials", "chan_merge", "column_stats_chan", "column_stats_textbook", "train_coefficients",
     "eval_coefficients", "fold_linear", "update_running_stats", "tracked_stats", "softmax_three_pass",
     "softmax_online", "stage_forward", "train_backward", "eval_backward", "backward_tile_partials",
-    "train_backward_fused",
+    "train_backward_fused", "shifted_matmul_nt", "SHIFTED_PRECISIONS", "train_gemm",
 ]
 
 #: The four optimisation stages, in teaching order.
@@ -456,6 +456,26 @@ def shifted_matmul_nt(x: torch.Tensor, weight: torch.Tensor,
 
 #: The operand a centred train forward runs its GEMM on (:func:`centred_train_forward`).
 CENTRINGS = {"mean": centred_matmul_nt, "first_row": shifted_matmul_nt}
+
+#: Precisions whose train-mode GEMM the CUDA kernels run shifted by the batch's first row
+#: (:func:`train_gemm`): the SIMT GEMM subtracts x₀ as it loads X, the 3xTF32 ones in the split
+#: of X; tf32's tensor cores read X as it is (TMA), and its TF32 rounding (≈ 1e-3) is far
+#: above what the shift saves.
+SHIFTED_PRECISIONS = ("fp32", "3xtf32")
+
+
+def train_gemm(x: torch.Tensor, weight: torch.Tensor, precision: str = "fp32") -> tuple[torch.Tensor, torch.Tensor]:
+    """The train-mode GEMM of every stage as the CUDA kernels compute it: (Z, z₀) with
+    Z + z₀ = X Wᵀ — :func:`shifted_matmul_nt` for :data:`SHIFTED_PRECISIONS` (Z = D, whose row 0
+    is 0), else (:func:`matmul_nt`, zeros). Only Z − mean(Z) enters BatchNorm's output and
+    gradients; the running mean adds z₀ back.
+
+    Args: x (N, K), weight (M, K), precision as :func:`matmul_nt`. Returns: Z (N, M), z₀ (M,).
+    """
+    if precision in SHIFTED_PRECISIONS:
+        return shifted_matmul_nt(x, weight, precision)
+    z = matmul_nt(x, weight, precision)
+    return z, z.new_zeros(z.shape[1])
 
 
 def centred_train_forward(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,

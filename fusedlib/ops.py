@@ -21,7 +21,8 @@ default, :func:`fusedlib.engine.select_path`); ``weight_split`` optionally suppl
 TF32 parts [rna(W); rna(W − rna(W))] (2, M, K) for 3xTF32 on the wgmma path, which
 otherwise splits W on every call. The CPU kernel ignores both. ``z_out`` (N, M), train mode
 only: the forward also leaves there the GEMM output Z it normalised (Z' = XWᵀ, or XWᵀ + b for
-naive and fold: the backward reads only Z − μ), which the backward needs
+naive and fold; at fp32 and 3xtf32 less x₀Wᵀ, x₀ the batch's first row, as the first-row shift
+of :data:`fusedlib.algebra.SHIFTED_PRECISIONS` makes it: the backward reads only Z − μ), which the backward needs
 (:class:`StageFunction` passes it whenever a gradient is needed).
 
 ``torch.ops.fusedlib.train_backward(dy, y, z, x, weight, scale, gamma, beta, weight_split,
@@ -238,7 +239,7 @@ def _define(stage: str):
             if not training or z_out.shape != (x.shape[0], weight.shape[0]):
                 raise ValueError(f"z_out: expected a ({x.shape[0]}, {weight.shape[0]}) tensor in train mode, got "
                                  f"{tuple(z_out.shape)} in {'train' if training else 'eval'} mode")
-            z_out.copy_(algebra.matmul_nt(x, weight, precision))  # Z' = XWᵀ, as sums and fused keep it
+            z_out.copy_(algebra.train_gemm(x, weight, precision)[0])  # Z', as sums and fused keep it
         bn = algebra.BNState(gamma, beta, running_mean, running_var, num_batches_tracked, momentum, eps)
         return algebra.stage_forward(kind, stage, x, weight, bias, scale, bn, training, precision)
 

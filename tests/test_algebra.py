@@ -336,6 +336,23 @@ def test_shifted_gemm_is_the_first_row_plus_its_deviations():
     assert torch.allclose(z0, x[0] @ w.T, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "3xtf32"])
+def test_train_gemm_shifts_exactly_the_fp32_class_precisions(precision):
+    """train_gemm, the kernels' train-mode GEMM: fp32 and 3xTF32 shifted by the first row
+    (Z's row 0 exactly 0, Z + z₀ = X Wᵀ), tf32 as matmul_nt with z₀ = 0."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 24, generator=g) + 3.0
+    w = torch.randn(10, 24, generator=g)
+    z, z0 = algebra.train_gemm(x, w, precision)
+    if precision in algebra.SHIFTED_PRECISIONS:
+        d, d0 = algebra.shifted_matmul_nt(x, w, precision)
+        assert torch.equal(z, d) and torch.equal(z0, d0) and torch.equal(z[0], torch.zeros(10))
+        assert torch.allclose((z + z0).double(), x.double() @ w.double().T, rtol=1e-5, atol=1e-4)
+    else:
+        assert torch.equal(z, algebra.matmul_nt(x, w, precision)) and torch.equal(z0, torch.zeros(10))
+    assert algebra.SHIFTED_PRECISIONS == ("fp32", "3xtf32")
+
+
 @pytest.mark.parametrize("problem", ["84", "33"])
 def test_first_row_centring_equals_fused_in_float64(problem):
     """The first-row shift gives the fused stage's train forward in exact arithmetic too."""

@@ -14,7 +14,8 @@ fp32 on the SIMT GEMM, tf32/3xtf32 on wgmma), then the tensor-core precisions ag
 3xtf32 at K = 16384 and K = 16383 on both tensor-core paths (fp32-class at every K), and
 fp32 on the SIMT GEMM's 128×64 tile (the one GPUs with 64 KB of shared memory a block run)
 forced with ``FUSEDLIB_SIMT_SMALL_SMEM=1``, and the wgmma GEMM's split-K forced to 3 and 2
-splits (``FUSEDLIB_WGMMA_SPLITK``). The persistent wgmma GEMM gives the same bits on grids of
+splits (``FUSEDLIB_WGMMA_SPLITK``); offset inputs within the fp32 budget outright where the
+kernels shift X by its first row (fp32, 3xtf32). The persistent wgmma GEMM gives the same bits on grids of
 1, 7 and one CTA an SM (``FUSEDLIB_WGMMA_GRID``).
 Gradients (the fused backward, check.run_grad_case): every stage, mode and precision of 84
 and 33 at small odd shapes and v0, on both tensor-core paths, and at each KernelBench shape;
@@ -230,6 +231,27 @@ def test_gradients_match_float64(case, monkeypatch):
     within the forward's budget per precision (or twice PyTorch's own error at that
     precision), the bias's gradient exactly zero in train mode; outputs and scratch poisoned."""
     _run_recorded(case, monkeypatch, check.run_grad_case, "gradients")
+
+
+#: The first-row shift (train mode at fp32 and 3xTF32: algebra.train_gemm) on every path that
+#: runs it: offset inputs (|x̄|/spread ≈ 1e3) within the precision's own budget, 1e-5, with no
+#: allowance for PyTorch's error there (2.6e-5 to 3e-4 at these shapes).
+SHIFT_CASES = [dict(c, path=path) for path in ["auto"] + _other_tc_paths() for c in check.iter_cases(
+    [p for p in ("84", "33") if p in PROBLEMS], algebra.STAGES, ("train",),
+    algebra.SHIFTED_PRECISIONS if path == "auto" else ("3xtf32",), ["2x64->3", "7x33->65", "257x1000->999"],
+    seeds=3, device="cuda", input_kinds=["offset"])]
+
+
+@pytest.mark.parametrize("case", SHIFT_CASES, ids=lambda c: "-".join(str(v) for k, v in c.items() if k != "device"))
+def test_offset_inputs_within_the_fp32_budget(case, monkeypatch):
+    """Where the kernels shift X by its first row, offset inputs are no longer ill-conditioned
+    for them: output and running buffers within BUDGET (1e-5) of float64 outright."""
+    case = dict(case)
+    monkeypatch.setenv(engine.ENV_VAR, case.pop("path"))
+    monkeypatch.setattr(check, "make_reference", _cached_reference)
+    result = check.run_case(**case)
+    assert result["finite"] and result["rel_err"] <= check.BUDGET[case["precision"]], result
+    assert result["buffer_rel_err"] <= check.BUDGET[case["precision"]], result
 
 
 @pytest.mark.parametrize("problem", ["84", "33"])

@@ -35,6 +35,15 @@ __host__ __device__ constexpr int scratch_floats() {
   return (THREADS > 2 * BN ? THREADS : 2 * BN) + 32;
 }
 
+// The first-row shift (common.cuh column_shift): output (row, col) of the GEMM as the epilogue
+// sees it — row 0 is z₀ = x₀Wᵀ, which goes to p.z0, and D's row 0, exactly 0, takes its place.
+// Called by each mainloop on the accumulators it hands over, before any epilogue reads them.
+__device__ __forceinline__ float take_shift_row(const Problem& p, float v, int row, int col) {
+  if (row != 0 || !p.z0) return v;
+  if (col < p.m) p.z0[col] = v;
+  return 0.f;
+}
+
 enum class Store { kPlain, kBias, kAffine };
 
 // Store the valid part of the tile, rows m0…, columns n0…, coalesced (consecutive threads
@@ -216,7 +225,7 @@ __device__ __forceinline__ void store_pair(float* dst, float a, float b, int c, 
 }
 
 template <int BN, class Epi>
-__device__ __forceinline__ void epilogue_from_fragments(const Problem& p, const float (&d)[BN / 2], float* smem,
+__device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float (&d)[BN / 2], float* smem,
                                                         float* out, int m0, int n0, int tid) {
   constexpr int THREADS = 256, BM = 128, NV = BN / 4, V = (NV + 7) / 8 * 8, Q = V / 8;
   float* coef = smem;           // [2][BN]
@@ -226,6 +235,13 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, const 
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, r = 16 * warp + g;
   const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
   const bool ok0 = r < rows, ok1 = r + 8 < rows;
+  if (p.z0 && m0 + r == 0) {  // the first-row shift: row 0 is z₀ (rows r + 8 never are)
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      d[4 * j] = take_shift_row(p, d[4 * j], 0, n0 + 8 * j + 2 * t);
+      d[4 * j + 1] = take_shift_row(p, d[4 * j + 1], 0, n0 + 8 * j + 2 * t + 1);
+    }
+  }
   if (Epi::kStore != Store::kPlain) {
     for (int c = tid; c < BN; c += THREADS) {
       float a = 1.f, b = 0.f;

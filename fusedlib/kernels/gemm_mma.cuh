@@ -8,7 +8,9 @@
 // big·small + big·big (CUTLASS example 27), and since the tensor cores' fp32 accumulation
 // truncates, each K step's products are accumulated from zero and then added into the fp32
 // accumulator with a round-to-nearest FADD (promotion every 16 products): fp32-class at any K.
-// The finished accumulators go through the shared-memory C tile to the epilogue Epi.
+// In train mode at 3xTF32 the A fragments are X's rows minus its row 0 (the first-row shift,
+// common.cuh), subtracted before the split. The finished accumulators go through the
+// shared-memory C tile to the epilogue Epi.
 // grid = (ceil(M/128), ceil(N/128)). Without sm_80 the kernel compiles to an empty body (the
 // host never selects this path there: fusedlib/engine.py).
 #pragma once
@@ -138,11 +140,19 @@ mma_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __res
 #pragma unroll
     for (int kk = 0; kk < kMmaBK; kk += 8) {
       uint32_t ab[4][4], bb[4][2], as[4][4], bs[4][2];
+      float x0a = 0.f, x0b = 0.f;  // the first-row shift: X's row 0 at this thread's two columns
+      if (p.z0) {
+        const int k = kt * kMmaBK + kk + t;
+        x0a = k < p.k ? __ldg(x + k) : 0.f;
+        x0b = k + 4 < p.k ? __ldg(x + k + 4) : 0.f;
+      }
 #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
         const int r = wm * 64 + mi * 16 + g;
-        const float v[4] = {As[r * kMmaLds + kk + t], As[(r + 8) * kMmaLds + kk + t],
-                            As[r * kMmaLds + kk + t + 4], As[(r + 8) * kMmaLds + kk + t + 4]};
+        const bool first = m0 + r == 0;  // row 0 stays x₀ (rows r + 8 never are row 0)
+        const float v[4] = {As[r * kMmaLds + kk + t] - (first ? 0.f : x0a), As[(r + 8) * kMmaLds + kk + t] - x0a,
+                            As[r * kMmaLds + kk + t + 4] - (first ? 0.f : x0b),
+                            As[(r + 8) * kMmaLds + kk + t + 4] - x0b};
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           ab[mi][q] = SPLIT ? to_tf32(v[q]) : __float_as_uint(v[q]);
@@ -191,8 +201,8 @@ mma_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __res
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) {
       const int r = wm * 64 + mi * 16 + g, c = wn * 32 + ni * 8 + 2 * t;
-      C[r * LDC + c] = acc[mi][ni][0];
-      C[r * LDC + c + 1] = acc[mi][ni][1];
+      C[r * LDC + c] = take_shift_row(p, acc[mi][ni][0], m0 + r, n0 + c);
+      C[r * LDC + c + 1] = take_shift_row(p, acc[mi][ni][1], m0 + r, n0 + c + 1);
       C[(r + 8) * LDC + c] = acc[mi][ni][2];
       C[(r + 8) * LDC + c + 1] = acc[mi][ni][3];
     }

@@ -7,7 +7,8 @@
 // (scalar loads of the same elements otherwise). Two shared-memory stages: the next K step is
 // loaded into registers during this step's FFMAs and stored into the other stage, one
 // __syncthreads a K step. The finished accumulators go through the shared-memory C tile to
-// the epilogue Epi (epilogue.cuh). grid = (ceil(M/BN), ceil(N/BM)). The ladder of SIMT SGEMM
+// the epilogue Epi (epilogue.cuh). In train mode at fp32 the A tile's loads subtract X's row
+// 0 from the other rows (the first-row shift, common.cuh). grid = (ceil(M/BN), ceil(N/BM)). The ladder of SIMT SGEMM
 // kernels this follows: siboehm, "How to optimize a CUDA matmul kernel" (SGEMM_CUDA).
 #pragma once
 #include "epilogue.cuh"
@@ -23,25 +24,37 @@ struct SimtTile {
   static constexpr size_t kSmem = kLoopSmem > kEpiSmem ? kLoopSmem : kEpiSmem;
 };
 
+// Four consecutive elements s[0 … 3] of a row, those at columns k … k + 3 below K (zeros past
+// it): one LDG.128 when vec, four scalar loads otherwise.
+__device__ __forceinline__ float4 simt_load4(const float* __restrict__ s, int k, int K, bool vec) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (vec) {
+    if (k < K) v = __ldg(reinterpret_cast<const float4*>(s));
+  } else {
+    v.x = k < K ? __ldg(s) : 0.f;
+    v.y = k + 1 < K ? __ldg(s + 1) : 0.f;
+    v.z = k + 2 < K ? __ldg(s + 2) : 0.f;
+    v.w = k + 3 < K ? __ldg(s + 3) : 0.f;
+  }
+  return v;
+}
+
 // One K step (columns k0 … k0 + BK − 1) of a ROWS-row operand tile from row r0 of src
 // (row-major, leading dimension K, `rows` rows in all) into registers: thread tid holds the
 // float4 groups f = tid + q·THREADS of the tile in row-major order (row f / (BK/4), columns
-// 4·(f % (BK/4)) …), one LDG.128 each when vec, four scalar loads otherwise; zeros outside.
+// 4·(f % (BK/4)) …); zeros outside. With shift (the first-row shift, X only), rows 1 … of src
+// arrive minus its row 0 (a second load, of a row every block reads: from L1/L2).
 template <int ROWS, int BK, int THREADS>
 __device__ __forceinline__ void simt_load(float (&r)[ROWS * BK / THREADS], const float* __restrict__ src, int r0,
-                                          int rows, int K, int k0, int tid, bool vec) {
+                                          int rows, int K, int k0, int tid, bool vec, bool shift = false) {
 #pragma unroll
   for (int q = 0; q < ROWS * BK / THREADS / 4; ++q) {
     const int f = tid + q * THREADS, row = r0 + f / (BK / 4), k = k0 + (f % (BK / 4)) * 4;
-    const float* s = src + (size_t)row * K + k;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (vec) {
-      if (row < rows && k < K) v = __ldg(reinterpret_cast<const float4*>(s));
-    } else if (row < rows) {
-      v.x = k < K ? __ldg(s) : 0.f;
-      v.y = k + 1 < K ? __ldg(s + 1) : 0.f;
-      v.z = k + 2 < K ? __ldg(s + 2) : 0.f;
-      v.w = k + 3 < K ? __ldg(s + 3) : 0.f;
+    if (row < rows) v = simt_load4(src + (size_t)row * K + k, k, K, vec);
+    if (shift && row > 0 && row < rows) {
+      const float4 x0 = simt_load4(src + k, k, K, vec);
+      v.x -= x0.x, v.y -= x0.y, v.z -= x0.z, v.w -= x0.w;
     }
     r[4 * q] = v.x, r[4 * q + 1] = v.y, r[4 * q + 2] = v.z, r[4 * q + 3] = v.w;
   }
@@ -76,7 +89,7 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
 
   float ra[LA], rb[LB];
   auto load = [&](int k0) {
-    simt_load<BM, BK, THREADS>(ra, x, m0, p.n, K, k0, tid, vec);
+    simt_load<BM, BK, THREADS>(ra, x, m0, p.n, K, k0, tid, vec, p.z0 != nullptr);
     simt_load<BN, BK, THREADS>(rb, w, n0, p.m, K, k0, tid, vec);
   };
   auto stash = [&](int s) {
@@ -133,8 +146,10 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
 #pragma unroll
   for (int i = 0; i < TM; ++i)
 #pragma unroll
-    for (int j = 0; j < TN; ++j)
-      C[((i / 4) * (BM / QM) + 4 * ty + i % 4) * LDC + (j / 4) * (BN / QN) + 4 * tx + j % 4] = acc[i][j];
+    for (int j = 0; j < TN; ++j) {
+      const int r = (i / 4) * (BM / QM) + 4 * ty + i % 4, c = (j / 4) * (BN / QN) + 4 * tx + j % 4;
+      C[r * LDC + c] = take_shift_row(p, acc[i][j], m0 + r, n0 + c);
+    }
   __syncthreads();
   Epi::template apply<BM, BN, THREADS>(p, C, smem + BM * LDC, out, m0, n0, tid);
 }

@@ -3,7 +3,8 @@
 // mbarriers; warp-specialized: one producer warpgroup (one thread issues the copies), two
 // consumer warpgroups of 64 rows each; 128×BN block tile, grouped raster order.
 //  * tf32: BN = 256, one pass over K; the tensor cores read the top 19 bits of the fp32 words.
-//  * 3xtf32: X = Xb + Xs split into TF32 parts by split_tf32_kernel (W's parts too, unless
+//  * 3xtf32: X = Xb + Xs split into TF32 parts by split_tf32_kernel (in train mode X shifted
+//    by its first row, common.cuh; W's parts too, unless
 //    the caller passed them cached: p.split_w = 0), then the same kernel with BN = 192 or 168 over three K segments Xb·Wb, Xs·Wb,
 //    Xb·Ws, with promoted accumulation (fp32-class at any K).
 // tf32: persistent CTAs (one an SM) run the tiles in turn (3xtf32: one CTA a tile); the
@@ -324,10 +325,14 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 }
 
 // X = Xb + Xs with Xb = rna_tf32(X), Xs = rna_tf32(X − Xb) (same rounding as algebra.round_tf32).
+// shift_k = K > 0: the first-row shift (common.cuh): rows 1 … of X (count < 2³¹ elements, K
+// each) are split minus row 0.
 __global__ void split_tf32_kernel(const float* __restrict__ x, float* __restrict__ big, float* __restrict__ small,
-                                  size_t count) {
+                                  size_t count, int shift_k = 0) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
-    const float v = x[i], b = __uint_as_float(to_tf32(v));
+    float v = x[i];
+    if (shift_k && i >= (size_t)shift_k) v -= x[(unsigned)i % (unsigned)shift_k];
+    const float b = __uint_as_float(to_tf32(v));
     big[i] = b;
     small[i] = __uint_as_float(to_tf32(v - b));
   }
@@ -426,11 +431,12 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   CUtensorMap a0, b0, a1, b1;
   const char* err;
   if (p.precision == TF32) {
+    if (p.z0) return "the tf32 wgmma GEMM reads X as it is (TMA): no first-row shift (z0 must be null)";
     if ((err = encode_map(&a0, x, p.n, p.k, kWgBM)) || (err = encode_map(&b0, w, p.m, p.k, 256))) return err;
     return launch_wg<256, false, Epi>(p, out, a0, b0, a0, b0, 1, st);
   }
   const size_t nk = (size_t)p.n * p.k, mk = (size_t)p.m * p.k;
-  split_tf32_kernel<<<132 * 8, 256, 0, st>>>(x, p.xsplit, p.xsplit + nk, nk);
+  split_tf32_kernel<<<132 * 8, 256, 0, st>>>(x, p.xsplit, p.xsplit + nk, nk, p.z0 ? p.k : 0);
   FL_CHECK_LAUNCH();
   if (p.split_w) {  // no cached [Wb; Ws] from the caller: split W too
     split_tf32_kernel<<<132 * 8, 256, 0, st>>>(w, p.wsplit, p.wsplit + mk, mk);

@@ -114,14 +114,17 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
 
   // Y, whose memory holds Z until the last pass overwrites it (unless z_out keeps Z); the stream's scratch:
   // counters, tile partials (the smallest statistics tile is 32 rows; naive keeps its row
-  // max and Σexp there), coefficients (4, M); for 3xTF32 on wgmma X's and (unless cached
+  // max and Σexp there), coefficients (4, M), split-K partial tiles, z₀ (M); for 3xTF32 on wgmma X's and (unless cached
   // by the caller) W's TF32 parts, in a workspace of this call.
   at::Tensor y = at::empty({n, m}, x.options());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
   const int64_t tiles = (n + 31) / 32, n_part = aligned_floats(std::max(2 * tiles * m, 2 * n));
   // wgmma: split-K where the tiles would leave most SMs idle (its partial tiles and counters)
   const WgSplitK sk = path == PATH_WGMMA ? wg_split_k(prec, (int)n, (int)k, (int)m) : WgSplitK{1, 0, 0};
-  const int64_t n_count = aligned_floats((m + 31) / 32), n_floats = n_part + 4 * m + (int64_t)sk.floats();
+  // train mode at fp32 and 3xTF32: the first-row shift's z₀ (common.cuh column_shift; tf32 reads X as it is)
+  const bool shift = training && prec != TF32;
+  const int64_t n_count = aligned_floats((m + 31) / 32), n_sk = aligned_floats((int64_t)sk.floats());
+  const int64_t n_floats = n_part + 4 * m + n_sk + (shift ? m : 0);
   at::Tensor captured, split_ws;
   const Scratch scratch = stream_scratch(x, stream, n_count + (sk.splits > 1 ? sk.tiles : 0), n_floats, captured);
   if (split) split_ws = at::empty({2 * n * k + (split_w ? 2 * m * k : 0)}, x.options());
@@ -147,6 +150,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
   p.splitk = sk.splits > 1 ? scratch.floats + n_part + 4 * m : nullptr;
   p.splitk_counters = sk.splits > 1 ? scratch.counters + n_count : nullptr;
   p.splits = sk.splits;
+  p.z0 = shift ? scratch.floats + n_part + 4 * m + n_sk : nullptr;
   p.n = (int)n;
   p.k = (int)k;
   p.m = (int)m;
