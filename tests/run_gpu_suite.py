@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: part -> (FUSEDLIB_GPU_PROBLEMS, pytest -k expression); each writes a record of its own.
 #: Problem 39's forward cases, the longest part, run as two (its stages in halves).
-PARTS = {"forward-84": ("84", "case_matches"), "forward-33": ("33", "case_matches"),
+PARTS = {"forward-84": ("84", "case_matches or offset_inputs"), "forward-33": ("33", "case_matches or offset_inputs"),
          "forward-39a": ("39", "case_matches and (naive or fold)"),
          "forward-39b": ("39", "case_matches and (sums or fused)"),
          "gradients": ("84,33,39", "gradients or bit_identical"), "sanitizer": ("84", "sanitizer")}
