@@ -136,7 +136,7 @@ def test_gpu_suite_runner_needs_cuda(capsys, tmp_path):
     import torch
     import run_gpu_suite
     selects = " ".join(k for _, k in run_gpu_suite.PARTS.values())
-    for name in ("case_matches", "gradients", "bit_identical", "sanitizer"):
+    for name in ("case_matches", "offset_inputs", "gradients", "bit_identical", "sanitizer"):
         assert name in selects
     if not torch.cuda.is_available():
         assert run_gpu_suite.main(["--out", str(tmp_path)]) == 2
