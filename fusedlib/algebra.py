@@ -466,9 +466,10 @@ SHIFTED_PRECISIONS = ("fp32", "3xtf32")
 
 def train_gemm(x: torch.Tensor, weight: torch.Tensor, precision: str = "fp32") -> tuple[torch.Tensor, torch.Tensor]:
     """The train-mode GEMM of every stage as the CUDA kernels compute it: (Z, z₀) with
-    Z + z₀ = X Wᵀ — :func:`shifted_matmul_nt` for :data:`SHIFTED_PRECISIONS` (Z = D, whose row 0
-    is 0), else (:func:`matmul_nt`, zeros). Only Z − mean(Z) enters BatchNorm's output and
-    gradients; the running mean adds z₀ back.
+    Z + z₀ = X Wᵀ — :func:`shifted_matmul_nt` for :data:`SHIFTED_PRECISIONS` (Z = D = (X − x₀)Wᵀ,
+    whose row 0 is 0; the kernels of every stage, naive and fold too, then hold Z − Z₀ = D, in
+    which the Linear's bias cancels), else (:func:`matmul_nt`, zeros). Only Z − mean(Z) enters
+    BatchNorm's output and gradients; the running mean adds z₀ + b back.
 
     Args: x (N, K), weight (M, K), precision as :func:`matmul_nt`. Returns: Z (N, M), z₀ (M,).
     """

@@ -21,8 +21,8 @@ default, :func:`fusedlib.engine.select_path`); ``weight_split`` optionally suppl
 TF32 parts [rna(W); rna(W − rna(W))] (2, M, K) for 3xTF32 on the wgmma path, which
 otherwise splits W on every call. The CPU kernel ignores both. ``z_out`` (N, M), train mode
 only: the forward also leaves there the GEMM output Z it normalised (Z' = XWᵀ, or XWᵀ + b for
-naive and fold; at fp32 and 3xtf32 less x₀Wᵀ, x₀ the batch's first row, as the first-row shift
-of :data:`fusedlib.algebra.SHIFTED_PRECISIONS` makes it: the backward reads only Z − μ), which the backward needs
+naive and fold; at fp32 and 3xtf32, every stage, Z − Z₀ = (X − x₀)Wᵀ, x₀ the batch's first row: the
+first-row shift of :func:`fusedlib.algebra.train_gemm`; the backward reads only Z − μ), which the backward needs
 (:class:`StageFunction` passes it whenever a gradient is needed).
 
 ``torch.ops.fusedlib.train_backward(dy, y, z, x, weight, scale, gamma, beta, weight_split,

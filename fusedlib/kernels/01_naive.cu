@@ -3,8 +3,8 @@
 // column variance → normalize+affine → ×scale → row max → row Σexp → normalize.
 // Problems 33/39: GEMM+bias → ×scale → column mean → column variance → normalize+affine.
 // The GEMM is the engine's (gemm.cuh) with the plain bias-store epilogue, at any precision
-// (in train mode at fp32 and 3xTF32 over X shifted by its first row, as in every stage:
-// common.cuh column_shift).
+// (in train mode at fp32 and 3xTF32 shifted by its first row, as in every stage: Z − Z₀, where
+// the bias cancels; common.cuh column_shift).
 // The first pass that changes Z writes Y's memory and every later one works in place there
 // (Z itself lives in Y's memory too, unless the backward keeps it: torch_op.cuh's z_out);
 // BatchNorm updates the running buffers as soon as its batch statistics exist.
@@ -71,7 +71,7 @@ __global__ void softmax_normalize_kernel(const float* v, const float* __restrict
 }
 
 // running ← (1 − m)·running + m·batch, variance unbiased (×N/(N−1)); stats of what BN saw
-// (its mean plus the first-row shift z₀, times s for 33/39: common.cuh column_shift).
+// (its mean plus what the first-row shift took out, times s for 33/39: common.cuh column_shift).
 __global__ void update_running_kernel(const Problem p, const float* __restrict__ mean,
                                       const float* __restrict__ var) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;

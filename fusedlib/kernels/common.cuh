@@ -203,17 +203,18 @@ __device__ __forceinline__ void count_train_step(long long* num_batches_tracked)
   if (num_batches_tracked && blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) *num_batches_tracked += 1;
 }
 
-// The first-row shift (train mode at fp32 and 3xTF32: p.z0 set; algebra.shifted_matmul_nt):
-// the GEMM runs over [x₀; X[1:] − x₀] (x₀ the batch's first row), so that the Z every later
-// pass sees is D = (X − x₀)Wᵀ (+ b), whose row 0 is 0, instead of XWᵀ (+ b): the same
-// Z − μ, without the cancellation of a GEMM rounded to |x̄|·‖W‖ when X's columns sit far
-// from zero. The epilogue moves the GEMM's row 0, z₀ = x₀Wᵀ, to p.z0; the running mean adds it
-// back. column_shift(p, j) is z₀ of column j (0 without the shift).
-__device__ __forceinline__ float column_shift(const Problem& p, int j) { return p.z0 ? p.z0[j] : 0.f; }
+// The first-row shift (train mode at fp32 and 3xTF32: p.z0 set; algebra.train_gemm): the GEMM
+// runs over [x₀; X[1:] − x₀] (x₀ the batch's first row), so that the Z every later pass sees is
+// Z − Z₀ = (X − x₀)Wᵀ = D, whose row 0 is 0 and in which the Linear's bias cancels, instead of
+// XWᵀ + b: the same Z − μ, without the cancellation of a GEMM rounded to |x̄|·‖W‖ when X's
+// columns sit far from zero, nor that of adding a bias ≫ a column's spread. The epilogue moves
+// the GEMM's row 0, x₀Wᵀ, to p.z0; column_shift(p, j) = x₀Wᵀ + b of column j, what the running
+// mean adds back (0 without the shift).
+__device__ __forceinline__ float column_shift(const Problem& p, int j) { return p.z0 ? p.z0[j] + p.bias[j] : 0.f; }
 
 // Train mode, column j: coefficients a, c with V = a·Z + c from the batch mean and biased
-// variance of the Z the stage holds (with bias if z_has_bias; shifted by z₀ when p.z0 is set),
-// then the running buffers.
+// variance of the Z the stage holds (with bias if z_has_bias; D when p.z0 is set), then the
+// running buffers.
 // 84: a = sγ/√(σ²+ε), c = sβ − aμ.  33: a = γs/√(s²σ²+ε), c = β − aμ (s = 0 gives c = β).
 // Running buffers track Z (84) or Z∘s (33); variance stored unbiased, ×N/(N−1).
 __device__ void finalize_column(const Problem& p, int j, float mean, float var, bool z_has_bias) {
@@ -228,7 +229,7 @@ __device__ void finalize_column(const Problem& p, int j, float mean, float var, 
   }
   p.coef[j] = a;
   p.coef[p.m + j] = c;
-  float tm = (z_has_bias ? mean : mean + p.bias[j]) + column_shift(p, j), tv = var;
+  float tm = mean + (p.z0 ? column_shift(p, j) : z_has_bias ? 0.f : p.bias[j]), tv = var;
   if (p.kind != 84) { tm = s * tm; tv = s * s * tv; }
   const float mom = step_momentum(p);
   p.running_mean[j] = (1.f - mom) * p.running_mean[j] + mom * tm;

@@ -5,7 +5,7 @@
 // C (row stride BN + 1) and call Epi::apply on it; the wgmma mainloop runs it straight from its
 // accumulator registers (epilogue_from_fragments, driven by Epi::kStore, kStats, kMerge: no
 // C tile, so a persistent CTA keeps its load ring live under the epilogue):
-//   BiasStore          out = C + bias                                   (naive, fold)
+//   BiasStore          out = C + bias (C with the first-row shift)      (naive, fold)
 //   AffineStore        out = a∘C + c, a and c of the tile's columns     (sums, fused: eval)
 //                      from the running buffers, γ, β, s and the bias
 //   ColumnStats        out = C (Z' = XWᵀ) and the tile's column partials (sums)
@@ -36,7 +36,7 @@ __host__ __device__ constexpr int scratch_floats() {
 }
 
 // The first-row shift (common.cuh column_shift): output (row, col) of the GEMM as the epilogue
-// sees it — row 0 is z₀ = x₀Wᵀ, which goes to p.z0, and D's row 0, exactly 0, takes its place.
+// sees it — row 0 is x₀Wᵀ, which goes to p.z0, and D's row 0, exactly 0, takes its place.
 // Called by each mainloop on the accumulators it hands over, before any epilogue reads them.
 __device__ __forceinline__ float take_shift_row(const Problem& p, float v, int row, int col) {
   if (row != 0 || !p.z0) return v;
@@ -58,7 +58,7 @@ __device__ __forceinline__ void store_tile(const Problem& p, const float* C, flo
     const int r = idx / BN, c = idx % BN, j = n0 + c;
     if (r < rows && c < cols) {
       float v = C[r * LDC + c];
-      if (S == Store::kBias) v += p.bias[j];
+      if (S == Store::kBias && !p.z0) v += p.bias[j];  // (Z − Z₀ of the first-row shift has none)
       if (S == Store::kAffine) v = ac[c] * v + ac[BN + c];
       out[(size_t)(m0 + r) * p.m + j] = v;
     }
@@ -247,7 +247,7 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
       float a = 1.f, b = 0.f;
       if (c < cols) {
         if (Epi::kStore == Store::kBias) {
-          b = p.bias[n0 + c];
+          b = p.z0 ? 0.f : p.bias[n0 + c];  // (Z − Z₀ of the first-row shift has none)
         } else {
           const Affine ac = eval_affine(p, n0 + c, true);
           a = ac.a;

@@ -26,7 +26,9 @@ namespace fl {
 
 constexpr int kMmaBM = 128, kMmaBN = 128, kMmaBK = 16, kMmaStages = 4, kMmaThreads = 256;
 constexpr int kMmaLds = kMmaBK + 4;  // padded row stride (words): fragment loads hit 32 distinct banks
-constexpr size_t kMmaLoopSmem = (size_t)kMmaStages * (kMmaBM + kMmaBN) * kMmaLds * sizeof(float);
+// A stage: the X tile, the W tile, then one row of X's row 0 (the first-row shift), kMmaLds apart.
+constexpr int kMmaStageWords = (kMmaBM + kMmaBN + 1) * kMmaLds;
+constexpr size_t kMmaLoopSmem = (size_t)kMmaStages * kMmaStageWords * sizeof(float);
 constexpr size_t kMmaEpiSmem = epilogue_smem_bytes<kMmaBM, kMmaBN, kMmaThreads>();
 constexpr size_t kMmaSmem = kMmaLoopSmem > kMmaEpiSmem ? kMmaLoopSmem : kMmaEpiSmem;
 
@@ -66,12 +68,19 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// One K-slice (kMmaBK columns) of the X rows m0… and W rows n0… into a pipeline stage.
-// VEC: 16-byte copies (K % 4 == 0 and aligned pointers), else 4-byte copies.
+// One K-slice (kMmaBK columns) of the X rows m0… and W rows n0… into a pipeline stage (with
+// the first-row shift, X's row 0 as well, after the W tile). VEC: 16-byte copies (K % 4 == 0
+// and aligned pointers), else 4-byte copies.
 template <bool VEC>
 __device__ __forceinline__ void mma_load_stage(const Problem& p, const float* x, const float* w, float* As,
                                                float* Bs, int m0, int n0, int k0) {
   const int tid = threadIdx.x;
+  if (p.z0 && tid < (VEC ? kMmaBK / 4 : kMmaBK)) {
+    const int c = VEC ? 4 * tid : tid;
+    float* dst = Bs + kMmaBN * kMmaLds + c;
+    if (VEC) cp_async16(dst, k0 + c < p.k ? x + k0 + c : x, k0 + c < p.k);
+    else cp_async4(dst, k0 + c < p.k ? x + k0 + c : x, k0 + c < p.k);
+  }
   if (VEC) {
 #pragma unroll
     for (int i = 0; i < (kMmaBM * kMmaBK / 4) / kMmaThreads; ++i) {
@@ -102,7 +111,7 @@ mma_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __res
   const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
   const int n0 = blockIdx.x * kMmaBN, m0 = blockIdx.y * kMmaBM;
   const int KT = ceil_div(p.k, kMmaBK);
-  constexpr int kStageWords = (kMmaBM + kMmaBN) * kMmaLds;
+  constexpr int kStageWords = kMmaStageWords;
   float acc[4][4][4], part[SPLIT ? 4 : 1][SPLIT ? 4 : 1][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -140,12 +149,9 @@ mma_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __res
 #pragma unroll
     for (int kk = 0; kk < kMmaBK; kk += 8) {
       uint32_t ab[4][4], bb[4][2], as[4][4], bs[4][2];
-      float x0a = 0.f, x0b = 0.f;  // the first-row shift: X's row 0 at this thread's two columns
-      if (p.z0) {
-        const int k = kt * kMmaBK + kk + t;
-        x0a = k < p.k ? __ldg(x + k) : 0.f;
-        x0b = k + 4 < p.k ? __ldg(x + k + 4) : 0.f;
-      }
+      // the first-row shift: X's row 0 at this thread's two columns (zeros past K), else 0
+      const float* X0s = Bs + kMmaBN * kMmaLds;
+      const float x0a = p.z0 ? X0s[kk + t] : 0.f, x0b = p.z0 ? X0s[kk + t + 4] : 0.f;
 #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
         const int r = wm * 64 + mi * 16 + g;

@@ -7,8 +7,8 @@
 // (scalar loads of the same elements otherwise). Two shared-memory stages: the next K step is
 // loaded into registers during this step's FFMAs and stored into the other stage, one
 // __syncthreads a K step. The finished accumulators go through the shared-memory C tile to
-// the epilogue Epi (epilogue.cuh). In train mode at fp32 the A tile's loads subtract X's row
-// 0 from the other rows (the first-row shift, common.cuh). grid = (ceil(M/BN), ceil(N/BM)). The ladder of SIMT SGEMM
+// the epilogue Epi (epilogue.cuh). In train mode at fp32 the A tile's rows other than X's row
+// 0 go to shared memory minus that row (the first-row shift, common.cuh). grid = (ceil(M/BN), ceil(N/BM)). The ladder of SIMT SGEMM
 // kernels this follows: siboehm, "How to optimize a CUDA matmul kernel" (SGEMM_CUDA).
 #pragma once
 #include "epilogue.cuh"
@@ -42,21 +42,29 @@ __device__ __forceinline__ float4 simt_load4(const float* __restrict__ s, int k,
 // One K step (columns k0 … k0 + BK − 1) of a ROWS-row operand tile from row r0 of src
 // (row-major, leading dimension K, `rows` rows in all) into registers: thread tid holds the
 // float4 groups f = tid + q·THREADS of the tile in row-major order (row f / (BK/4), columns
-// 4·(f % (BK/4)) …); zeros outside. With shift (the first-row shift, X only), rows 1 … of src
-// arrive minus its row 0 (a second load, of a row every block reads: from L1/L2).
+// 4·(f % (BK/4)) …); zeros outside.
 template <int ROWS, int BK, int THREADS>
 __device__ __forceinline__ void simt_load(float (&r)[ROWS * BK / THREADS], const float* __restrict__ src, int r0,
-                                          int rows, int K, int k0, int tid, bool vec, bool shift = false) {
+                                          int rows, int K, int k0, int tid, bool vec) {
 #pragma unroll
   for (int q = 0; q < ROWS * BK / THREADS / 4; ++q) {
     const int f = tid + q * THREADS, row = r0 + f / (BK / 4), k = k0 + (f % (BK / 4)) * 4;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (row < rows) v = simt_load4(src + (size_t)row * K + k, k, K, vec);
-    if (shift && row > 0 && row < rows) {
-      const float4 x0 = simt_load4(src + k, k, K, vec);
-      v.x -= x0.x, v.y -= x0.y, v.z -= x0.z, v.w -= x0.w;
-    }
+    const float4 v = row < rows ? simt_load4(src + (size_t)row * K + k, k, K, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
     r[4 * q] = v.x, r[4 * q + 1] = v.y, r[4 * q + 2] = v.z, r[4 * q + 3] = v.w;
+  }
+}
+
+// The first-row shift (common.cuh) on the registers of simt_load: rows 1 … `rows` − 1 of the
+// tile minus x₀, the four elements of X's row 0 at this thread's columns (the same for every
+// group q, as THREADS is a multiple of BK/4). Done when the registers go to shared memory, so
+// the loads stay in flight under the K step's FFMAs.
+template <int ROWS, int BK, int THREADS>
+__device__ __forceinline__ void simt_shift(float (&r)[ROWS * BK / THREADS], float4 x0, int r0, int rows, int tid) {
+  static_assert(THREADS % (BK / 4) == 0, "a thread's groups share their columns");
+#pragma unroll
+  for (int q = 0; q < ROWS * BK / THREADS / 4; ++q) {
+    const int row = r0 + (tid + q * THREADS) / (BK / 4);
+    if (row > 0 && row < rows) r[4 * q] -= x0.x, r[4 * q + 1] -= x0.y, r[4 * q + 2] -= x0.z, r[4 * q + 3] -= x0.w;
   }
 }
 
@@ -88,11 +96,16 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
   const int K = p.k;
 
   float ra[LA], rb[LB];
+  float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f);  // the first-row shift: X's row 0 at this thread's columns
+  const bool shift = p.z0 != nullptr;
   auto load = [&](int k0) {
-    simt_load<BM, BK, THREADS>(ra, x, m0, p.n, K, k0, tid, vec, p.z0 != nullptr);
+    simt_load<BM, BK, THREADS>(ra, x, m0, p.n, K, k0, tid, vec);
     simt_load<BN, BK, THREADS>(rb, w, n0, p.m, K, k0, tid, vec);
+    const int kx = k0 + (tid % (BK / 4)) * 4;
+    if (shift) x0 = simt_load4(x + kx, kx, K, vec);
   };
   auto stash = [&](int s) {
+    if (shift) simt_shift<BM, BK, THREADS>(ra, x0, m0, p.n, tid);
     simt_stash<BM, BK, THREADS, LDA>(ra, As + s * BK * LDA, tid);
     simt_stash<BN, BK, THREADS, LDB>(rb, Bs + s * BK * LDB, tid);
   };

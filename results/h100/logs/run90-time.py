@@ -1,8 +1,8 @@
-"""run90: the first-row shift's cost. The naive stage's kernels, train (X shifted by its first
-row at fp32 and 3xTF32: the SIMT GEMM's extra x₀ loads, the split's subtraction) against eval
-(no shift; the same BiasStore GEMM and split kernels) at the KernelBench shapes of 84 and 39:
-torch.profiler device time per kernel, median of 10 calls after 2. Run with PYTHONPATH at a
-copy of the repository."""
+"""run90/run91: the first-row shift's cost. The naive stage's kernels, train (X shifted by its
+first row at fp32 and 3xTF32: the SIMT GEMM's x₀ loads, the split's subtraction) against eval
+(no shift; the same BiasStore GEMM and split kernels) at the KernelBench shapes of 84 and 39;
+tf32 (never shifted) as the control. torch.profiler device time per kernel, median of 3 rounds
+of 6 train and 6 eval calls interleaved, after 2. Run with PYTHONPATH at a copy of the repository."""
 import statistics
 from collections import defaultdict
 
@@ -16,25 +16,24 @@ for problem in ("84", "39"):
     sh = PRESETS[problem]
     ref = make_reference(problem, sh.in_features, sh.out_features, seed=0).cuda()
     x = torch.rand(sh.batch, sh.in_features, device="cuda")
-    for precision in ("fp32", "3xtf32"):
-        for mode in ("train", "eval"):
-            m = fusedlib.from_reference(ref, stage="naive", precision=precision).train(mode == "train")
-            with torch.no_grad():
-                for _ in range(2):
-                    m(x)
-                torch.cuda.synchronize()
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    for _ in range(10):
-                        m(x)
-                        torch.cuda.synchronize()
-            by = defaultdict(list)
-            for e in prof.events():
-                if e.device_time > 0:
-                    by[e.name].append(e.device_time)
-            parts = {"gemm": 0.0, "split": 0.0}
-            for k, v in by.items():
-                for key in parts:
-                    if key in k.split("<")[0]:
-                        parts[key] += statistics.median(v)
-            print(f"{problem} {precision:6s} {mode:5s} gemm {parts['gemm']:8.1f} us  split {parts['split']:6.1f} us",
-                  flush=True)
+    for precision in ("fp32", "3xtf32", "tf32"):
+        m = fusedlib.from_reference(ref, stage="naive", precision=precision)
+        times = {mode: defaultdict(list) for mode in ("train", "eval")}
+        with torch.no_grad():
+            for _ in range(2):
+                m(x)
+            for _ in range(3):
+                for mode in ("train", "eval"):
+                    m.train(mode == "train")
+                    torch.cuda.synchronize()
+                    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                        for _ in range(6):
+                            m(x)
+                            torch.cuda.synchronize()
+                    for e in prof.events():
+                        for key in ("gemm", "split"):
+                            if e.device_time > 0 and key in e.name.split("<")[0]:
+                                times[mode][key].append(e.device_time)
+        row = "  ".join(f"{mode} gemm {statistics.median(t['gemm']):8.1f} split "
+                        f"{statistics.median(t['split']) if t['split'] else 0.0:6.1f}" for mode, t in times.items())
+        print(f"{problem} {precision:6s} {row}  (us)", flush=True)

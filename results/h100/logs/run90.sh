@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run90 (H100): the first-row shift in the kernels (train mode at fp32 and 3xTF32) — the whole
+# run90, run91 (H100): the first-row shift in the kernels (train mode at fp32 and 3xTF32) — the whole
 # GPU suite (run62.sh PART=suite: build, validation.json) and the shift's cost (run90-time.py).
 set -u
 L=$PWD/results/h100/logs
