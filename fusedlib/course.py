@@ -667,7 +667,8 @@ def pass_rule_lab(problem: str = "33", shape: str = "2x64->3", seeds=range(100),
 
     * ``noise``: the rule's noise estimate (PyTorch fp32 in the natural and the permuted K order);
     * ``pytorch_third``: PyTorch fp32 summed in a third K order (another permutation);
-    * ``two_level``: the SIMT kernel's sum (:func:`ffma_chain_matmul` with ``step``);
+    * ``two_level``: the SIMT kernel's sum over X itself (:func:`ffma_chain_matmul` with ``step``; in
+      train mode the kernels now sum over X shifted by its first row, :func:`fusedlib.algebra.train_gemm`);
     * ``one_chain``: one FFMA chain over K;
 
     each as the normwise relative error of the train-mode output against float64 (everything
