@@ -304,6 +304,20 @@ def test_centred_train_forward_equals_fused_in_float64(problem, momentum):
     assert torch.allclose(ref_a.bn.running_var, ref_b.bn.running_var, rtol=0, atol=1e-12)
 
 
+def _offset_gemm_case(sh, seed):
+    """Offset inputs X (float32), a weight W scaled as nn.Linear's, and X Wᵀ in float64."""
+    g = torch.Generator().manual_seed(seed)
+    x = get_inputs(sh, "offset", g)
+    w = torch.randn(sh.out_features, sh.in_features, generator=g) / sh.in_features ** 0.5
+    return x, w, x.double() @ w.double().T
+
+
+def _centred_error(v, z64):
+    """Normwise error of v − mean(v) against (X Wᵀ − its mean) in float64: what BatchNorm normalises."""
+    want = z64 - z64.mean(0)
+    return ((v - v.mean(0)).double() - want).norm().item() / want.norm().item()
+
+
 @pytest.mark.parametrize("precision", ["fp32", "3xtf32"])
 @pytest.mark.parametrize("shape", ["2x64->3", "7x33->65", "257x1000->999"])
 def test_centred_gemm_resolves_offset_inputs(precision, shape):
@@ -312,15 +326,10 @@ def test_centred_gemm_resolves_offset_inputs(precision, shape):
     centred GEMM it keeps them (≤ 1e-6), at least 100× closer to float64."""
     sh = parse_shape(shape)
     for seed in range(3):
-        g = torch.Generator().manual_seed(seed)
-        x = get_inputs(sh, "offset", g)
-        w = torch.randn(sh.out_features, sh.in_features, generator=g) / sh.in_features ** 0.5
-        z64 = x.double() @ w.double().T
-        want = z64 - z64.mean(0)
+        x, w, z64 = _offset_gemm_case(sh, seed)
         plain = algebra.matmul_nt(x, w, precision)
         zc, _ = algebra.centred_matmul_nt(x, w, precision)
-        err = {name: ((v - v.mean(0)).double() - want).norm().item() / want.norm().item()
-               for name, v in (("plain", plain), ("centred", zc))}
+        err = {name: _centred_error(v, z64) for name, v in (("plain", plain), ("centred", zc))}
         assert err["centred"] <= 1e-6, err
         assert err["centred"] * 100 <= err["plain"], err
 
@@ -382,15 +391,10 @@ def test_first_row_shift_resolves_offset_inputs_as_the_mean_does(precision, shap
     tol = 2e-3 if precision == "tf32" else 1e-6
     worst = {"first_row": 0.0, "mean": 0.0}
     for seed in range(3):
-        g = torch.Generator().manual_seed(seed)
-        x = get_inputs(sh, "offset", g)
-        w = torch.randn(sh.out_features, sh.in_features, generator=g) / sh.in_features ** 0.5
-        z64 = x.double() @ w.double().T
-        want = z64 - z64.mean(0)
+        x, w, z64 = _offset_gemm_case(sh, seed)
         d, z0 = algebra.shifted_matmul_nt(x, w, precision)
         zc, _ = algebra.centred_matmul_nt(x, w, precision)
-        err = {name: ((v - v.mean(0)).double() - want).norm().item() / want.norm().item()
-               for name, v in (("first_row", d), ("mean", zc))}
+        err = {name: _centred_error(v, z64) for name, v in (("first_row", d), ("mean", zc))}
         assert err["first_row"] <= tol and err["mean"] <= tol, err
         worst = {k: max(worst[k], err[k]) for k in worst}
         mu = z0.double() + d.double().mean(0)
