@@ -32,14 +32,6 @@ BACKWARD_FILE = "backward.cu"
 HOST = "torch_op.cuh"
 BACKWARD_HOST = "torch_backward.cuh"
 HOST_COMMON = "torch_common.cuh"
-_DECL = ("at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, "
-         "const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta, at::Tensor& running_mean, "
-         "at::Tensor& running_var, at::Tensor& num_batches_tracked, c10::string_view kind, "
-         "c10::string_view precision, bool training, double eps, std::optional<double> momentum, "
-         "std::optional<c10::string_view> gemm_path, const std::optional<at::Tensor>& weight_split, "
-         "const std::optional<at::Tensor>& z_out);")
-
-
 _BACKWARD_DECL = ("std::vector<at::Tensor> backward_passes(const at::Tensor& dy, const at::Tensor& y, "
                   "const at::Tensor& z, const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta, "
                   "c10::string_view kind, double eps, bool split);\n"
@@ -86,9 +78,10 @@ def arch_flags(capability: tuple[int, int]) -> list[str]:
     return [f"-gencode=arch=compute_{cc},code=sm_{cc}"]
 
 
-def _load(unit: str, cuda_src: str, decl: str, functions: list[str], device_index: int, defines: list[str]):
+def _load(unit: str, cuda_src: str, decl: str, functions: list[str] | None, device_index: int, defines: list[str]):
     """Build (or load from the cache) one extension: ``cuda_src`` compiled with ninja for
-    the device's compute capability, exporting ``functions`` (declared by ``decl``)."""
+    the device's compute capability, exporting ``functions`` (declared by ``decl``) through
+    pybind11; None: ``cuda_src`` defines the Python module itself."""
     import torch
     if not torch.cuda.is_available():
         raise KernelBuildError("fusedlib kernels need a CUDA device; none is available "
@@ -122,9 +115,9 @@ def load_stage(stage: str, device_index: int = 0):
     """Build (or load from the cache) the extension of ``stage`` and return it.
 
     Loading it registers the stage's CUDA kernel of ``torch.ops.fusedlib.<stage>``
-    (:mod:`fusedlib.ops`); the extension also exposes that function as ``forward`` (same
-    arguments as the operator), which the modules call directly when neither autograd nor
-    tracing needs the dispatcher.
+    (:mod:`fusedlib.ops`); the extension's one Python function, ``eager_forward``, is the
+    modules' way to the same C++ function without the dispatcher
+    (:func:`fusedlib.cuda.eager_forward`).
 
     Raises:
         ValueError: unknown stage.
@@ -133,7 +126,7 @@ def load_stage(stage: str, device_index: int = 0):
     if stage not in STAGE_FILES:
         raise ValueError(f"stage: expected one of {tuple(STAGE_FILES)}, got {stage!r}")
     cuda_src = f'#include "{STAGE_FILES[stage]}"\n#include "{HOST}"\n'
-    return _load(stage, cuda_src, _DECL, ["forward"], device_index, [f"-DFL_STAGE={stage}"])
+    return _load(stage, cuda_src, "", None, device_index, [f"-DFL_STAGE={stage}"])
 
 
 @functools.lru_cache(maxsize=None)

@@ -3,16 +3,16 @@ CUDA kernel is the host code in ``fusedlib/kernels/torch_op.cuh`` (argument chec
 path's default rule, the output and the stream's scratch, launches, ``num_batches_tracked``
 on the device).
 
-What stays in Python, per call: the route, one cached lookup (the stage's extension, and
-whether the GEMM path must be chosen here: for 3xtf32, whose W split is kept per module
-(:func:`weight_split`), under ``$FUSEDLIB_GEMM_PATH``, and on GPUs without TF32 tensor cores,
-for the error :class:`fusedlib.engine.UnsupportedPrecision`; otherwise the C++ side applies
-the same rule, :func:`fusedlib.engine.select_path`). Eager calls that need neither autograd
-nor tracing call the extension's ``forward`` directly (the same C++ function, without the
-dispatcher's per-call cost); the rest (a gradient is needed, ``torch.compile``, FakeTensor)
-go through ``torch.ops.fusedlib.<stage>``, whose Autograd kernel gives the derived backward.
-Nothing caches a folded copy of W: the eval-mode coefficients are recomputed every call
-in the GEMM's epilogue, so writes through ``.data`` are seen at once.
+Two ways in. A plain eager call (:func:`eager_forward`: no gradient needed, no tracing, no
+dispatch mode, the default GEMM path, arguments that pass the checks) goes straight to that C++
+function through the stage extension's ``eager_forward``, without the dispatcher and without
+pybind11's per-argument casts; Python adds one dictionary lookup and, for 3xtf32, the cached
+TF32 split of W (:func:`weight_split`). Every other call (:func:`stage_forward`: a gradient is
+needed, ``$FUSEDLIB_GEMM_PATH`` forces a path, a precision the GPU lacks, an argument to reject)
+goes through ``torch.ops.fusedlib.<stage>``, whose Autograd kernel gives the derived backward
+and whose checks raise the errors. Nothing caches a folded copy of W: the eval-mode
+coefficients are recomputed every call in the GEMM's epilogue, so writes through ``.data``
+are seen at once.
 """
 from __future__ import annotations
 
@@ -34,15 +34,6 @@ def _path(precision: str, dev: torch.device, k: int, aligned: bool, forced: str)
     return engine.select_path(precision, _capability(dev), k, aligned, forced)
 
 
-@functools.lru_cache(maxsize=256)
-def _route(stage: str, precision: str, dev: torch.device, forced: str):
-    """(the stage extension's ``forward``, whether :func:`gemm_path` runs per call) for a call
-    at ``precision`` on ``dev`` with the path switch at ``forced`` (:func:`engine.forced_path`)."""
-    index = dev.index if dev.index is not None else torch.cuda.current_device()
-    in_python = precision == "3xtf32" or forced != "auto" or _capability(dev) < (8, 0)
-    return load_stage(stage, index).forward, in_python
-
-
 def gemm_path(precision: str, dev: torch.device, k: int, x: torch.Tensor | None = None,
               weight: torch.Tensor | None = None) -> str:
     """The GEMM path (``simt``, ``mma`` or ``wgmma``) a forward at ``precision`` takes on
@@ -56,26 +47,67 @@ def gemm_path(precision: str, dev: torch.device, k: int, x: torch.Tensor | None 
 def weight_split(module, weight: torch.Tensor, precision: str, path: str) -> torch.Tensor | None:
     """[Wb; Ws] (2, M, K), W's TF32 parts for 3xTF32 on the wgmma path (Wb = rna(W),
     Ws = rna(W − Wb)), cached on the module and keyed on the weight's storage, version and
-    shape; None for other precisions and paths, and while a CUDA graph is being captured
-    (the graph then splits W itself on every replay, so that optimizer steps between
-    replays are seen). Writes through ``.data`` bypass the version counter: call
+    shape; None for other precisions and paths. A CUDA graph being captured never makes one
+    (the captured kernels would run only at replay) and the kernels ignore a given one then
+    (the graph splits W itself on every replay, so that optimizer steps between replays are
+    seen). Writes through ``.data`` bypass the version counter: call
     ``module.invalidate_caches()`` after them."""
-    if precision != "3xtf32" or path != "wgmma" or (weight.is_cuda and torch.cuda.is_current_stream_capturing()):
+    if precision != "3xtf32" or path != "wgmma":
         return None
     key = (weight.data_ptr(), weight._version, tuple(weight.shape))
     cache = module._split_cache
     if cache is None or cache[0] != key:
+        if weight.is_cuda and torch.cuda.is_current_stream_capturing():
+            return None
         with torch.no_grad():
             split = torch.stack(algebra.tf32_split(weight)).contiguous()
         cache = module._split_cache = (key, split)
     return cache[1]
 
 
+#: (stage, device index) -> the stage extension's ``eager_forward``.
+_EAGER: dict = {}
+
+
+def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum: float | None
+                  ) -> torch.Tensor | None:
+    """A fused module's forward on CUDA as a plain eager call, or None where it must go
+    through the operator (:func:`stage_forward`).
+
+    Args:
+        module: the fused module (its stage, precision, kind and train/eval mode).
+        x: (N, in_features) on a CUDA device. tensors: the module's (gemm.weight, gemm.bias,
+            scale, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.num_batches_tracked).
+        eps, momentum: BatchNorm's.
+
+    Returns:
+        Y (N, out_features) float32 from the stage's kernels on the device's default GEMM
+        path; None when grad mode is on and x or a parameter requires grad, a dispatch mode
+        or tensor subclass is active, ``$FUSEDLIB_GEMM_PATH`` forces a path, or an argument
+        fails the operator's checks (the C++ side decides: ``fusedlib/kernels/torch_op.cuh``).
+
+    Raises:
+        fusedlib.build.KernelBuildError: the stage's kernels could not be built.
+    """
+    key = (module._stage, x.get_device())
+    fn = _EAGER.get(key)
+    if fn is None:
+        fn = _EAGER[key] = load_stage(*key).eager_forward
+    precision = module._precision
+    split = None
+    if precision == "3xtf32":
+        weight = tensors[0]
+        aligned = weight.shape[1] % 4 == 0 and weight.data_ptr() % 16 == 0  # TMA: the wgmma path's rule
+        if aligned and _capability(x.device) == (9, 0):
+            split = weight_split(module, weight, precision, "wgmma")
+    return fn(x, *tensors, module._kind, precision, module.training, eps, momentum, split)
+
+
 def stage_forward(module, args: tuple) -> torch.Tensor:
-    """Forward of a fused module on CUDA tensors. ``args``: the operator's arguments without
-    ``gemm_path`` and ``weight_split``, x (N, K) first, validated by the caller. Returns
-    (N, M) float32, differentiable through the operator's Autograd kernel when a gradient
-    is needed.
+    """Forward of a fused module on CUDA tensors through the operator: every call that
+    :func:`eager_forward` declines. ``args``: the operator's arguments without ``gemm_path``
+    and ``weight_split``, x (N, K) first, validated by the caller. Returns (N, M) float32,
+    differentiable through the operator's Autograd kernel when a gradient is needed.
 
     Raises:
         TypeError: x is not float32 (the kernels are fp32 in and out).
@@ -89,12 +121,6 @@ def stage_forward(module, args: tuple) -> torch.Tensor:
     if x.dtype != torch.float32:
         raise TypeError(f"x: the CUDA kernels take float32, got {x.dtype}")
     precision = module._precision
-    forced = engine.forced_path()
-    forward, in_python = _route(module._stage, precision, x.device, forced)
-    path = split = None  # None: the C++ side's default path
-    if in_python:
-        path = gemm_path(precision, x.device, x.shape[1], x, weight)
-        split = weight_split(module, weight, precision, path)
-    if ops.needs_grad(args):
-        return ops.OPS[module._stage](*args, path, split)  # through the dispatcher: the autograd kernel
-    return forward(*args, path, split, None)
+    path = gemm_path(precision, x.device, x.shape[1], x, weight)
+    load_stage(module._stage, x.get_device())  # registers the operator's CUDA kernel
+    return ops.OPS[module._stage](*args, path, weight_split(module, weight, precision, path))

@@ -2,7 +2,8 @@
 modules' direct call against the dispatcher, the C++ default GEMM path against
 fusedlib.engine, gradients against a float64 reference per precision, torch.compile
 (fullgraph, Inductor), CUDA-graph capture and replay in train mode (momentum None included),
-the current CUDA stream, and clear errors for bad arguments; the backward's operator
+the current CUDA stream, the modules' eager way and where it leaves the call to the operator,
+and clear errors for bad arguments; the backward's operator
 (opcheck, against the CPU specification) and SGD steps with the CUDA backward."""
 from __future__ import annotations
 
@@ -169,6 +170,7 @@ def test_cuda_graph_replay_in_train_mode(stage, precision, momentum):
         with torch.cuda.stream(side):  # warm-up (builds, allocations) outside the capture
             copy.deepcopy(module)(static_x)
         torch.cuda.current_stream().wait_stream(side)
+        cuda.weight_split(module, module.gemm.weight, precision, "wgmma")  # a cached split, ignored by the capture
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             static_y = module(static_x)
@@ -203,6 +205,51 @@ def test_runs_on_the_current_stream():
         s.synchronize()
     assert idle and busy
     assert torch.equal(got, want)
+
+
+def test_eager_call_declines_what_the_operator_must_do(monkeypatch):
+    """The modules' eager way (cuda.eager_forward) runs a plain call, bit-identical to the
+    operator, and returns None — leaving the call to the operator — when a gradient is needed,
+    a dispatch mode is active, $FUSEDLIB_GEMM_PATH forces a path, or an argument fails a check;
+    the module's answer is then the operator's (a graph, the mode sees the op, the error)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    _, module = _model("84", 64, 48, stage="fused", precision="tf32")
+    twin = copy.deepcopy(module)
+    x = torch.rand(16, 64, device="cuda")
+    bn = module.bn
+
+    def eager(m, inp):
+        return cuda.eager_forward(m, inp, m._tensors(), bn.eps, bn.momentum)
+
+    with torch.no_grad():
+        y = eager(module, x)
+        assert y is not None and torch.equal(y, ops.OPS["fused"](*_op_args(twin, x)))
+        assert eager(module, x.double()) is None and eager(module, x[:, :32]) is None
+        assert eager(module, x[:1]) is None  # a batch of 1 in train mode
+        with pytest.raises(ValueError, match="batch of at least 2"):
+            module(x[:1])
+        with pytest.raises(TypeError, match="x: expected dtype torch.float32"):
+            module(x.double())
+    assert eager(module, x) is None  # grad mode on, parameters requiring grad
+    assert module(x).grad_fn is not None
+    with torch.no_grad():
+        assert eager(module, x.t().contiguous().t()) is not None  # non-contiguous: one copy in C++
+
+        class Seen(TorchDispatchMode):
+            ops = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                Seen.ops.append(str(func))
+                return func(*args, **(kwargs or {}))
+
+        with Seen():
+            assert eager(module, x) is None
+            module(x)
+        assert "fusedlib.fused.default" in Seen.ops
+        monkeypatch.setenv("FUSEDLIB_GEMM_PATH", "mma")
+        assert eager(module, x) is None
+        monkeypatch.setenv("FUSEDLIB_GEMM_PATH", "auto")
+        assert eager(module, x) is not None
 
 
 def test_bad_arguments_raise_clear_errors():

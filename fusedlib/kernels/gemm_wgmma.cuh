@@ -386,8 +386,10 @@ inline int persistent_grid(int tiles) {
 
 // The split-K plan of a wgmma GEMM (host): S = 1 where the tiles fill at least half the SMs;
 // else as many splits as leave one CTA an SM, each of at least kMinSplitSteps K steps, at most
-// kMaxSplits. $FUSEDLIB_WGMMA_SPLITK=S forces S (tests; clamped to 1 … the K steps).
-constexpr int kMinSplitSteps = 4, kMaxSplits = 8;
+// kMaxSplits (a 3xTF32 K step counts three: its three wgmmas). At v0 (run89) the tf32 GEMM is
+// fastest with 4 splits of 8 steps (18.9 µs; 21.4 with 8 of 4, worse with 16), 3xTF32 with 8.
+// $FUSEDLIB_WGMMA_SPLITK=S forces S (tests; clamped to 1 … the K steps).
+constexpr int kMinSplitSteps = 8, kMaxSplits = 8;
 struct WgSplitK {
   int splits, tiles, nacc;
   size_t floats() const { return splits > 1 ? (size_t)splits * tiles * nacc * 256 : 0; }

@@ -40,7 +40,8 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy_in, const at::Tenso
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(z.get_device()).stream();
   const int64_t n_r = aligned_floats(n), n_part = aligned_floats(4 * backward_tiles((int)n) * m);
   at::Tensor captured;
-  const Scratch scratch = stream_scratch(z, stream, aligned_floats((m + 31) / 32), n_r + n_part + 4 * m, captured);
+  const Scratch scratch =
+      stream_scratch(z, stream, is_capturing(stream), aligned_floats((m + 31) / 32), n_r + n_part + 4 * m, captured);
 
   BackwardProblem p;
   p.dy = dy.data_ptr<float>();

@@ -21,6 +21,12 @@ inline std::string shape_str(const at::Tensor& t) {
   return s + (t.dim() == 1 ? ",)" : ")");
 }
 
+// Whether t is what check_vector accepts (the check without its message).
+inline bool is_vector(const at::Tensor& t, int64_t m, const at::Tensor& x) {
+  return t.device() == x.device() && t.scalar_type() == at::kFloat && t.dim() == 1 && t.size(0) == m &&
+         t.is_contiguous();
+}
+
 inline void check_vector(const at::Tensor& t, const char* name, int64_t m, const at::Tensor& x) {
   TORCH_CHECK(t.device() == x.device(), name, ": expected a tensor on ", x.device(), ", got one on ", t.device());
   TORCH_CHECK(t.scalar_type() == at::kFloat, name, ": the CUDA kernels take float32, got ", t.scalar_type());
@@ -44,11 +50,15 @@ struct Scratch {
   float* floats;
 };
 
-inline Scratch stream_scratch(const at::Tensor& x, cudaStream_t stream, int64_t n_count, int64_t n_floats,
-                              at::Tensor& captured) {
+inline bool is_capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status;
   C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-  if (status != cudaStreamCaptureStatusNone) {
+  return status != cudaStreamCaptureStatusNone;
+}
+
+inline Scratch stream_scratch(const at::Tensor& x, cudaStream_t stream, bool capturing, int64_t n_count,
+                              int64_t n_floats, at::Tensor& captured) {
+  if (capturing) {
     captured = at::empty({n_count + n_floats}, x.options());
     C10_CUDA_CHECK(cudaMemsetAsync(captured.data_ptr(), 0, n_count * sizeof(float), stream));
     return {reinterpret_cast<unsigned int*>(captured.data_ptr<float>()), captured.data_ptr<float>() + n_count};

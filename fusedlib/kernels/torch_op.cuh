@@ -7,11 +7,18 @@
 // current CUDA stream ($FUSEDLIB_POISON=1: Y and the scratch filled with NaN first, for the
 // correctness tests). The heavy launch, the GEMM, is the first; nothing here waits for the
 // GPU, so a forward can be captured in a CUDA graph. Host cost of an eager call: one
-// allocation and the stage's launches (two for fused). The same function is registered for
-// the CUDA dispatch key and exported to Python (`forward`) for the modules' eager calls,
-// which skip the dispatcher.
+// allocation and the stage's launches (two for fused). The function is registered for the
+// CUDA dispatch key; the modules' eager calls reach it without the dispatcher and without
+// pybind11's argument casts (eager_forward, the extension's one Python function).
 #pragma once
 #include "torch_common.cuh"
+
+#include <ATen/cuda/EmptyTensor.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <string_view>
 
 #define FL_CAT2(a, b) a##b
 #define FL_CAT(a, b) FL_CAT2(a, b)
@@ -34,90 +41,101 @@ inline int capability(int device) {
 
 // engine.select_path's default rule (without the FUSEDLIB_GEMM_PATH switch, which the
 // Python side resolves): fp32 on SIMT, tf32/3xtf32 on wgmma on sm_90 when TMA can address
-// the operands, else mma.sync from sm_80 on.
-inline int default_path(int precision, const at::Tensor& x, const at::Tensor& w) {
-  if (precision == FP32) return PATH_SIMT;
-  const int cc = capability(x.get_device());
-  TORCH_CHECK(cc >= 80, "precision: tf32/3xtf32 need TF32 tensor cores (compute capability 8.0 or later); "
-              "this GPU has " + std::to_string(cc / 10) + "." + std::to_string(cc % 10) + ": use precision='fp32'");
-  const bool tma_ok = x.size(1) % 4 == 0 && (uintptr_t)x.data_ptr() % 16 == 0 && (uintptr_t)w.data_ptr() % 16 == 0;
-  return cc == 90 && tma_ok ? PATH_WGMMA : PATH_MMA;
-}
-
+// the operands, else mma.sync from sm_80 on (the caller has checked that the GPU has TF32
+// tensor cores). -1: an unknown gemm_path.
 inline int parse_path(std::optional<c10::string_view> gemm_path, int precision, const at::Tensor& x,
                       const at::Tensor& w) {
-  if (!gemm_path) return default_path(precision, x, w);
-  if (*gemm_path == "simt") return PATH_SIMT;
-  if (*gemm_path == "mma") return PATH_MMA;
-  if (*gemm_path == "wgmma") return PATH_WGMMA;
-  TORCH_CHECK(false, "gemm_path: expected 'simt', 'mma', 'wgmma' or None, got '", std::string(*gemm_path), "'");
+  if (gemm_path) return *gemm_path == "simt" ? PATH_SIMT : *gemm_path == "mma" ? PATH_MMA
+                        : *gemm_path == "wgmma" ? PATH_WGMMA : -1;
+  if (precision == FP32) return PATH_SIMT;
+  const bool tma_ok = x.size(1) % 4 == 0 && (uintptr_t)x.data_ptr() % 16 == 0 && (uintptr_t)w.data_ptr() % 16 == 0;
+  return capability(x.get_device()) == 90 && tma_ok ? PATH_WGMMA : PATH_MMA;
 }
+
+// A check of the forward's arguments (in forward_impl): raises the message, or in an eager
+// call returns std::nullopt, so that the module falls back to the operator, whose errors come
+// after Python's own checks and name the argument (fusedlib.modules.validate_input).
+#define FL_ARG_CHECK(cond, ...)                 \
+  do {                                          \
+    if (!(cond)) {                              \
+      if (eager) return std::nullopt;           \
+      TORCH_CHECK(false, __VA_ARGS__);          \
+    }                                           \
+  } while (0)
 
 }  // namespace fl
 
-// torch.ops.fusedlib.<stage> on CUDA: see fusedlib/ops.py for the schema and its meaning.
-at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at::Tensor& bias,
-                   const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta,
-                   at::Tensor& running_mean, at::Tensor& running_var, at::Tensor& num_batches_tracked,
-                   c10::string_view kind, c10::string_view precision, bool training, double eps,
-                   std::optional<double> momentum, std::optional<c10::string_view> gemm_path,
-                   const std::optional<at::Tensor>& weight_split, const std::optional<at::Tensor>& z_out) {
+// torch.ops.fusedlib.<stage> on CUDA (forward, below) and the modules' eager call
+// (eager_forward): see fusedlib/ops.py for the schema and its meaning. With eager = true a
+// failed check returns std::nullopt instead of raising (FL_ARG_CHECK).
+static std::optional<at::Tensor> forward_impl(
+    const at::Tensor& x_in, const at::Tensor& weight_in, const at::Tensor& bias, const at::Tensor& scale,
+    const at::Tensor& gamma, const at::Tensor& beta, at::Tensor& running_mean, at::Tensor& running_var,
+    at::Tensor& num_batches_tracked, c10::string_view kind, c10::string_view precision, bool training, double eps,
+    std::optional<double> momentum, std::optional<c10::string_view> gemm_path,
+    const std::optional<at::Tensor>& weight_split, const std::optional<at::Tensor>& z_out, bool eager) {
   using namespace fl;
-  TORCH_CHECK(x_in.is_cuda(), "x: expected a CUDA tensor, got one on ", x_in.device());
-  TORCH_CHECK(x_in.scalar_type() == at::kFloat, "x: the CUDA kernels take float32, got ", x_in.scalar_type());
-  TORCH_CHECK(x_in.dim() == 2 && x_in.size(0) > 0, "x: expected a non-empty 2-D tensor (batch, in_features), got shape ",
-              shape_str(x_in));
-  TORCH_CHECK(weight_in.device() == x_in.device() && weight_in.scalar_type() == at::kFloat && weight_in.dim() == 2 &&
-              weight_in.size(1) == x_in.size(1),
-              "weight: expected a float32 (out_features, " + std::to_string(x_in.size(1)) + ") tensor on ",
-              x_in.device(), ", got ", weight_in.scalar_type(), " ", shape_str(weight_in), " on ", weight_in.device());
-  TORCH_CHECK(!training || x_in.size(0) > 1, "Expected more than 1 value per channel when training, got input size ",
-              shape_str(x_in), " (x: BatchNorm in train mode needs a batch of at least 2)");
-  TORCH_CHECK(kind == "84" || kind == "33", "kind: expected '84' or '33', got '", std::string(kind), "'");
+  FL_ARG_CHECK(x_in.is_cuda(), "x: expected a CUDA tensor, got one on ", x_in.device());
+  FL_ARG_CHECK(x_in.scalar_type() == at::kFloat, "x: the CUDA kernels take float32, got ", x_in.scalar_type());
+  FL_ARG_CHECK(x_in.dim() == 2 && x_in.size(0) > 0,
+               "x: expected a non-empty 2-D tensor (batch, in_features), got shape ", shape_str(x_in));
+  FL_ARG_CHECK(weight_in.device() == x_in.device() && weight_in.scalar_type() == at::kFloat && weight_in.dim() == 2 &&
+                   weight_in.size(1) == x_in.size(1),
+               "weight: expected a float32 (out_features, " + std::to_string(x_in.size(1)) + ") tensor on ",
+               x_in.device(), ", got ", weight_in.scalar_type(), " ", shape_str(weight_in), " on ", weight_in.device());
+  FL_ARG_CHECK(!training || x_in.size(0) > 1, "Expected more than 1 value per channel when training, got input size ",
+               shape_str(x_in), " (x: BatchNorm in train mode needs a batch of at least 2)");
+  FL_ARG_CHECK(kind == "84" || kind == "33", "kind: expected '84' or '33', got '", std::string(kind), "'");
   const int prec = precision == "fp32" ? FP32 : precision == "tf32" ? TF32 : precision == "3xtf32" ? TF32X3 : -1;
-  TORCH_CHECK(prec >= 0, "precision: expected 'fp32', 'tf32' or '3xtf32', got '", std::string(precision), "'");
-  const at::Tensor x = x_in.contiguous(), w = weight_in.contiguous();
-  const int64_t n = x.size(0), k = x.size(1), m = w.size(0);
-  TORCH_CHECK(n * std::max(k, m) < INT32_MAX, "x, weight: sizes beyond 32-bit indexing are not supported");
-  check_vector(bias, "bias", m, x);
-  check_vector(gamma, "gamma", m, x);
-  check_vector(beta, "beta", m, x);
-  check_vector(running_mean, "running_mean", m, x);
-  check_vector(running_var, "running_var", m, x);
-  TORCH_CHECK(scale.device() == x.device() && scale.scalar_type() == at::kFloat && scale.is_contiguous() &&
-              (scale.numel() == 1 || (kind == "33" && scale.numel() == m)),
-              "scale: expected a contiguous float32 tensor on ", x.device(), " with 1 element",
-              kind == "33" ? " or out_features" : "", ", got ", scale.scalar_type(), " ", shape_str(scale));
-  TORCH_CHECK(num_batches_tracked.device() == x.device() && num_batches_tracked.scalar_type() == at::kLong &&
-              num_batches_tracked.numel() == 1,
-              "num_batches_tracked: expected an int64 scalar tensor on ", x.device());
-
-  const c10::cuda::CUDAGuard guard(x.device());
-  const int path = parse_path(gemm_path, prec, x, w);
-  const bool split = path == PATH_WGMMA && prec == TF32X3;
-  const bool split_w = split && !(weight_split && weight_split->defined());
-  if (split && !split_w)
-    TORCH_CHECK(weight_split->device() == x.device() && weight_split->scalar_type() == at::kFloat &&
-                weight_split->is_contiguous() && weight_split->numel() == 2 * m * k,
-                "weight_split: expected a contiguous float32 (2, " + std::to_string(m) + ", " + std::to_string(k) +
-                    ") tensor on ",
-                x.device());
-
+  FL_ARG_CHECK(prec >= 0, "precision: expected 'fp32', 'tf32' or '3xtf32', got '", std::string(precision), "'");
+  const int64_t n = x_in.size(0), k = x_in.size(1), m = weight_in.size(0);
+  FL_ARG_CHECK(n * std::max(k, m) < INT32_MAX, "x, weight: sizes beyond 32-bit indexing are not supported");
+  for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{bias, "bias"}, {gamma, "gamma"},
+                                {beta, "beta"}, {running_mean, "running_mean"}, {running_var, "running_var"}}) {
+    if (eager && !is_vector(t, m, x_in)) return std::nullopt;
+    check_vector(t, name, m, x_in);
+  }
+  FL_ARG_CHECK(scale.device() == x_in.device() && scale.scalar_type() == at::kFloat && scale.is_contiguous() &&
+                   (scale.numel() == 1 || (kind == "33" && scale.numel() == m)),
+               "scale: expected a contiguous float32 tensor on ", x_in.device(), " with 1 element",
+               kind == "33" ? " or out_features" : "", ", got ", scale.scalar_type(), " ", shape_str(scale));
+  FL_ARG_CHECK(num_batches_tracked.device() == x_in.device() && num_batches_tracked.scalar_type() == at::kLong &&
+                   num_batches_tracked.numel() == 1,
+               "num_batches_tracked: expected an int64 scalar tensor on ", x_in.device());
+  const int cc = capability(x_in.get_device());
+  FL_ARG_CHECK(prec == FP32 || cc >= 80,
+               "precision: tf32/3xtf32 need TF32 tensor cores (compute capability 8.0 or later); this GPU has " +
+                   std::to_string(cc / 10) + "." + std::to_string(cc % 10) + ": use precision='fp32'");
   const bool keep_z = z_out && z_out->defined();
   if (keep_z)
-    TORCH_CHECK(training && z_out->device() == x.device() && z_out->scalar_type() == at::kFloat &&
+    FL_ARG_CHECK(training && z_out->device() == x_in.device() && z_out->scalar_type() == at::kFloat &&
                     z_out->is_contiguous() && z_out->dim() == 2 && z_out->size(0) == n && z_out->size(1) == m,
-                "z_out: expected a contiguous float32 (" + std::to_string(n) + ", " + std::to_string(m) +
-                    ") tensor on ",
-                x.device(), " in train mode, got ", z_out->scalar_type(), " ", shape_str(*z_out),
-                training ? "" : " in eval mode");
+                 "z_out: expected a contiguous float32 (" + std::to_string(n) + ", " + std::to_string(m) +
+                     ") tensor on ",
+                 x_in.device(), " in train mode, got ", z_out->scalar_type(), " ", shape_str(*z_out),
+                 training ? "" : " in eval mode");
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  // A CUDA graph being captured splits W itself (a given split would be read as it is now at
+  // every replay, missing optimizer steps between them): weight_split is ignored then.
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x_in.get_device()).stream();
+  const bool capturing = is_capturing(stream);
+  const at::Tensor x = x_in.contiguous(), w = weight_in.contiguous();
+  const int path = parse_path(gemm_path, prec, x, w);
+  FL_ARG_CHECK(path >= 0, "gemm_path: expected 'simt', 'mma', 'wgmma' or None, got '", std::string(*gemm_path), "'");
+  const bool split = path == PATH_WGMMA && prec == TF32X3;
+  const bool split_w = split && (capturing || !(weight_split && weight_split->defined()));
+  if (split && !split_w)
+    FL_ARG_CHECK(weight_split->device() == x.device() && weight_split->scalar_type() == at::kFloat &&
+                     weight_split->is_contiguous() && weight_split->numel() == 2 * m * k,
+                 "weight_split: expected a contiguous float32 (2, " + std::to_string(m) + ", " + std::to_string(k) +
+                     ") tensor on ",
+                 x.device());
 
   // Y, whose memory holds Z until the last pass overwrites it (unless z_out keeps Z); the stream's scratch:
   // counters, tile partials (the smallest statistics tile is 32 rows; naive keeps its row
   // max and Σexp there), coefficients (4, M), split-K partial tiles, z₀ (M); for 3xTF32 on wgmma X's and (unless cached
   // by the caller) W's TF32 parts, in a workspace of this call.
-  at::Tensor y = at::empty({n, m}, x.options());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
+  at::Tensor y = at::detail::empty_cuda({n, m}, at::kFloat, x.device(), std::nullopt);  // no dispatcher
   const int64_t tiles = (n + 31) / 32, n_part = aligned_floats(std::max(2 * tiles * m, 2 * n));
   // wgmma: split-K where the tiles would leave most SMs idle (its partial tiles and counters)
   const WgSplitK sk = path == PATH_WGMMA ? wg_split_k(prec, (int)n, (int)k, (int)m) : WgSplitK{1, 0, 0};
@@ -126,7 +144,8 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
   const int64_t n_count = aligned_floats((m + 31) / 32), n_sk = aligned_floats((int64_t)sk.floats());
   const int64_t n_floats = n_part + 4 * m + n_sk + (shift ? m : 0);
   at::Tensor captured, split_ws;
-  const Scratch scratch = stream_scratch(x, stream, n_count + (sk.splits > 1 ? sk.tiles : 0), n_floats, captured);
+  const Scratch scratch =
+      stream_scratch(x, stream, capturing, n_count + (sk.splits > 1 ? sk.tiles : 0), n_floats, captured);
   if (split) split_ws = at::empty({2 * n * k + (split_w ? 2 * m * k : 0)}, x.options());
 
   Problem p;
@@ -179,4 +198,66 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight_in, const at
   return y;
 }
 
+at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& scale,
+                   const at::Tensor& gamma, const at::Tensor& beta, at::Tensor& running_mean, at::Tensor& running_var,
+                   at::Tensor& num_batches_tracked, c10::string_view kind, c10::string_view precision, bool training,
+                   double eps, std::optional<double> momentum, std::optional<c10::string_view> gemm_path,
+                   const std::optional<at::Tensor>& weight_split, const std::optional<at::Tensor>& z_out) {
+  return *forward_impl(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind,
+                       precision, training, eps, momentum, gemm_path, weight_split, z_out, false);
+}
+
 TORCH_LIBRARY_IMPL(fusedlib, CUDA, m) { m.impl(FL_STR(FL_STAGE), &forward); }
+
+// The modules' eager call (fusedlib.cuda.eager_forward): eager_forward(x, weight, bias, scale,
+// gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision, training, eps,
+// momentum, weight_split) — the operator's arguments up to momentum, then weight_split — runs
+// the forward on the device's default GEMM path and returns Y, or returns None where the call
+// must take the operator (torch.ops.fusedlib.<stage>, through the dispatcher) instead:
+// autograd needs the graph (grad mode on and x or a parameter requiring grad), a dispatch mode
+// or a tensor subclass (FakeTensor) must see the call, $FUSEDLIB_GEMM_PATH forces a path, or an
+// argument fails a check (the operator's way raises the error). A METH_FASTCALL function that
+// reads its arguments with the CPython API: pybind11's casts cost ≈ 0.2 µs a tensor argument
+// (on a 2024 desktop CPU, several times that on a slow host), more than this whole function's
+// own work before the launches.
+static PyObject* eager_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  constexpr int kTensors = 9, kArgs = 15;
+  if (nargs != kArgs) Py_RETURN_NONE;
+  at::Tensor t[kTensors];
+  for (int i = 0; i < kTensors; ++i) {
+    if (!THPVariable_Check(args[i])) Py_RETURN_NONE;
+    t[i] = THPVariable_Unpack(args[i]);
+    if (t[i].key_set().has_any(c10::python_ks | c10::functorch_transforms_ks)) Py_RETURN_NONE;
+  }
+  if (at::GradMode::is_enabled())
+    for (int i = 0; i < 6; ++i)
+      if (t[i].requires_grad()) Py_RETURN_NONE;
+  if (c10::impl::dispatch_mode_enabled()) Py_RETURN_NONE;
+  const char* forced = std::getenv("FUSEDLIB_GEMM_PATH");
+  if (forced && forced[0] && std::string_view(forced) != "auto") Py_RETURN_NONE;
+  Py_ssize_t kind_len = 0, prec_len = 0;
+  const char* kind = PyUnicode_Check(args[9]) ? PyUnicode_AsUTF8AndSize(args[9], &kind_len) : nullptr;
+  const char* prec = PyUnicode_Check(args[10]) ? PyUnicode_AsUTF8AndSize(args[10], &prec_len) : nullptr;
+  PyObject *training = args[11], *momentum = args[13], *split = args[14];
+  if (!kind || !prec || !PyBool_Check(training) || !PyFloat_Check(args[12]) ||
+      !(momentum == Py_None || PyFloat_Check(momentum)) || !(split == Py_None || THPVariable_Check(split)))
+    Py_RETURN_NONE;
+  const std::optional<at::Tensor> weight_split =
+      split == Py_None ? std::nullopt : std::optional<at::Tensor>(THPVariable_Unpack(split));
+  std::optional<at::Tensor> y = forward_impl(
+      t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], c10::string_view(kind, kind_len),
+      c10::string_view(prec, prec_len), training == Py_True, PyFloat_AS_DOUBLE(args[12]),
+      momentum == Py_None ? std::nullopt : std::optional<double>(PyFloat_AS_DOUBLE(momentum)), std::nullopt,
+      weight_split, std::nullopt, true);
+  if (!y) Py_RETURN_NONE;
+  return THPVariable_Wrap(std::move(*y));
+  END_HANDLE_TH_ERRORS
+}
+
+static PyMethodDef fl_methods[] = {
+    {"eager_forward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(eager_forward)), METH_FASTCALL,
+     "Y, or None where the call must go through the operator (fusedlib/kernels/torch_op.cuh)."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { PyModule_AddFunctions(m.ptr(), fl_methods); }
