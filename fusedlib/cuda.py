@@ -94,13 +94,21 @@ def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum:
     if fn is None:
         fn = _EAGER[key] = load_stage(*key).eager_forward
     precision = module._precision
-    split = None
-    if precision == "3xtf32":
-        weight = tensors[0]
-        aligned = weight.shape[1] % 4 == 0 and weight.data_ptr() % 16 == 0  # TMA: the wgmma path's rule
-        if aligned and _capability(x.device) == (9, 0):
-            split = weight_split(module, weight, precision, "wgmma")
+    split = _eager_split(module, tensors[0], x) if precision == "3xtf32" else None
     return fn(x, *tensors, module._kind, precision, module.training, eps, momentum, split)
+
+
+def _eager_split(module, weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+    """:func:`weight_split` for an eager 3xtf32 call: the cached split when it is current
+    (checked first: the common case), else a new one where the C++ side's default rule picks
+    the wgmma path for this weight (sm_90, TMA-aligned; an unaligned x then takes mma.sync,
+    which ignores it)."""
+    cache = module._split_cache
+    if cache is not None and cache[0] == (weight.data_ptr(), weight._version, weight.shape):
+        return cache[1]
+    if weight.shape[1] % 4 or weight.data_ptr() % 16 or _capability(x.device) != (9, 0):
+        return None
+    return weight_split(module, weight, "3xtf32", "wgmma")
 
 
 def stage_forward(module, args: tuple) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """The stage operators on CUDA (``pytest -m gpu``): torch.library.opcheck on CUDA inputs, the
-modules' direct call against the dispatcher, the C++ default GEMM path against
+modules' eager way against the dispatcher, the C++ default GEMM path against
 fusedlib.engine, gradients against a float64 reference per precision, torch.compile
 (fullgraph, Inductor), CUDA-graph capture and replay in train mode (momentum None included),
 the current CUDA stream, the modules' eager way and where it leaves the call to the operator,
@@ -79,7 +79,7 @@ def test_sgd_steps_track_the_reference_on_cuda(problem, precision):
 @pytest.mark.parametrize("stage", algebra.STAGES)
 @pytest.mark.parametrize("precision", algebra.PRECISIONS)
 def test_direct_call_equals_dispatcher_and_default_path(stage, precision):
-    """The modules' direct call, the operator through the dispatcher, and the operator with
+    """The modules' eager way (cuda.eager_forward), the operator through the dispatcher, and the operator with
     gemm_path None (the C++ default rule) all give bit-identical outputs and buffers, equal to
     the path fusedlib.engine picks."""
     _, module = _model("84", 128, 200, precision=precision, stage=stage)
