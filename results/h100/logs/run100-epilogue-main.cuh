@@ -1,0 +1,324 @@
+// GEMM epilogues: what happens to one BM×BN accumulator tile once a mainloop has finished it.
+// Each epilogue is defined once for every hardware path (CUTLASS 3's collective epilogue, and
+// its visitor trees' column reductions, at a fraction of the size), in two forms of one
+// algorithm: the SIMT and mma.sync mainloops stage their accumulators in a shared-memory tile
+// C (row stride BN + 1) and call Epi::apply on it; the wgmma mainloop runs it straight from its
+// accumulator registers (epilogue_from_fragments, driven by Epi::kStore, kStats, kMerge: no
+// C tile, so a persistent CTA keeps its load ring live under the epilogue):
+//   BiasStore          out = C + bias (C with the first-row shift)      (naive, fold)
+//   AffineStore        out = a∘C + c, a and c of the tile's columns     (sums, fused: eval)
+//                      from the running buffers, γ, β, s and the bias
+//   ColumnStats        out = C (Z' = XWᵀ) and the tile's column partials (sums)
+//                      (n_t, mean_t, M2_t): mean first, then Σ(z − mean_t)²
+//   ColumnStatsMerge   ColumnStats, then the last tile of each column   (fused)
+//                      block merges every row tile's partials in order (Chan) into a, c
+//                      and the running buffers (tile counter + fence, no float atomics)
+// Interface (C-tile form): Epi::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid), called by THREADS
+// threads numbered tid = 0 … THREADS − 1 (a mainloop may keep other warps out, as the wgmma
+// producer warpgroup is); they synchronise on named barrier 1 only. scratch holds
+// scratch_floats<THREADS, BN>() floats. Specification: fusedlib/algebra.py (tile_partials, chan_merge).
+#pragma once
+#include "common.cuh"
+
+namespace fl {
+
+// Barrier of the THREADS epilogue threads (named barrier 1; barrier 0 is __syncthreads).
+template <int THREADS>
+__device__ __forceinline__ void epilogue_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+}
+
+// Scratch words an epilogue may use: a row group's partial sums (THREADS), or a tile's
+// coefficients a, c (2·BN); then 32 words of flags.
+template <int THREADS, int BN>
+__host__ __device__ constexpr int scratch_floats() {
+  return (THREADS > 2 * BN ? THREADS : 2 * BN) + 32;
+}
+
+// The first-row shift (common.cuh column_shift): output (row, col) of the GEMM as the epilogue
+// sees it — row 0 is x₀Wᵀ, which goes to p.z0, and D's row 0, exactly 0, takes its place.
+// Called by each mainloop on the accumulators it hands over, before any epilogue reads them.
+__device__ __forceinline__ float take_shift_row(const Problem& p, float v, int row, int col) {
+  if (row != 0 || !p.z0) return v;
+  if (col < p.m) p.z0[col] = v;
+  return 0.f;
+}
+
+enum class Store { kPlain, kBias, kAffine };
+
+// Store the valid part of the tile, rows m0…, columns n0…, coalesced (consecutive threads
+// write consecutive columns): as is, plus the bias, or a∘C + c with the tile's coefficients
+// a = ac[0:BN], c = ac[BN:2BN].
+template <int BM, int BN, int THREADS, Store S>
+__device__ __forceinline__ void store_tile(const Problem& p, const float* C, float* out, int m0, int n0, int tid,
+                                           const float* ac = nullptr) {
+  constexpr int LDC = BN + 1;
+  const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
+  for (int idx = tid; idx < BM * BN; idx += THREADS) {
+    const int r = idx / BN, c = idx % BN, j = n0 + c;
+    if (r < rows && c < cols) {
+      float v = C[r * LDC + c];
+      if (S == Store::kBias && !p.z0) v += p.bias[j];  // (Z − Z₀ of the first-row shift has none)
+      if (S == Store::kAffine) v = ac[c] * v + ac[BN + c];
+      out[(size_t)(m0 + r) * p.m + j] = v;
+    }
+  }
+}
+
+struct BiasStore {
+  static constexpr Store kStore = Store::kBias;
+  static constexpr bool kStats = false, kMerge = false;
+  template <int BM, int BN, int THREADS>
+  __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
+                               int tid) {
+    store_tile<BM, BN, THREADS, Store::kBias>(p, C, out, m0, n0, tid);
+  }
+};
+
+// Eval mode of sums and fused: BatchNorm (running statistics), the scale and the Linear's
+// bias applied per column as V = a∘(XWᵀ) + c (eval_affine with fold_bias). Each tile
+// computes its columns' a, c into shared memory from the parameters, so nothing is cached
+// between calls (a write through .data is seen at once) and no kernel runs before the GEMM.
+struct AffineStore {
+  static constexpr Store kStore = Store::kAffine;
+  static constexpr bool kStats = false, kMerge = false;
+  template <int BM, int BN, int THREADS>
+  __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
+                               int tid) {
+    for (int c = tid; c < BN && n0 + c < p.m; c += THREADS) {
+      const Affine ac = eval_affine(p, n0 + c, true);
+      scratch[c] = ac.a;
+      scratch[BN + c] = ac.c;
+    }
+    epilogue_sync<THREADS>();
+    store_tile<BM, BN, THREADS, Store::kAffine>(p, C, out, m0, n0, tid, scratch);
+  }
+};
+
+struct ColumnStats {
+  static constexpr Store kStore = Store::kPlain;
+  static constexpr bool kStats = true, kMerge = false;
+  // Z' and the partials (mean_t, M2_t) of row tile t = m0 / BM at p.part[2t][n0 + c],
+  // p.part[2t + 1][n0 + c]. R = THREADS / BN row groups each sum rows g, g + R, …; the R
+  // sums of a column are added in group order (deterministic).
+  template <int BM, int BN, int THREADS>
+  __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
+                               int tid) {
+    constexpr int LDC = BN + 1, R = THREADS / BN;  // threads past R·BN only store
+    static_assert(THREADS >= BN, "need a thread per column");
+    store_tile<BM, BN, THREADS, Store::kPlain>(p, C, out, m0, n0, tid);
+    const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
+    const int c = tid % BN, g = tid / BN;
+    const bool active = g < R;
+    float* red = scratch;  // [R][BN]
+    float mean = 0.f;
+#pragma unroll
+    for (int pass = 0; pass < 2; ++pass) {  // 0: Σz → mean_t; 1: Σ(z − mean_t)² → M2_t
+      // Four independent sums (rows g + R·(4i + u), u = 0…3), added in a fixed order at the
+      // end: four loads in flight instead of one dependent chain through shared memory.
+      // (Register arrays are indexed by compile-time constants only: no local memory.)
+      float s4[4] = {0.f, 0.f, 0.f, 0.f};
+      if (active) {
+        int r = g;
+        for (; r + 3 * R < rows; r += 4 * R)
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const float d = C[(r + u * R) * LDC + c] - mean;
+            s4[u] += pass ? d * d : d;
+          }
+        for (; r < rows; r += R) {  // the last rows (fewer than 4 R) into the first sum
+          const float d = C[r * LDC + c] - mean;
+          s4[0] += pass ? d * d : d;
+        }
+      }
+      const float s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+      if (active) red[g * BN + c] = s;
+      epilogue_sync<THREADS>();
+      float total = 0.f;
+      if (active)
+        for (int q = 0; q < R; ++q) total += red[q * BN + c];
+      epilogue_sync<THREADS>();  // red is rewritten by the next pass
+      if (pass == 0) {
+        mean = total / (float)rows;
+      } else if (g == 0 && c < cols) {
+        const int t = m0 / BM;
+        p.part[(size_t)(2 * t) * p.m + n0 + c] = mean;
+        p.part[(size_t)(2 * t + 1) * p.m + n0 + c] = total;
+      }
+    }
+  }
+};
+
+// Count a finished tile on its column block's counter (its partials made visible first); the
+// last tile of the block resets the counter to zero for the next call (the host keeps the
+// counters between calls: fusedlib/kernels/torch_op.cuh), merges all row tiles in order 0, 1, …
+// (Chan) and finalizes the BatchNorm coefficients and running buffers. flag: one shared word.
+template <int BM, int BN, int THREADS>
+__device__ __forceinline__ void count_and_merge(const Problem& p, int* flag, int n0, int tid) {
+  const int col_block = n0 / BN, row_tiles = ceil_div(p.n, BM), cols = min(BN, p.m - n0);
+  __threadfence();  // this tile's partials visible device-wide before it is counted
+  epilogue_sync<THREADS>();
+  if (tid == 0) {
+    *flag = atomicAdd(p.counters + col_block, 1u) == (unsigned)row_tiles - 1;
+    if (*flag) p.counters[col_block] = 0;  // every tile of the block has counted
+  }
+  epilogue_sync<THREADS>();
+  if (!*flag) return;
+  __threadfence();
+  for (int cc = tid; cc < cols; cc += THREADS) {
+    const Moments mo = merge_column_partials(p, n0 + cc, BM);
+    finalize_column(p, n0 + cc, mo.mean, mo.m2 / mo.n, false);
+  }
+}
+
+struct ColumnStatsMerge {
+  static constexpr Store kStore = Store::kPlain;
+  static constexpr bool kStats = true, kMerge = true;
+  // ColumnStats, then count_and_merge.
+  template <int BM, int BN, int THREADS>
+  __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
+                               int tid) {
+    ColumnStats::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid);
+    count_and_merge<BM, BN, THREADS>(p, reinterpret_cast<int*>(scratch + scratch_floats<THREADS, BN>() - 32), n0, tid);
+  }
+};
+
+// ---------------------------------------------------------------- from fragments
+// The same epilogues (their kStore, kStats and kMerge) straight from the accumulator registers
+// of 8 warps in the mma.sync / wgmma m16n8 layout: warp w holds rows 16w + g and 16w + g + 8
+// (g = lane / 4) of a 128-row tile and columns 8j + 2t, 8j + 2t + 1 (t = lane % 4) in
+// d[4j … 4j + 3]. No C tile: the stores leave from the registers in 8-byte pairs, and the
+// column sums reduce over a column's 8 lanes by a butterfly of shuffles (each step halves what
+// a lane keeps), then over the 8 warps in warp order through shared memory: partials
+// (mean_t, M2_t) as ColumnStats's, in another fixed order. Rows past N must hold zeros (TMA
+// fills them so). Shared memory: fragment_smem_floats<BN>().
+template <int BN>
+__host__ __device__ constexpr int fragment_smem_floats() {
+  return 11 * BN + 32;  // coefficients a, c (2 BN); 8 warps' column sums (8 BN); means (BN); flag
+}
+
+// v[0 … V/8 − 1] ← the sums over the 8 lanes of equal lane % 4 of v[i + (V/8)·g] (lane = 4g + t).
+template <int H, int MASK, int V>
+__device__ __forceinline__ void lane_butterfly_step(float (&v)[V], int lane) {  // v[0 … 2H) → v[0 … H)
+  const bool upper = lane & MASK;
+#pragma unroll
+  for (int i = 0; i < H; ++i) {
+    const float lo = v[i], hi = v[i + H];
+    v[i] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, MASK);
+  }
+}
+template <int V>
+__device__ __forceinline__ void lane_butterfly(float (&v)[V], int lane) {
+  static_assert(V % 8 == 0, "three halvings");
+  lane_butterfly_step<V / 2, 16>(v, lane);
+  lane_butterfly_step<V / 4, 8>(v, lane);
+  lane_butterfly_step<V / 8, 4>(v, lane);
+}
+
+__device__ __forceinline__ void store_pair(float* dst, float a, float b, int c, int cols, bool pairs) {
+  if (pairs && c + 1 < cols) {
+    *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+  } else {
+    if (c < cols) dst[0] = a;
+    if (c + 1 < cols) dst[1] = b;
+  }
+}
+
+template <int BN, class Epi>
+__device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float (&d)[BN / 2], float* smem,
+                                                        float* out, int m0, int n0, int tid) {
+  constexpr int THREADS = 256, BM = 128, NV = BN / 4, V = (NV + 7) / 8 * 8, Q = V / 8;
+  float* coef = smem;           // [2][BN]
+  float* red = smem + 2 * BN;   // [8][BN]
+  float* mean = red + 8 * BN;   // [BN]
+  int* flag = reinterpret_cast<int*>(mean + BN);
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, r = 16 * warp + g;
+  const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
+  const bool ok0 = r < rows, ok1 = r + 8 < rows;
+  if (p.z0 && m0 + r == 0) {  // the first-row shift: row 0 is z₀ (rows r + 8 never are)
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      d[4 * j] = take_shift_row(p, d[4 * j], 0, n0 + 8 * j + 2 * t);
+      d[4 * j + 1] = take_shift_row(p, d[4 * j + 1], 0, n0 + 8 * j + 2 * t + 1);
+    }
+  }
+  if (Epi::kStore != Store::kPlain) {
+    for (int c = tid; c < BN; c += THREADS) {
+      float a = 1.f, b = 0.f;
+      if (c < cols) {
+        if (Epi::kStore == Store::kBias) {
+          b = p.z0 ? 0.f : p.bias[n0 + c];  // (Z − Z₀ of the first-row shift has none)
+        } else {
+          const Affine ac = eval_affine(p, n0 + c, true);
+          a = ac.a;
+          b = ac.c;
+        }
+      }
+      coef[c] = a;
+      coef[BN + c] = b;
+    }
+    epilogue_sync<THREADS>();
+  }
+  float* row0 = out + (size_t)(m0 + r) * p.m + n0;
+  float* row1 = row0 + (size_t)8 * p.m;
+  const bool pairs = (p.m & 1) == 0 && ((uintptr_t)out & 7) == 0;  // 8-byte aligned column pairs
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int c = 8 * j + 2 * t;
+    float v0 = d[4 * j], v1 = d[4 * j + 1], v2 = d[4 * j + 2], v3 = d[4 * j + 3];
+    if (Epi::kStore == Store::kBias) {  // as store_tile: C + bias
+      v0 += coef[BN + c], v1 += coef[BN + c + 1], v2 += coef[BN + c], v3 += coef[BN + c + 1];
+    } else if (Epi::kStore == Store::kAffine) {
+      v0 = coef[c] * v0 + coef[BN + c], v1 = coef[c + 1] * v1 + coef[BN + c + 1];
+      v2 = coef[c] * v2 + coef[BN + c], v3 = coef[c + 1] * v3 + coef[BN + c + 1];
+    }
+    if (ok0) store_pair(row0 + c, v0, v1, c, cols, pairs);
+    if (ok1) store_pair(row1 + c, v2, v3, c, cols, pairs);
+  }
+  if constexpr (Epi::kStats) {
+  float s[V];
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {  // 0: Σz → mean_t; 1: Σ(z − mean_t)² → M2_t
+#pragma unroll
+    for (int q = 0; q < V; ++q) {  // q = 2j + e: column 8j + 2t + e, rows r and r + 8
+      s[q] = 0.f;
+      if (q < NV) {
+        const float z0 = d[4 * (q / 2) + q % 2], z1 = d[4 * (q / 2) + 2 + q % 2];
+        if (pass == 0) {
+          s[q] = z0 + z1;  // rows past N hold zeros
+        } else {
+          const float mu = mean[8 * (q / 2) + 2 * t + q % 2], e0 = z0 - mu, e1 = z1 - mu;
+          s[q] = (ok0 ? e0 * e0 : 0.f) + (ok1 ? e1 * e1 : 0.f);
+        }
+      }
+    }
+    lane_butterfly(s, lane);
+#pragma unroll
+    for (int i = 0; i < Q; ++i) {
+      const int q = i + Q * g;
+      if (q < NV) red[warp * BN + 8 * (q / 2) + 2 * t + q % 2] = s[i];
+    }
+    epilogue_sync<THREADS>();
+    float total = 0.f;
+    if (tid < BN)
+      for (int w = 0; w < 8; ++w) total += red[w * BN + tid];
+    if (pass == 0) {
+      if (tid < BN) mean[tid] = total / (float)rows;
+      epilogue_sync<THREADS>();  // means visible; red free for pass 1
+    } else if (tid < cols) {
+      const int tile = m0 / BM;
+      p.part[(size_t)(2 * tile) * p.m + n0 + tid] = mean[tid];
+      p.part[(size_t)(2 * tile + 1) * p.m + n0 + tid] = total;
+    }
+  }
+  if (Epi::kMerge) count_and_merge<BM, BN, THREADS>(p, flag, n0, tid);
+  }
+}
+
+// Shared memory an epilogue needs beside nothing else: the C tile and the scratch words.
+template <int BM, int BN, int THREADS>
+constexpr size_t epilogue_smem_bytes() {
+  return ((size_t)BM * (BN + 1) + scratch_floats<THREADS, BN>()) * sizeof(float);
+}
+
+}  // namespace fl
