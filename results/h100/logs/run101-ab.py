@@ -1,0 +1,78 @@
+"""run101: the merging epilogue's store order A/B in one process, calls interleaved. "last" =
+this tree's kernels (Z stored after the partials, fence and count); "main" = main's epilogue
+(run100-epilogue-main.cuh: Z stored first), built from a copy of the kernels as a second
+extension without its TORCH_LIBRARY_IMPL (both are called through their eager_forward).
+The sums stage (same code in both) beside them. Train, KernelBench shapes, the bench's
+protocol (256 MB L2 flush, CUDA events), 40 rounds; medians in ms.
+Usage: python run101-ab.py build-main | time"""
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+L = Path(__file__).resolve().parent
+KDIR = Path("/tmp/kernels-main")
+
+
+def load_main():
+    from torch.utils.cpp_extension import load_inline
+
+    from fusedlib import build
+    if not KDIR.exists():
+        shutil.copytree(build.KERNEL_DIR, KDIR)
+        shutil.copy(L / "run100-epilogue-main.cuh", KDIR / "epilogue.cuh")
+        op = (KDIR / "torch_op.cuh").read_text()
+        (KDIR / "torch_op.cuh").write_text(op.replace("TORCH_LIBRARY_IMPL(fusedlib, CUDA, m)", "[[maybe_unused]] static void no_impl(torch::Library& m)"))
+    bdir = Path("/tmp/build-main-fused")
+    bdir.mkdir(exist_ok=True)
+    return load_inline(name="fl_main_fused", cpp_sources="", cuda_sources='#include "04_fused.cu"\n#include "torch_op.cuh"\n',
+                       functions=None, extra_cuda_cflags=["-O3", "-DFL_STAGE=fused", *build.arch_flags((9, 0))],
+                       extra_include_paths=[str(KDIR)], build_directory=str(bdir), verbose=False)
+
+
+if sys.argv[1] == "build-main":
+    load_main()
+    sys.exit()
+
+import fusedlib  # noqa: E402
+from fusedlib import cuda  # noqa: E402
+from fusedlib.build import load_stage  # noqa: E402
+from fusedlib.reference import PRESETS, make_reference  # noqa: E402
+
+fns = {"sums": load_stage("sums").eager_forward, "fused_last": load_stage("fused").eager_forward,
+       "fused_main": load_main().eager_forward}
+flush = torch.empty(256 << 18, device="cuda")
+torch.manual_seed(0)
+for shape, problem, precision in (("39", "33", "tf32"), ("84", "84", "tf32"), ("33", "33", "tf32"),
+                                  ("39", "33", "3xtf32"), ("84", "84", "3xtf32"), ("39", "33", "fp32"),
+                                  ("84", "84", "fp32")):
+    s = PRESETS[shape]
+    ref = make_reference(problem, s.in_features, s.out_features, seed=0).cuda()
+    x = torch.rand(s.batch, s.in_features, device="cuda")
+    m = fusedlib.from_reference(ref, stage="fused", precision=precision)
+    bn = m.bn
+    split = cuda._eager_split(m, m.gemm.weight, x) if precision == "3xtf32" else None
+    args = (x, *m._tensors(), m._kind, precision, True, bn.eps, bn.momentum, split)
+    times = {k: [] for k in fns}
+    with torch.no_grad():
+        y = {k: fn(*args) for k, fn in fns.items()}
+        assert all(v is not None for v in y.values())
+        for r in range(43):
+            for k in (list(fns) if r % 2 else list(fns)[::-1]):  # the order reversed every other round
+                fn = fns[k]
+                flush.zero_()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn(*args)
+                b.record()
+                torch.cuda.synchronize()
+                if r >= 3:
+                    times[k].append(a.elapsed_time(b))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    same = torch.equal(y["fused_last"], y["fused_main"])
+    print(f"{shape} {precision:6s}: sums {med['sums']:.4f}  fused(main) {med['fused_main']:.4f}  "
+          f"fused(stores last) {med['fused_last']:.4f} ms | last/main {med['fused_last'] / med['fused_main']:.3f}  "
+          f"main/sums {med['fused_main'] / med['sums']:.3f}  last/sums {med['fused_last'] / med['sums']:.3f}  "
+          f"outputs equal: {same}", flush=True)
