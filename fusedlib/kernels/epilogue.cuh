@@ -104,14 +104,9 @@ struct ColumnStats {
   template <int BM, int BN, int THREADS>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
-    store_tile<BM, BN, THREADS, Store::kPlain>(p, C, out, m0, n0, tid);
-    partials<BM, BN, THREADS>(p, C, scratch, m0, n0, tid);
-  }
-  // The partials alone (the C tile left in shared memory).
-  template <int BM, int BN, int THREADS>
-  __device__ static void partials(const Problem& p, const float* C, float* scratch, int m0, int n0, int tid) {
-    constexpr int LDC = BN + 1, R = THREADS / BN;  // threads past R·BN take no part
+    constexpr int LDC = BN + 1, R = THREADS / BN;  // threads past R·BN only store
     static_assert(THREADS >= BN, "need a thread per column");
+    store_tile<BM, BN, THREADS, Store::kPlain>(p, C, out, m0, n0, tid);
     const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
     const int c = tid % BN, g = tid / BN;
     const bool active = g < R;
@@ -179,14 +174,12 @@ __device__ __forceinline__ void count_and_merge(const Problem& p, int* flag, int
 struct ColumnStatsMerge {
   static constexpr Store kStore = Store::kPlain;
   static constexpr bool kStats = true, kMerge = true;
-  // ColumnStats's partials, count_and_merge, then the stores (last: the fence before the count
-  // then waits for the partials alone, not for Z's stores as well).
+  // ColumnStats, then count_and_merge.
   template <int BM, int BN, int THREADS>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
-    ColumnStats::partials<BM, BN, THREADS>(p, C, scratch, m0, n0, tid);
+    ColumnStats::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid);
     count_and_merge<BM, BN, THREADS>(p, reinterpret_cast<int*>(scratch + scratch_floats<THREADS, BN>() - 32), n0, tid);
-    store_tile<BM, BN, THREADS, Store::kPlain>(p, C, out, m0, n0, tid);
   }
 };
 
@@ -266,28 +259,22 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
     }
     epilogue_sync<THREADS>();
   }
-  // The tile's stores; a merging epilogue issues them last: it fences its partials before
-  // counting the tile, and a fence waits for every store the thread has in flight (Z's 128 KB
-  // a tile included).
-  auto store_tile = [&]() {
-    float* row0 = out + (size_t)(m0 + r) * p.m + n0;
-    float* row1 = row0 + (size_t)8 * p.m;
-    const bool pairs = (p.m & 1) == 0 && ((uintptr_t)out & 7) == 0;  // 8-byte aligned column pairs
+  float* row0 = out + (size_t)(m0 + r) * p.m + n0;
+  float* row1 = row0 + (size_t)8 * p.m;
+  const bool pairs = (p.m & 1) == 0 && ((uintptr_t)out & 7) == 0;  // 8-byte aligned column pairs
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int c = 8 * j + 2 * t;
-      float v0 = d[4 * j], v1 = d[4 * j + 1], v2 = d[4 * j + 2], v3 = d[4 * j + 3];
-      if (Epi::kStore == Store::kBias) {  // as store_tile: C + bias
-        v0 += coef[BN + c], v1 += coef[BN + c + 1], v2 += coef[BN + c], v3 += coef[BN + c + 1];
-      } else if (Epi::kStore == Store::kAffine) {
-        v0 = coef[c] * v0 + coef[BN + c], v1 = coef[c + 1] * v1 + coef[BN + c + 1];
-        v2 = coef[c] * v2 + coef[BN + c], v3 = coef[c + 1] * v3 + coef[BN + c + 1];
-      }
-      if (ok0) store_pair(row0 + c, v0, v1, c, cols, pairs);
-      if (ok1) store_pair(row1 + c, v2, v3, c, cols, pairs);
+  for (int j = 0; j < BN / 8; ++j) {
+    const int c = 8 * j + 2 * t;
+    float v0 = d[4 * j], v1 = d[4 * j + 1], v2 = d[4 * j + 2], v3 = d[4 * j + 3];
+    if (Epi::kStore == Store::kBias) {  // as store_tile: C + bias
+      v0 += coef[BN + c], v1 += coef[BN + c + 1], v2 += coef[BN + c], v3 += coef[BN + c + 1];
+    } else if (Epi::kStore == Store::kAffine) {
+      v0 = coef[c] * v0 + coef[BN + c], v1 = coef[c + 1] * v1 + coef[BN + c + 1];
+      v2 = coef[c] * v2 + coef[BN + c], v3 = coef[c + 1] * v3 + coef[BN + c + 1];
     }
-  };
-  if (!Epi::kMerge) store_tile();
+    if (ok0) store_pair(row0 + c, v0, v1, c, cols, pairs);
+    if (ok1) store_pair(row1 + c, v2, v3, c, cols, pairs);
+  }
   if constexpr (Epi::kStats) {
   float s[V];
 #pragma unroll
@@ -326,7 +313,6 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
   }
   if (Epi::kMerge) count_and_merge<BM, BN, THREADS>(p, flag, n0, tid);
   }
-  if (Epi::kMerge) store_tile();
 }
 
 // Shared memory an epilogue needs beside nothing else: the C tile and the scratch words.

@@ -1,10 +1,13 @@
-"""run101: the merging epilogue's store order A/B in one process, calls interleaved. "last" =
-this tree's kernels (Z stored after the partials, fence and count); "main" = main's epilogue
-(run100-epilogue-main.cuh: Z stored first), built from a copy of the kernels as a second
-extension without its TORCH_LIBRARY_IMPL (both are called through their eager_forward).
-The sums stage (same code in both) beside them. Train, KernelBench shapes, the bench's
-protocol (256 MB L2 flush, CUDA events), 40 rounds; medians in ms.
-Usage: python run101-ab.py build-main | time"""
+"""run101/run102: an A/B of the fused stage in one process, calls interleaved: "main" = this
+tree's kernels, "B" = a copy of them with VARIANT's edits, built as a second extension without
+its TORCH_LIBRARY_IMPL (both are called through their eager_forward); the sums stage beside
+them. run101 (VARIANT=stores_last): main's epilogue against the merging epilogue with Z stored
+after the partials, fence and count (run100-epilogue-main.cuh was the tree then: the columns
+of its log read main = "fused(main)", B = "fused(stores last)"). run102 (VARIANT=unroll16): the
+last tile's merge loading 16 row tiles' partials ahead instead of 4. Train, KernelBench
+shapes, the bench's protocol (256 MB L2 flush, CUDA events), 40 rounds; medians in ms.
+Usage: VARIANT=... python run101-ab.py build-b | time"""
+import os
 import shutil
 import statistics
 import sys
@@ -13,27 +16,31 @@ from pathlib import Path
 import torch
 
 L = Path(__file__).resolve().parent
-KDIR = Path("/tmp/kernels-main")
+KDIR = Path("/tmp/kernels-b")
+VARIANTS = {"unroll16": {"common.cuh": ("constexpr int UNROLL = 4;", "constexpr int UNROLL = 16;")}}
 
 
-def load_main():
+def load_b():
     from torch.utils.cpp_extension import load_inline
 
     from fusedlib import build
     if not KDIR.exists():
         shutil.copytree(build.KERNEL_DIR, KDIR)
-        shutil.copy(L / "run100-epilogue-main.cuh", KDIR / "epilogue.cuh")
+        for name, (old, new) in VARIANTS[os.environ["VARIANT"]].items():
+            text = (KDIR / name).read_text()
+            assert old in text, (name, old)
+            (KDIR / name).write_text(text.replace(old, new))
         op = (KDIR / "torch_op.cuh").read_text()
         (KDIR / "torch_op.cuh").write_text(op.replace("TORCH_LIBRARY_IMPL(fusedlib, CUDA, m)", "[[maybe_unused]] static void no_impl(torch::Library& m)"))
-    bdir = Path("/tmp/build-main-fused")
+    bdir = Path("/tmp/build-b-fused")
     bdir.mkdir(exist_ok=True)
-    return load_inline(name="fl_main_fused", cpp_sources="", cuda_sources='#include "04_fused.cu"\n#include "torch_op.cuh"\n',
+    return load_inline(name="fl_b_fused", cpp_sources="", cuda_sources='#include "04_fused.cu"\n#include "torch_op.cuh"\n',
                        functions=None, extra_cuda_cflags=["-O3", "-DFL_STAGE=fused", *build.arch_flags((9, 0))],
                        extra_include_paths=[str(KDIR)], build_directory=str(bdir), verbose=False)
 
 
-if sys.argv[1] == "build-main":
-    load_main()
+if sys.argv[1] == "build-b":
+    load_b()
     sys.exit()
 
 import fusedlib  # noqa: E402
@@ -41,8 +48,8 @@ from fusedlib import cuda  # noqa: E402
 from fusedlib.build import load_stage  # noqa: E402
 from fusedlib.reference import PRESETS, make_reference  # noqa: E402
 
-fns = {"sums": load_stage("sums").eager_forward, "fused_last": load_stage("fused").eager_forward,
-       "fused_main": load_main().eager_forward}
+fns = {"sums": load_stage("sums").eager_forward, "fused_main": load_stage("fused").eager_forward,
+       "fused_b": load_b().eager_forward}
 flush = torch.empty(256 << 18, device="cuda")
 torch.manual_seed(0)
 for shape, problem, precision in (("39", "33", "tf32"), ("84", "84", "tf32"), ("33", "33", "tf32"),
@@ -71,8 +78,8 @@ for shape, problem, precision in (("39", "33", "tf32"), ("84", "84", "tf32"), ("
                 if r >= 3:
                     times[k].append(a.elapsed_time(b))
     med = {k: statistics.median(v) for k, v in times.items()}
-    same = torch.equal(y["fused_last"], y["fused_main"])
+    same = torch.equal(y["fused_b"], y["fused_main"])
     print(f"{shape} {precision:6s}: sums {med['sums']:.4f}  fused(main) {med['fused_main']:.4f}  "
-          f"fused(stores last) {med['fused_last']:.4f} ms | last/main {med['fused_last'] / med['fused_main']:.3f}  "
-          f"main/sums {med['fused_main'] / med['sums']:.3f}  last/sums {med['fused_last'] / med['sums']:.3f}  "
+          f"fused(B) {med['fused_b']:.4f} ms | B/main {med['fused_b'] / med['fused_main']:.3f}  "
+          f"main/sums {med['fused_main'] / med['sums']:.3f}  B/sums {med['fused_b'] / med['sums']:.3f}  "
           f"outputs equal: {same}", flush=True)

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# run101 (H100): run101-ab.py (the store order A/B in one process) after building both variants side by side.
+# run101/run102 (H100): run101-ab.py (an A/B in one process) after building both variants side by side;
+# VARIANT names B's edits (run101: stores_last, whose edit was the tree itself then; run102: unroll16).
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 L=$PWD/results/h100/logs
 t0=$(date +%s)
 for s in sums fused; do python -c "from fusedlib.build import load_stage; load_stage('$s')" > $OUT/build-$s.log 2>&1 & done
-python $L/run101-ab.py build-main > $OUT/build-main.log 2>&1 &
+python $L/run101-ab.py build-b > $OUT/build-b.log 2>&1 &
 wait
-echo "built in $(( $(date +%s) - t0 )) s"; grep -il error $OUT/build-*.log && tail -30 $OUT/build-main.log
+echo "built in $(( $(date +%s) - t0 )) s"; grep -il error $OUT/build-*.log && tail -30 $OUT/build-b.log
 timeout 300 python $L/run101-ab.py time 2>&1 | grep -v -i warn | tee $OUT/ab.log
 echo "done ($(( $(date +%s) - t0 )) s)"
