@@ -16,31 +16,36 @@ from pathlib import Path
 import torch
 
 L = Path(__file__).resolve().parent
-KDIR = Path("/tmp/kernels-b")
-VARIANTS = {"unroll16": {"common.cuh": ("constexpr int UNROLL = 4;", "constexpr int UNROLL = 16;")}}
+KROOT = Path("/tmp/kernels-b")
+VARIANTS = {"unroll16": {"common.cuh": ("constexpr int UNROLL = 4;", "constexpr int UNROLL = 16;")},
+            # diagnostics (run103; wrong outputs, timing only): no merge at all, no fence before the count
+            "nomerge": {"epilogue.cuh": ("if (!*flag) return;", "return;")},
+            "nofence": {"epilogue.cuh": ("__threadfence();  // this tile's partials", "//")}}
+NAMES = os.environ["VARIANT"].split(",")
 
 
-def load_b():
+def load_b(variant):
     from torch.utils.cpp_extension import load_inline
 
     from fusedlib import build
+    KDIR = KROOT / variant
     if not KDIR.exists():
         shutil.copytree(build.KERNEL_DIR, KDIR)
-        for name, (old, new) in VARIANTS[os.environ["VARIANT"]].items():
+        for name, (old, new) in VARIANTS[variant].items():
             text = (KDIR / name).read_text()
             assert old in text, (name, old)
             (KDIR / name).write_text(text.replace(old, new))
         op = (KDIR / "torch_op.cuh").read_text()
         (KDIR / "torch_op.cuh").write_text(op.replace("TORCH_LIBRARY_IMPL(fusedlib, CUDA, m)", "[[maybe_unused]] static void no_impl(torch::Library& m)"))
-    bdir = Path("/tmp/build-b-fused")
+    bdir = Path(f"/tmp/build-{variant}")
     bdir.mkdir(exist_ok=True)
-    return load_inline(name="fl_b_fused", cpp_sources="", cuda_sources='#include "04_fused.cu"\n#include "torch_op.cuh"\n',
+    return load_inline(name=f"fl_{variant}_fused", cpp_sources="", cuda_sources='#include "04_fused.cu"\n#include "torch_op.cuh"\n',
                        functions=None, extra_cuda_cflags=["-O3", "-DFL_STAGE=fused", *build.arch_flags((9, 0))],
                        extra_include_paths=[str(KDIR)], build_directory=str(bdir), verbose=False)
 
 
 if sys.argv[1] == "build-b":
-    load_b()
+    load_b(sys.argv[2])
     sys.exit()
 
 import fusedlib  # noqa: E402
@@ -49,7 +54,7 @@ from fusedlib.build import load_stage  # noqa: E402
 from fusedlib.reference import PRESETS, make_reference  # noqa: E402
 
 fns = {"sums": load_stage("sums").eager_forward, "fused_main": load_stage("fused").eager_forward,
-       "fused_b": load_b().eager_forward}
+       **{v: load_b(v).eager_forward for v in NAMES}}
 flush = torch.empty(256 << 18, device="cuda")
 torch.manual_seed(0)
 for shape, problem, precision in (("39", "33", "tf32"), ("84", "84", "tf32"), ("33", "33", "tf32"),
@@ -78,8 +83,8 @@ for shape, problem, precision in (("39", "33", "tf32"), ("84", "84", "tf32"), ("
                 if r >= 3:
                     times[k].append(a.elapsed_time(b))
     med = {k: statistics.median(v) for k, v in times.items()}
-    same = torch.equal(y["fused_b"], y["fused_main"])
-    print(f"{shape} {precision:6s}: sums {med['sums']:.4f}  fused(main) {med['fused_main']:.4f}  "
-          f"fused(B) {med['fused_b']:.4f} ms | B/main {med['fused_b'] / med['fused_main']:.3f}  "
-          f"main/sums {med['fused_main'] / med['sums']:.3f}  B/sums {med['fused_b'] / med['sums']:.3f}  "
-          f"outputs equal: {same}", flush=True)
+    line = f"{shape} {precision:6s}: sums {med['sums']:.4f} fused(main) {med['fused_main']:.4f} ms, main/sums " \
+           f"{med['fused_main'] / med['sums']:.3f}"
+    for v in NAMES:
+        line += f" | {v} {med[v]:.4f} ms, /main {med[v] / med['fused_main']:.3f}, equal {torch.equal(y[v], y['fused_main'])}"
+    print(line, flush=True)
