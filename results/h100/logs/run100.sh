@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# run100 (H100): main's merging epilogue (run100-epilogue-main.cuh) against next's (stores last):
+# run100 (H100): main's merging epilogue (run100-epilogue-main.cuh: fusedlib/kernels/epilogue.cuh of 1ee85e1,
+# copied beside this script for the run) against the stores-last one:
 # fused and sums stages built side by side, then run100-time.py per variant, two rounds in turn.
 set -u
 export PYTHONUNBUFFERED=1
