@@ -21,7 +21,7 @@ VARIANTS = {"unroll16": {"common.cuh": ("constexpr int UNROLL = 4;", "constexpr 
             # diagnostics (run103; wrong outputs, timing only): no merge at all, no fence before the count
             "nomerge": {"epilogue.cuh": ("if (!*flag) return;", "return;")},
             "nofence": {"epilogue.cuh": ("__threadfence();  // this tile's partials", "//")}}
-NAMES = os.environ["VARIANT"].split(",")
+NAMES = [v for v in os.environ.get("VARIANT", "").split(",") if v]
 
 
 def load_b(variant):
