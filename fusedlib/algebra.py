@@ -23,7 +23,7 @@ import torch
 __all__ = [
     "STAGES", "PRECISIONS", "SIMT_TILES", "TC_TILE_ROWS", "MIN_GRID", "tile_rows", "SOFTMAX_TILE_COLS",
     "check_stage_precision", "BNState", "round_tf32", "truncate_tf32", "matmul_nt", "column_stats_two_pass",
-    "tile_partials", "MERGE_GROUP", "chan_merge", "column_stats_chan", "column_stats_textbook", "train_coefficients",
+    "tile_partials", "chan_merge", "column_stats_chan", "column_stats_textbook", "train_coefficients",
     "eval_coefficients", "fold_linear", "update_running_stats", "tracked_stats", "softmax_three_pass",
     "softmax_online", "stage_forward", "train_backward", "eval_backward", "backward_tile_partials",
     "train_backward_fused", "shifted_matmul_nt", "SHIFTED_PRECISIONS", "train_gemm",
@@ -182,13 +182,13 @@ def tile_partials(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor, torch.
     return (torch.tensor(counts, dtype=z.dtype, device=z.device), torch.stack(means), torch.stack(m2s))
 
 
-#: Row tiles per merge group (``fusedlib/kernels/common.cuh`` kMergeGroup): the kernels merge
-#: the tile partials of each group of this many consecutive row tiles, then the groups.
-MERGE_GROUP = 16
+def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge tile partials left to right with Chan's formula (Chan, Golub & LeVeque 1983):
+    n = n_a + n_b, δ = m_b − m_a, m = m_a + δ·n_b/n, M2 = M2_a + M2_b + δ²·n_a·n_b/n.
 
-
-def _chan_fold(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor) -> tuple:
-    """Partials (n, mean, M2), one row per tile, merged left to right: (n, mean, M2)."""
+    Returns the column mean and biased variance M2/N. The order (tile 0, 1, 2, …) is the
+    order of the finalize kernels, which makes the result deterministic.
+    """
     na, ma, m2a = n[0], mean[0], m2[0]
     for t in range(1, n.shape[0]):
         nb, mb, m2b = n[t], mean[t], m2[t]
@@ -197,35 +197,11 @@ def _chan_fold(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor) -> tuple:
         ma = ma + delta * (nb / nn_)
         m2a = m2a + m2b + delta * delta * (na * nb / nn_)
         na = nn_
-    return na, ma, m2a
-
-
-def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor,
-               group: int | None = MERGE_GROUP) -> tuple[torch.Tensor, torch.Tensor]:
-    """Merge tile partials with Chan's formula (Chan, Golub & LeVeque 1983):
-    n = n_a + n_b, δ = m_b − m_a, m = m_a + δ·n_b/n, M2 = M2_a + M2_b + δ²·n_a·n_b/n.
-
-    Args:
-        n, mean, m2: (T, …) the tiles' counts, means and M2.
-        group: None, tiles 0, 1, 2, … left to right; else the kernels' order: the tiles of each
-            group of ``group`` consecutive tiles left to right, then the groups left to right
-            (the same as left to right for T ≤ group).
-
-    Returns the column mean and biased variance M2/N. A fixed order makes the result
-    deterministic; the kernels' (fused: each group merged as soon as its tiles are done, the
-    groups at the end; sums: both at once) gives them the same bits.
-    """
-    if group is None or n.shape[0] <= group:
-        na, ma, m2a = _chan_fold(n, mean, m2)
-    else:
-        parts = [_chan_fold(n[g:g + group], mean[g:g + group], m2[g:g + group]) for g in range(0, n.shape[0], group)]
-        na, ma, m2a = _chan_fold(*(torch.stack(x) for x in zip(*parts)))
     return ma, m2a / na
 
 
 def column_stats_chan(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One-pass column mean and biased variance: :func:`tile_partials` merged by :func:`chan_merge`
-    (the kernels' order)."""
+    """One-pass column mean and biased variance: :func:`tile_partials` merged by :func:`chan_merge`."""
     return chan_merge(*tile_partials(z, tile_rows))
 
 
@@ -421,7 +397,7 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
         update_running_stats(bn, *tracked_stats(kind, mean, var, scale), n)
         return y
     # sums and fused: Z' = X Wᵀ without bias, tile partials from the GEMM epilogue,
-    # Chan merge in groups of MERGE_GROUP tiles, bias only in the running mean.
+    # Chan merge in tile order, bias only in the running mean.
     zp = matmul_nt(x, weight, precision)
     mean_p, var = column_stats_chan(zp, tile_rows(n, weight.shape[0], precision))
     a, c = train_coefficients(kind, mean_p, var, bn, scale)

@@ -150,19 +150,6 @@ def test_chan_merge_equals_two_pass():
         assert torch.allclose(mean, mean2, rtol=1e-13) and torch.allclose(var, var2, rtol=1e-12)
 
 
-def test_chan_merge_groups_in_the_kernels_order():
-    """The default order is the kernels' (groups of MERGE_GROUP row tiles, then the groups): bit for
-    bit left to right up to MERGE_GROUP tiles, and as accurate beyond (float32 against float64)."""
-    z = torch.randn(1000, 9) * 3 + 5
-    exact = algebra.column_stats_two_pass(z.double())
-    few = algebra.tile_partials(z, 1000 // algebra.MERGE_GROUP + 1)  # 16 tiles
-    assert all(torch.equal(a, b) for a, b in zip(algebra.chan_merge(*few), algebra.chan_merge(*few, group=None)))
-    many = algebra.tile_partials(z, 32)  # 32 tiles: two groups
-    for group in (algebra.MERGE_GROUP, None):
-        for got, want in zip(algebra.chan_merge(*many, group=group), exact):
-            assert torch.allclose(got.double(), want, rtol=2e-6)
-
-
 def test_online_softmax_equals_three_pass():
     v = torch.randn(5, 3000, dtype=torch.float64) * 20
     for tile in (1, 100, 1024, 5000):

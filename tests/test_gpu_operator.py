@@ -187,23 +187,6 @@ def test_cuda_graph_replay_in_train_mode(stage, precision, momentum):
     assert int(module.bn.num_batches_tracked) == 1 + 3
 
 
-@pytest.mark.parametrize("precision,batch", [("fp32", 1100), ("tf32", 4100), ("3xtf32", 4100)])
-def test_sums_and_fused_merge_to_the_same_bits(precision, batch):
-    """Problem 33 in train mode with several merge groups of row tiles (fp32: 32-row SIMT tiles,
-    35 of them; tensor cores: 128-row tiles, 33): fused merges each group when its last tile is
-    done and the groups at the end, sums all at once in the same order (common.cuh
-    kMergeGroup), so outputs and running buffers are bit-identical."""
-    _, sums = _model("33", 64, 200, precision=precision, stage="sums")
-    fused = copy.deepcopy(sums)
-    fused.stage = "fused"
-    x = torch.rand(batch, 64, device="cuda")
-    with torch.no_grad():
-        for _ in range(2):
-            assert torch.equal(sums(x), fused(x))
-    for (name, a), b in zip(sums.named_buffers(), fused.buffers()):
-        assert torch.equal(a, b), name
-
-
 def test_runs_on_the_current_stream():
     """Under torch.cuda.stream(s) every kernel goes to s: the default stream stays idle while
     s is held up behind a sleep, and the output is right once s is done."""

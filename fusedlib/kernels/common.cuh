@@ -41,8 +41,6 @@ struct Problem {
   float* coef;             // (4, M) a, c, then batch mean and variance scratch
   unsigned int* counters;  // (ceil(M / 32)) column-tile counters of ColumnStatsMerge: zero
                            //        before the GEMM, left zero by it (each last tile resets its own)
-  unsigned int* group_counters;  // (ceil(T / kMergeGroup), ceil(M / 32)) its merge groups' tile
-                                 //        counters, zero before and after as the above
   long long* num_batches_tracked;  // bn.num_batches_tracked (int64 scalar), +1 per train step
   float* xsplit;           // (2, N, K) workspace for X's TF32 parts (3xtf32 on wgmma), or null
   float* wsplit;           // (2, M, K) W's TF32 parts [Wb; Ws] (3xtf32 on wgmma), or null
@@ -163,61 +161,29 @@ __device__ __forceinline__ Moments chan_merge(Moments a, Moments b) {
   return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};
 }
 
-// The merge order of the row-tile partials (algebra.chan_merge with group=kMergeGroup): the
-// tiles of each group of kMergeGroup consecutive row tiles in order, then the groups in order
-// (deterministic). ColumnStatsMerge merges each group as soon as its last tile is done and the
-// groups once the column block is done, so its last tile merges T/16 + 16 partials, not T
-// (39: 24 instead of 128, in the persistent GEMM's tail); sums' finalize kernel merges in the
-// same order at once, so both get the same bits.
-constexpr int kMergeGroup = 16;
-
-// The partial of row tile t of column j: (rows, mean_t, M2_t). L2-coherent loads (__ldcg):
-// partials may have been written by other blocks of this grid.
-__device__ __forceinline__ Moments tile_moments(const Problem& p, int j, int tile_rows, int t) {
-  return {(float)min(tile_rows, p.n - t * tile_rows), __ldcg(p.part + (size_t)(2 * t) * p.m + j),
-          __ldcg(p.part + (size_t)(2 * t + 1) * p.m + j)};
-}
-
-// Merge row tiles t0, t0 + 1, …, t1 − 1 of column j in order. The loads of UNROLL tiles are
-// issued before their merges: one L2 round trip per UNROLL tiles instead of one per tile.
-__device__ Moments merge_tiles(const Problem& p, int j, int tile_rows, int t0, int t1) {
-  constexpr int UNROLL = 4;
-  Moments acc = {0.f, 0.f, 0.f};
-  for (int u0 = t0; u0 < t1; u0 += UNROLL) {
-    Moments b[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u)
-      if (u0 + u < t1) b[u] = tile_moments(p, j, tile_rows, u0 + u);
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u)
-      if (u0 + u < t1) acc = u0 + u == t0 ? b[u] : chan_merge(acc, b[u]);
-  }
-  return acc;
-}
-
-// Merge group g's row tiles of column j (tiles 16g … 16g + 15 below T, in order).
-__device__ __forceinline__ Moments merge_group(const Problem& p, int j, int tile_rows, int g) {
-  const int T = ceil_div(p.n, tile_rows);
-  return merge_tiles(p, j, tile_rows, g * kMergeGroup, min(T, (g + 1) * kMergeGroup));
-}
-
-// Every row tile of column j in the merge order, at once (sums' finalize kernel).
+// Merge the T row-tile partials of column j in tile order 0, 1, …, T−1 (deterministic).
+// L2-coherent loads (__ldcg): partials may have been written by other blocks of this grid.
+// The loads of UNROLL tiles are issued before their merges: one L2 round trip per UNROLL
+// tiles instead of one per tile (the last tile of a column block runs this at the end of
+// the fused GEMM, where its latency is the kernel's tail). Merge order as without it.
 __device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows) {
-  const int groups = ceil_div(ceil_div(p.n, tile_rows), kMergeGroup);
-  Moments acc = merge_group(p, j, tile_rows, 0);
-  for (int g = 1; g < groups; ++g) acc = chan_merge(acc, merge_group(p, j, tile_rows, g));
-  return acc;
-}
-
-// The groups of column j in order, each group's merge left in the partials of its first tile,
-// 16g, by ColumnStatsMerge: as merge_column_partials, in two steps.
-__device__ Moments merge_group_partials(const Problem& p, int j, int tile_rows) {
-  const int groups = ceil_div(ceil_div(p.n, tile_rows), kMergeGroup);
+  constexpr int UNROLL = 4;
+  const int T = ceil_div(p.n, tile_rows);
   Moments acc = {0.f, 0.f, 0.f};
-  for (int g = 0; g < groups; ++g) {
-    Moments b = tile_moments(p, j, tile_rows, g * kMergeGroup);
-    b.n = (float)min(kMergeGroup * tile_rows, p.n - g * kMergeGroup * tile_rows);
-    acc = g == 0 ? b : chan_merge(acc, b);
+  for (int t0 = 0; t0 < T; t0 += UNROLL) {
+    float mean[UNROLL], m2[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+      if (t0 + u < T) {
+        mean[u] = __ldcg(p.part + (size_t)(2 * (t0 + u)) * p.m + j);
+        m2[u] = __ldcg(p.part + (size_t)(2 * (t0 + u) + 1) * p.m + j);
+      }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+      if (t0 + u < T) {
+        const Moments b = {(float)min(tile_rows, p.n - (t0 + u) * tile_rows), mean[u], m2[u]};
+        acc = t0 + u == 0 ? b : chan_merge(acc, b);
+      }
   }
   return acc;
 }

@@ -149,42 +149,24 @@ struct ColumnStats {
   }
 };
 
-// Count a finished tile on its merge group's counter (its partials made visible first); the
-// group's last tile merges the group's row tiles in order (common.cuh kMergeGroup) into the
-// partials of the group's first tile and counts the group on its column block's counter; the
-// last group of the block merges the groups in order (Chan) and finalizes the BatchNorm
-// coefficients and running buffers. Each last one resets its counter to zero for the next call
-// (the host keeps the counters between calls: fusedlib/kernels/torch_op.cuh). flag: one shared word.
-template <int THREADS>
-__device__ __forceinline__ bool count_last(unsigned int* counter, unsigned int total, int* flag, int tid) {
-  __threadfence();  // this block's partials visible device-wide before it is counted
+// Count a finished tile on its column block's counter (its partials made visible first); the
+// last tile of the block resets the counter to zero for the next call (the host keeps the
+// counters between calls: fusedlib/kernels/torch_op.cuh), merges all row tiles in order 0, 1, …
+// (Chan) and finalizes the BatchNorm coefficients and running buffers. flag: one shared word.
+template <int BM, int BN, int THREADS>
+__device__ __forceinline__ void count_and_merge(const Problem& p, int* flag, int n0, int tid) {
+  const int col_block = n0 / BN, row_tiles = ceil_div(p.n, BM), cols = min(BN, p.m - n0);
+  __threadfence();  // this tile's partials visible device-wide before it is counted
   epilogue_sync<THREADS>();
   if (tid == 0) {
-    *flag = atomicAdd(counter, 1u) == total - 1;
-    if (*flag) *counter = 0;  // every one has counted
+    *flag = atomicAdd(p.counters + col_block, 1u) == (unsigned)row_tiles - 1;
+    if (*flag) p.counters[col_block] = 0;  // every tile of the block has counted
   }
   epilogue_sync<THREADS>();
-  const bool last = *flag;
-  if (last) __threadfence();
-  return last;
-}
-
-template <int BM, int BN, int THREADS>
-__device__ __forceinline__ void count_and_merge(const Problem& p, int* flag, int m0, int n0, int tid) {
-  const int col_block = n0 / BN, row_tiles = ceil_div(p.n, BM), cols = min(BN, p.m - n0);
-  const int group = m0 / BM / kMergeGroup, groups = ceil_div(row_tiles, kMergeGroup);
-  const int in_group = min(kMergeGroup, row_tiles - group * kMergeGroup);
-  unsigned int* group_counter = p.group_counters + (size_t)group * ceil_div(p.m, 32) + col_block;
-  if (!count_last<THREADS>(group_counter, in_group, flag, tid)) return;
-  const int first = group * kMergeGroup;  // the group's merge replaces its first tile's partials
+  if (!*flag) return;
+  __threadfence();
   for (int cc = tid; cc < cols; cc += THREADS) {
-    const Moments mo = merge_group(p, n0 + cc, BM, group);
-    p.part[(size_t)(2 * first) * p.m + n0 + cc] = mo.mean;
-    p.part[(size_t)(2 * first + 1) * p.m + n0 + cc] = mo.m2;
-  }
-  if (!count_last<THREADS>(p.counters + col_block, groups, flag, tid)) return;
-  for (int cc = tid; cc < cols; cc += THREADS) {
-    const Moments mo = merge_group_partials(p, n0 + cc, BM);
+    const Moments mo = merge_column_partials(p, n0 + cc, BM);
     finalize_column(p, n0 + cc, mo.mean, mo.m2 / mo.n, false);
   }
 }
@@ -197,8 +179,7 @@ struct ColumnStatsMerge {
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
     ColumnStats::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid);
-    count_and_merge<BM, BN, THREADS>(p, reinterpret_cast<int*>(scratch + scratch_floats<THREADS, BN>() - 32), m0, n0,
-                                     tid);
+    count_and_merge<BM, BN, THREADS>(p, reinterpret_cast<int*>(scratch + scratch_floats<THREADS, BN>() - 32), n0, tid);
   }
 };
 
@@ -330,7 +311,7 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
       p.part[(size_t)(2 * tile + 1) * p.m + n0 + tid] = total;
     }
   }
-  if (Epi::kMerge) count_and_merge<BM, BN, THREADS>(p, flag, m0, n0, tid);
+  if (Epi::kMerge) count_and_merge<BM, BN, THREADS>(p, flag, n0, tid);
   }
 }
 

@@ -141,10 +141,7 @@ static std::optional<at::Tensor> forward_impl(
   const WgSplitK sk = path == PATH_WGMMA ? wg_split_k(prec, (int)n, (int)k, (int)m) : WgSplitK{1, 0, 0};
   // train mode at fp32 and 3xTF32: the first-row shift's z₀ (common.cuh column_shift; tf32 reads X as it is)
   const bool shift = training && prec != TF32;
-  // counters: column blocks (the smallest is 32 wide), then each merge group's column blocks
-  // (groups of kMergeGroup row tiles of at least 32 rows), then split-K's
-  const int64_t n_blocks = (m + 31) / 32, n_groups = (tiles + kMergeGroup - 1) / kMergeGroup;
-  const int64_t n_count = aligned_floats(n_blocks * (1 + n_groups)), n_sk = aligned_floats((int64_t)sk.floats());
+  const int64_t n_count = aligned_floats((m + 31) / 32), n_sk = aligned_floats((int64_t)sk.floats());
   const int64_t n_floats = n_part + 4 * m + n_sk + (shift ? m : 0);
   at::Tensor captured, split_ws;
   const Scratch scratch =
@@ -166,7 +163,6 @@ static std::optional<at::Tensor> forward_impl(
   p.part = scratch.floats;
   p.coef = scratch.floats + n_part;
   p.counters = scratch.counters;
-  p.group_counters = scratch.counters + n_blocks;
   p.xsplit = split ? split_ws.data_ptr<float>() : nullptr;
   p.wsplit = !split ? nullptr : split_w ? p.xsplit + 2 * n * k : weight_split->data_ptr<float>();
   p.split_w = split_w;
