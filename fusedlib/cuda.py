@@ -44,6 +44,11 @@ def gemm_path(precision: str, dev: torch.device, k: int, x: torch.Tensor | None 
     return _path(precision, dev, k, aligned, engine.forced_path())
 
 
+def _split_key(weight: torch.Tensor) -> tuple:
+    """What the cached split of W is keyed on: storage, version counter, shape."""
+    return weight.data_ptr(), weight._version, weight.shape
+
+
 def weight_split(module, weight: torch.Tensor, precision: str, path: str) -> torch.Tensor | None:
     """[Wb; Ws] (2, M, K), W's TF32 parts for 3xTF32 on the wgmma path (Wb = rna(W),
     Ws = rna(W − Wb)), cached on the module and keyed on the weight's storage, version and
@@ -54,7 +59,7 @@ def weight_split(module, weight: torch.Tensor, precision: str, path: str) -> tor
     ``module.invalidate_caches()`` after them."""
     if precision != "3xtf32" or path != "wgmma":
         return None
-    key = (weight.data_ptr(), weight._version, tuple(weight.shape))
+    key = _split_key(weight)
     cache = module._split_cache
     if cache is None or cache[0] != key:
         if weight.is_cuda and torch.cuda.is_current_stream_capturing():
@@ -63,10 +68,6 @@ def weight_split(module, weight: torch.Tensor, precision: str, path: str) -> tor
             split = torch.stack(algebra.tf32_split(weight)).contiguous()
         cache = module._split_cache = (key, split)
     return cache[1]
-
-
-#: (stage, device index) -> the stage extension's ``eager_forward``.
-_EAGER: dict = {}
 
 
 def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum: float | None
@@ -88,11 +89,11 @@ def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum:
 
     Raises:
         fusedlib.build.KernelBuildError: the stage's kernels could not be built.
+        fusedlib.engine.UnsupportedPrecision, ValueError: as :func:`gemm_path`, when a 3xtf32
+            call finds no current W split and asks for the path (the operator's way would
+            raise the same).
     """
-    key = (module._stage, x.get_device())
-    fn = _EAGER.get(key)
-    if fn is None:
-        fn = _EAGER[key] = load_stage(*key).eager_forward
+    fn = load_stage(module._stage, x.get_device()).eager_forward  # cached per (stage, device)
     precision = module._precision
     split = _eager_split(module, tensors[0], x) if precision == "3xtf32" else None
     return fn(x, *tensors, module._kind, precision, module.training, eps, momentum, split)
@@ -100,15 +101,12 @@ def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum:
 
 def _eager_split(module, weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
     """:func:`weight_split` for an eager 3xtf32 call: the cached split when it is current
-    (checked first: the common case), else a new one where the C++ side's default rule picks
-    the wgmma path for this weight (sm_90, TMA-aligned; an unaligned x then takes mma.sync,
-    which ignores it)."""
+    (checked first, without the path rule: the common case), else :func:`weight_split` on the
+    path this call takes (:func:`gemm_path`)."""
     cache = module._split_cache
-    if cache is not None and cache[0] == (weight.data_ptr(), weight._version, weight.shape):
+    if cache is not None and cache[0] == _split_key(weight):
         return cache[1]
-    if weight.shape[1] % 4 or weight.data_ptr() % 16 or _capability(x.device) != (9, 0):
-        return None
-    return weight_split(module, weight, "3xtf32", "wgmma")
+    return weight_split(module, weight, "3xtf32", gemm_path("3xtf32", x.device, weight.shape[1], x, weight))
 
 
 def stage_forward(module, args: tuple) -> torch.Tensor:
