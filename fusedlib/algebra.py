@@ -182,22 +182,44 @@ def tile_partials(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor, torch.
     return (torch.tensor(counts, dtype=z.dtype, device=z.device), torch.stack(means), torch.stack(m2s))
 
 
-def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Merge tile partials left to right with Chan's formula (Chan, Golub & LeVeque 1983):
+#: Chains of the partials' merge (``kMergeChains`` in fusedlib/kernels/common.cuh).
+MERGE_CHAINS = 16
+
+
+def _chan_pair(a, b):
+    """One Chan merge of (n, mean, M2) triples, in the kernels' expression order."""
+    na, ma, m2a = a
+    nb, mb, m2b = b
+    n = na + nb
+    delta = mb - ma
+    return n, ma + delta * (nb / n), m2a + m2b + delta * delta * (na * nb / n)
+
+
+def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor,
+               chains: int = MERGE_CHAINS) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge T tile partials with Chan's formula (Chan, Golub & LeVeque 1983):
     n = n_a + n_b, δ = m_b − m_a, m = m_a + δ·n_b/n, M2 = M2_a + M2_b + δ²·n_a·n_b/n.
 
-    Returns the column mean and biased variance M2/N. The order (tile 0, 1, 2, …) is the
-    order of the finalize kernels, which makes the result deterministic.
+    n: (T,) row counts; mean, m2: (T, M) partials (:func:`tile_partials`). The order is the
+    kernels' (deterministic): the tiles cut into ``chains`` contiguous runs (run g: tiles
+    ⌊gT/G⌋ … ⌊(g+1)T/G⌋ − 1), each merged left to right, then the runs' results left to
+    right — G independent dependency chains on the GPU instead of one of length T. With
+    T ≤ G it is plain tile order 0, 1, …, T−1. Returns the column mean and the biased
+    variance M2/N, both (M,).
     """
-    na, ma, m2a = n[0], mean[0], m2[0]
-    for t in range(1, n.shape[0]):
-        nb, mb, m2b = n[t], mean[t], m2[t]
-        nn_ = na + nb
-        delta = mb - ma
-        ma = ma + delta * (nb / nn_)
-        m2a = m2a + m2b + delta * delta * (na * nb / nn_)
-        na = nn_
-    return ma, m2a / na
+    T = n.shape[0]
+    runs = []
+    for g in range(chains):
+        lo, hi = T * g // chains, T * (g + 1) // chains
+        if lo < hi:
+            acc = (n[lo], mean[lo], m2[lo])
+            for t in range(lo + 1, hi):
+                acc = _chan_pair(acc, (n[t], mean[t], m2[t]))
+            runs.append(acc)
+    acc = runs[0]
+    for run in runs[1:]:
+        acc = _chan_pair(acc, run)
+    return acc[1], acc[2] / acc[0]
 
 
 def column_stats_chan(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -422,3 +422,18 @@ def test_centred_train_forward_is_accurate_on_offset_inputs(problem):
     for name in ("mean", "first_row"):
         assert errs[name] <= 1e-5, errs
         assert errs[name] * 10 <= errs["fused"], errs
+
+
+def test_chan_merge_runs_in_chains_in_a_fixed_order():
+    torch.manual_seed(3)
+    z = torch.rand(1000, 9) * 2 + 30  # float32, far from zero: the order shows in the last bits
+    n, mean, m2 = algebra.tile_partials(z, 64)  # T = 16 ≤ the chains: plain tile order
+    for a, b in zip(algebra.chan_merge(n, mean, m2), algebra.chan_merge(n, mean, m2, chains=1)):
+        assert torch.equal(a, b)
+    n, mean, m2 = algebra.tile_partials(z, 7)  # T = 143: 16 runs of 8 or 9 tiles
+    mean16, var16 = algebra.chan_merge(n, mean, m2)
+    mean2, var2 = algebra.column_stats_two_pass(z.double())
+    assert torch.allclose(mean16.double(), mean2, rtol=1e-6) and torch.allclose(var16.double(), var2, rtol=1e-4)
+    mean1, var1 = algebra.chan_merge(n, mean, m2, chains=1)  # another order, other last bits
+    assert not (torch.equal(mean1, mean16) and torch.equal(var1, var16))
+    assert torch.allclose(mean1.double(), mean2, rtol=1e-6) and torch.allclose(var1.double(), var2, rtol=1e-4)

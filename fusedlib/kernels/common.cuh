@@ -161,31 +161,49 @@ __device__ __forceinline__ Moments chan_merge(Moments a, Moments b) {
   return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};
 }
 
-// Merge the T row-tile partials of column j in tile order 0, 1, …, T−1 (deterministic).
-// L2-coherent loads (__ldcg): partials may have been written by other blocks of this grid.
-// The loads of UNROLL tiles are issued before their merges: one L2 round trip per UNROLL
-// tiles instead of one per tile (the last tile of a column block runs this at the end of
-// the fused GEMM, where its latency is the kernel's tail). Merge order as without it.
+// The merge's fixed order (deterministic, the same in every stage; algebra.chan_merge): the T
+// row tiles of a column cut into kMergeChains contiguous runs (chain g: tiles
+// [⌊gT/G⌋, ⌊(g+1)T/G⌋)), each merged in tile order, then the chains' results in chain order.
+// With T ≤ G every chain holds at most one tile: plain tile order 0, 1, …, T−1.
+constexpr int kMergeChains = 16;
+
+// Merge the T row-tile partials of column j in that order. The G chains advance side by side:
+// G independent dependency chains of ⌈T/G⌉ merges and 2G loads in flight, instead of one chain
+// of T merges with its loads in turn (39: T = 128, run by the last tile of each column block at
+// the end of the fused GEMM, where its latency is the kernel's tail). L2-coherent loads
+// (__ldcg): the partials were written by other blocks of this grid.
 __device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows) {
-  constexpr int UNROLL = 4;
-  const int T = ceil_div(p.n, tile_rows);
-  Moments acc = {0.f, 0.f, 0.f};
-  for (int t0 = 0; t0 < T; t0 += UNROLL) {
-    float mean[UNROLL], m2[UNROLL];
+  constexpr int G = kMergeChains;
+  const int T = ceil_div(p.n, tile_rows), L = ceil_div(T, G);
+  Moments acc[G];
+  for (int i = 0; i < L; ++i) {
+    float mean[G], m2[G];
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u)
-      if (t0 + u < T) {
-        mean[u] = __ldcg(p.part + (size_t)(2 * (t0 + u)) * p.m + j);
-        m2[u] = __ldcg(p.part + (size_t)(2 * (t0 + u) + 1) * p.m + j);
+    for (int g = 0; g < G; ++g) {
+      const int t = T * g / G + i;
+      if (t < T * (g + 1) / G) {
+        mean[g] = __ldcg(p.part + (size_t)(2 * t) * p.m + j);
+        m2[g] = __ldcg(p.part + (size_t)(2 * t + 1) * p.m + j);
       }
+    }
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u)
-      if (t0 + u < T) {
-        const Moments b = {(float)min(tile_rows, p.n - (t0 + u) * tile_rows), mean[u], m2[u]};
-        acc = t0 + u == 0 ? b : chan_merge(acc, b);
+    for (int g = 0; g < G; ++g) {
+      const int t = T * g / G + i;
+      if (t < T * (g + 1) / G) {
+        const Moments b = {(float)min(tile_rows, p.n - t * tile_rows), mean[g], m2[g]};
+        acc[g] = i == 0 ? b : chan_merge(acc[g], b);
       }
+    }
   }
-  return acc;
+  Moments r = {0.f, 0.f, 0.f};
+  bool any = false;
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+    if (T * g / G < T * (g + 1) / G) {  // chain g is not empty
+      r = any ? chan_merge(r, acc[g]) : acc[g];
+      any = true;
+    }
+  return r;
 }
 
 // This train step's running-average factor: the momentum, or for momentum=None the

@@ -6,6 +6,10 @@ after the partials, fence and count (run100-epilogue-main.cuh was the tree then:
 of its log read main = "fused(main)", B = "fused(stores last)"). run102 (VARIANT=unroll16): the
 last tile's merge loading 16 row tiles' partials ahead instead of 4. Train, KernelBench
 shapes, the bench's protocol (256 MB L2 flush, CUDA events), 40 rounds; medians in ms.
+run105 (VARIANT=serial,chains4,nomerge): the tree merges the partials in 16 chains
+(common.cuh kMergeChains); serial = one chain, chains4 = four; then (PROFILE=1) the kernels'
+own times under torch.profiler at 39 and 84 tf32, and each variant's largest difference
+from the tree's output.
 Usage: VARIANT=... python run101-ab.py build-b | time"""
 import os
 import shutil
@@ -17,7 +21,8 @@ import torch
 
 L = Path(__file__).resolve().parent
 KROOT = Path("/tmp/kernels-b")
-VARIANTS = {"unroll16": {"common.cuh": ("constexpr int UNROLL = 4;", "constexpr int UNROLL = 16;")},
+VARIANTS = {"serial": {"common.cuh": ("constexpr int kMergeChains = 16;", "constexpr int kMergeChains = 1;")},
+            "chains4": {"common.cuh": ("constexpr int kMergeChains = 16;", "constexpr int kMergeChains = 4;")},
             # diagnostics (run103; wrong outputs, timing only): no merge at all, no fence before the count
             "nomerge": {"epilogue.cuh": ("if (!*flag) return;", "return;")},
             "nofence": {"epilogue.cuh": ("__threadfence();  // this tile's partials", "//")}}
@@ -86,5 +91,18 @@ for shape, problem, precision in (("39", "33", "tf32"), ("84", "84", "tf32"), ("
     line = f"{shape} {precision:6s}: sums {med['sums']:.4f} fused(main) {med['fused_main']:.4f} ms, main/sums " \
            f"{med['fused_main'] / med['sums']:.3f}"
     for v in NAMES:
-        line += f" | {v} {med[v]:.4f} ms, /main {med[v] / med['fused_main']:.3f}, equal {torch.equal(y[v], y['fused_main'])}"
+        diff = (y[v] - y["fused_main"]).abs().max().item()
+        line += f" | {v} {med[v]:.4f} ms, /main {med[v] / med['fused_main']:.3f}, max |diff| {diff:.2e}"
     print(line, flush=True)
+    if os.environ.get("PROFILE") and precision == "tf32" and shape in ("39", "84"):
+        with torch.no_grad():
+            for k, fn in fns.items():
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    for _ in range(10):
+                        flush.zero_()
+                        fn(*args)
+                    torch.cuda.synchronize()
+                ks = [(e.key, e.device_time_total / e.count) for e in prof.key_averages() if "fill" not in e.key.lower()
+                      and "zero" not in e.key.lower()]
+                print(f"  {shape} {k:12s} " + "  ".join(f"{name.split('<')[0].split('(')[0][-28:]} {us:.1f}"
+                                                   for name, us in ks), flush=True)
