@@ -183,7 +183,7 @@ def tile_partials(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor, torch.
 
 
 #: Chains of the partials' merge (``kMergeChains`` in fusedlib/kernels/common.cuh).
-MERGE_CHAINS = 16
+MERGE_CHAINS = 8
 
 
 def _chan_pair(a, b):

@@ -161,11 +161,37 @@ __device__ __forceinline__ Moments chan_merge(Moments a, Moments b) {
   return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};
 }
 
+// L2 eviction priority of stores (sm_80+; plain stores before): the column partials evict_last,
+// so that the last tile's merge finds them in L2 after the GEMM has streamed Z' past them;
+// Z' itself evict_first (it is re-read only by the row pass, after the GEMM). Experiment
+// switches (run106): kPartialsEvictLast, kZEvictFirst.
+constexpr bool kPartialsEvictLast = false, kZEvictFirst = false;
+__device__ __forceinline__ void store_partial(float* ptr, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (kPartialsEvictLast) {
+    asm volatile("{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n"
+                 "st.global.L2::cache_hint.f32 [%0], %1, pol;\n}\n" ::"l"(ptr), "f"(v) : "memory");
+    return;
+  }
+#endif
+  *ptr = v;
+}
+__device__ __forceinline__ void store_z2(float* ptr, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (kZEvictFirst) {
+    asm volatile("{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
+                 "st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, pol;\n}\n" ::"l"(ptr), "f"(a), "f"(b) : "memory");
+    return;
+  }
+#endif
+  *reinterpret_cast<float2*>(ptr) = make_float2(a, b);
+}
+
 // The merge's fixed order (deterministic, the same in every stage; algebra.chan_merge): the T
 // row tiles of a column cut into kMergeChains contiguous runs (chain g: tiles
 // [⌊gT/G⌋, ⌊(g+1)T/G⌋)), each merged in tile order, then the chains' results in chain order.
 // With T ≤ G every chain holds at most one tile: plain tile order 0, 1, …, T−1.
-constexpr int kMergeChains = 16;
+constexpr int kMergeChains = 8;
 
 // Merge the T row-tile partials of column j in that order. The G chains advance side by side:
 // G independent dependency chains of ⌈T/G⌉ merges and 2G loads in flight, instead of one chain

@@ -6,8 +6,10 @@ after the partials, fence and count (run100-epilogue-main.cuh was the tree then:
 of its log read main = "fused(main)", B = "fused(stores last)"). run102 (VARIANT=unroll16): the
 last tile's merge loading 16 row tiles' partials ahead instead of 4. Train, KernelBench
 shapes, the bench's protocol (256 MB L2 flush, CUDA events), 40 rounds; medians in ms.
-run105 (VARIANT=serial,chains4,nomerge): the tree merges the partials in 16 chains
-(common.cuh kMergeChains); serial = one chain, chains4 = four; then (PROFILE=1) the kernels'
+run105 (VARIANT=serial,chains4,nomerge): the tree merged the partials in 16 chains
+(common.cuh kMergeChains); serial = one chain, chains4 = four. run106 (VARIANT=chains4,evlast,
+evboth,nomerge): the tree merges in 8 chains; evlast stores the partials with L2 evict_last,
+evboth also Z' with evict_first. Then (PROFILE=1) the kernels'
 own times under torch.profiler at 39 and 84 tf32, and each variant's largest difference
 from the tree's output.
 Usage: VARIANT=... python run101-ab.py build-b | time"""
@@ -21,8 +23,11 @@ import torch
 
 L = Path(__file__).resolve().parent
 KROOT = Path("/tmp/kernels-b")
-VARIANTS = {"serial": {"common.cuh": ("constexpr int kMergeChains = 16;", "constexpr int kMergeChains = 1;")},
-            "chains4": {"common.cuh": ("constexpr int kMergeChains = 16;", "constexpr int kMergeChains = 4;")},
+F = "kPartialsEvictLast = false, kZEvictFirst = false"
+VARIANTS = {"serial": {"common.cuh": ("constexpr int kMergeChains = 8;", "constexpr int kMergeChains = 1;")},
+            "chains4": {"common.cuh": ("constexpr int kMergeChains = 8;", "constexpr int kMergeChains = 4;")},
+            "evlast": {"common.cuh": (F, "kPartialsEvictLast = true, kZEvictFirst = false")},
+            "evboth": {"common.cuh": (F, "kPartialsEvictLast = true, kZEvictFirst = true")},
             # diagnostics (run103; wrong outputs, timing only): no merge at all, no fence before the count
             "nomerge": {"epilogue.cuh": ("if (!*flag) return;", "return;")},
             "nofence": {"epilogue.cuh": ("__threadfence();  // this tile's partials", "//")}}
