@@ -9,7 +9,8 @@ shapes, the bench's protocol (256 MB L2 flush, CUDA events), 40 rounds; medians 
 run105 (VARIANT=serial,chains4,nomerge): the tree merged the partials in 16 chains
 (common.cuh kMergeChains); serial = one chain, chains4 = four. run106 (VARIANT=chains4,evlast,
 evboth,nomerge): the tree merges in 8 chains; evlast stores the partials with L2 evict_last,
-evboth also Z' with evict_first. Then (PROFILE=1) the kernels'
+evboth also Z' with evict_first. run107 (VARIANT=mergeoff,nofinal,fastdiv,nomerge): what the
+merge's cost is made of. Then (PROFILE=1) the kernels'
 own times under torch.profiler at 39 and 84 tf32, and each variant's largest difference
 from the tree's output.
 Usage: VARIANT=... python run101-ab.py build-b | time"""
@@ -28,6 +29,14 @@ VARIANTS = {"serial": {"common.cuh": ("constexpr int kMergeChains = 8;", "conste
             "chains4": {"common.cuh": ("constexpr int kMergeChains = 8;", "constexpr int kMergeChains = 4;")},
             "evlast": {"common.cuh": (F, "kPartialsEvictLast = true, kZEvictFirst = false")},
             "evboth": {"common.cuh": (F, "kPartialsEvictLast = true, kZEvictFirst = true")},
+            # run107 diagnostics (wrong outputs, timing only): the merge compiled in but never run; the
+            # merge without finalize_column
+            "mergeoff": {"epilogue.cuh": ("if (!*flag) return;", "if (!*flag || p.n > 1) return;")},
+            "nofinal": {"epilogue.cuh": ("finalize_column(p, n0 + cc, mo.mean, mo.m2 / mo.n, false);",
+                                         "p.coef[n0 + cc] = mo.mean; p.coef[p.m + n0 + cc] = mo.m2;")},
+            # run107: one reciprocal a Chan merge instead of two divisions (other last bits)
+            "fastdiv": {"common.cuh": ("return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};",
+                                       "const float r = __frcp_rn(n);\n  return {n, a.mean + d * (b.n * r), a.m2 + b.m2 + d * d * (a.n * b.n * r)};")},
             # diagnostics (run103; wrong outputs, timing only): no merge at all, no fence before the count
             "nomerge": {"epilogue.cuh": ("if (!*flag) return;", "return;")},
             "nofence": {"epilogue.cuh": ("__threadfence();  // this tile's partials", "//")}}
