@@ -193,33 +193,41 @@ __device__ __forceinline__ void store_z2(float* ptr, float a, float b) {
 // With T ≤ G every chain holds at most one tile: plain tile order 0, 1, …, T−1.
 constexpr int kMergeChains = 8;
 
-// Merge the T row-tile partials of column j in that order. The G chains advance side by side:
-// G independent dependency chains of ⌈T/G⌉ merges and 2G loads in flight, instead of one chain
-// of T merges with its loads in turn (39: T = 128, run by the last tile of each column block at
-// the end of the fused GEMM, where its latency is the kernel's tail). L2-coherent loads
-// (__ldcg): the partials were written by other blocks of this grid.
+// Merge the T row-tile partials of column j in that order. The G chains advance side by side,
+// kMergeAhead tiles of each at a time: a round issues the loads of G·A tiles (2GA floats in
+// flight a thread, no chain waiting on another's loads), then merges them chain by chain. At 39
+// (T = 128, run by the last tile of each column block at the end of the fused GEMM, where its
+// time is the kernel's tail) a merge is 16 rounds of loads with A = 1 (run108: 22–28 µs, about
+// one L2/DRAM round trip a round), 8 with A = 2. L2-coherent loads (__ldcg): the partials
+// were written by other blocks of this grid. Registers: 2GA + 3G floats; the persistent tf32
+// GEMM compiles to 168 a thread and spills at G = 16, A = 1 (run105) and at G = 8, A ≥ 3.
+constexpr int kMergeAhead = 2;
 __device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows) {
-  constexpr int G = kMergeChains;
+  constexpr int G = kMergeChains, A = kMergeAhead;
   const int T = ceil_div(p.n, tile_rows), L = ceil_div(T, G);
   Moments acc[G];
-  for (int i = 0; i < L; ++i) {
-    float mean[G], m2[G];
+  for (int i0 = 0; i0 < L; i0 += A) {
+    float mean[G][A], m2[G][A];
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const int t = T * g / G + i;
-      if (t < T * (g + 1) / G) {
-        mean[g] = __ldcg(p.part + (size_t)(2 * t) * p.m + j);
-        m2[g] = __ldcg(p.part + (size_t)(2 * t + 1) * p.m + j);
-      }
-    }
+    for (int g = 0; g < G; ++g)
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const int t = T * g / G + i;
-      if (t < T * (g + 1) / G) {
-        const Moments b = {(float)min(tile_rows, p.n - t * tile_rows), mean[g], m2[g]};
-        acc[g] = i == 0 ? b : chan_merge(acc[g], b);
+      for (int a = 0; a < A; ++a) {
+        const int t = T * g / G + i0 + a;
+        if (t < T * (g + 1) / G) {
+          mean[g][a] = __ldcg(p.part + (size_t)(2 * t) * p.m + j);
+          m2[g][a] = __ldcg(p.part + (size_t)(2 * t + 1) * p.m + j);
+        }
       }
-    }
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int a = 0; a < A; ++a) {
+        const int t = T * g / G + i0 + a;
+        if (t < T * (g + 1) / G) {
+          const Moments b = {(float)min(tile_rows, p.n - t * tile_rows), mean[g][a], m2[g][a]};
+          acc[g] = i0 + a == 0 ? b : chan_merge(acc[g], b);
+        }
+      }
   }
   Moments r = {0.f, 0.f, 0.f};
   bool any = false;
