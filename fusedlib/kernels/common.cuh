@@ -161,13 +161,30 @@ __device__ __forceinline__ Moments chan_merge(Moments a, Moments b) {
   return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};
 }
 
-// Where row tile t's partials (mean_t, M2_t) of column j are kept: column-major, the T tiles of
-// a column side by side in 8-byte pairs, so that the merge of a column block reads one
-// contiguous region (row-major, a tile's row of M means then of M2s, it read 1 KB from each of
-// 2T rows 4M bytes apart: 18–28 µs a merge of 128 tiles at 39, however many loads in flight,
-// run108–run109).
-__device__ __forceinline__ float2* partial_at(const Problem& p, int j, int t, int T) {
-  return reinterpret_cast<float2*>(p.part) + (size_t)j * T + t;
+// L2 eviction priority of stores (sm_80+; plain stores before): the column partials evict_last,
+// so that the last tile's merge finds them in L2 after the GEMM has streamed Z' past them;
+// Z' itself evict_first (it is re-read only by the row pass, after the GEMM). Experiment
+// switches (run106): kPartialsEvictLast, kZEvictFirst.
+constexpr bool kPartialsEvictLast = false, kZEvictFirst = false;
+__device__ __forceinline__ void store_partial(float* ptr, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (kPartialsEvictLast) {
+    asm volatile("{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n"
+                 "st.global.L2::cache_hint.f32 [%0], %1, pol;\n}\n" ::"l"(ptr), "f"(v) : "memory");
+    return;
+  }
+#endif
+  *ptr = v;
+}
+__device__ __forceinline__ void store_z2(float* ptr, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (kZEvictFirst) {
+    asm volatile("{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
+                 "st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, pol;\n}\n" ::"l"(ptr), "f"(a), "f"(b) : "memory");
+    return;
+  }
+#endif
+  *reinterpret_cast<float2*>(ptr) = make_float2(a, b);
 }
 
 // The merge's fixed order (deterministic, the same in every stage; algebra.chan_merge): the T
@@ -190,13 +207,16 @@ __device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows)
   const int T = ceil_div(p.n, tile_rows), L = ceil_div(T, G);
   Moments acc[G];
   for (int i0 = 0; i0 < L; i0 += A) {
-    float2 part[G][A];  // (mean_t, M2_t)
+    float mean[G][A], m2[G][A];
 #pragma unroll
     for (int g = 0; g < G; ++g)
 #pragma unroll
       for (int a = 0; a < A; ++a) {
         const int t = T * g / G + i0 + a;
-        if (t < T * (g + 1) / G) part[g][a] = __ldcg(partial_at(p, j, t, T));
+        if (t < T * (g + 1) / G) {
+          mean[g][a] = __ldcg(p.part + (size_t)(2 * t) * p.m + j);
+          m2[g][a] = __ldcg(p.part + (size_t)(2 * t + 1) * p.m + j);
+        }
       }
 #pragma unroll
     for (int g = 0; g < G; ++g)
@@ -204,7 +224,7 @@ __device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows)
       for (int a = 0; a < A; ++a) {
         const int t = T * g / G + i0 + a;
         if (t < T * (g + 1) / G) {
-          const Moments b = {(float)min(tile_rows, p.n - t * tile_rows), part[g][a].x, part[g][a].y};
+          const Moments b = {(float)min(tile_rows, p.n - t * tile_rows), mean[g][a], m2[g][a]};
           acc[g] = i0 + a == 0 ? b : chan_merge(acc[g], b);
         }
       }

@@ -98,8 +98,8 @@ struct AffineStore {
 struct ColumnStats {
   static constexpr Store kStore = Store::kPlain;
   static constexpr bool kStats = true, kMerge = false;
-  // Z' and the partials (mean_t, M2_t) of row tile t = m0 / BM at partial_at(p, n0 + c, t, T)
-  // (common.cuh). R = THREADS / BN row groups each sum rows g, g + R, …; the R
+  // Z' and the partials (mean_t, M2_t) of row tile t = m0 / BM at p.part[2t][n0 + c],
+  // p.part[2t + 1][n0 + c]. R = THREADS / BN row groups each sum rows g, g + R, …; the R
   // sums of a column are added in group order (deterministic).
   template <int BM, int BN, int THREADS>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
@@ -142,7 +142,8 @@ struct ColumnStats {
         mean = total / (float)rows;
       } else if (g == 0 && c < cols) {
         const int t = m0 / BM;
-        *partial_at(p, n0 + c, t, ceil_div(p.n, BM)) = make_float2(mean, total);
+        p.part[(size_t)(2 * t) * p.m + n0 + c] = mean;
+        p.part[(size_t)(2 * t + 1) * p.m + n0 + c] = total;
       }
     }
   }
@@ -216,7 +217,7 @@ __device__ __forceinline__ void lane_butterfly(float (&v)[V], int lane) {
 
 __device__ __forceinline__ void store_pair(float* dst, float a, float b, int c, int cols, bool pairs) {
   if (pairs && c + 1 < cols) {
-    *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+    store_z2(dst, a, b);
   } else {
     if (c < cols) dst[0] = a;
     if (c + 1 < cols) dst[1] = b;
@@ -306,7 +307,8 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
       epilogue_sync<THREADS>();  // means visible; red free for pass 1
     } else if (tid < cols) {
       const int tile = m0 / BM;
-      *partial_at(p, n0 + tid, tile, ceil_div(p.n, BM)) = make_float2(mean[tid], total);
+      store_partial(p.part + (size_t)(2 * tile) * p.m + n0 + tid, mean[tid]);
+      store_partial(p.part + (size_t)(2 * tile + 1) * p.m + n0 + tid, total);
     }
   }
   if (Epi::kMerge) count_and_merge<BM, BN, THREADS>(p, flag, n0, tid);

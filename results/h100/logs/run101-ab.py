@@ -8,12 +8,11 @@ last tile's merge loading 16 row tiles' partials ahead instead of 4. Train, Kern
 shapes, the bench's protocol (256 MB L2 flush, CUDA events), 40 rounds; medians in ms.
 run105 (VARIANT=serial,chains4,nomerge): the tree merged the partials in 16 chains
 (common.cuh kMergeChains); serial = one chain, chains4 = four. run106 (VARIANT=chains4,evlast,
-evboth,nomerge): the tree merged in 8 chains; evlast stored the partials with L2 evict_last,
-evboth also Z' with evict_first (switches removed after the run). run107 (VARIANT=mergeoff,nofinal,fastdiv,nomerge): what the
+evboth,nomerge): the tree merges in 8 chains; evlast stores the partials with L2 evict_last,
+evboth also Z' with evict_first. run107 (VARIANT=mergeoff,nofinal,fastdiv,nomerge): what the
 merge's cost is made of. run108 (VARIANT=timed): when each merge runs, how long, and when each
 CTA ends. run109 (VARIANT=ahead1,timed): the tree loads 2 tiles of each chain a round
-(kMergeAhead), ahead1 one. run110 (VARIANT=timed,nomerge, PROFILE=1): the partials kept
-column-major (common.cuh partial_at). Then (PROFILE=1) the kernels'
+(kMergeAhead), ahead1 one. Then (PROFILE=1) the kernels'
 own times under torch.profiler at 39 and 84 tf32, and each variant's largest difference
 from the tree's output.
 Usage: VARIANT=... python run101-ab.py build-b | time"""
@@ -27,9 +26,12 @@ import torch
 
 L = Path(__file__).resolve().parent
 KROOT = Path("/tmp/kernels-b")
+F = "kPartialsEvictLast = false, kZEvictFirst = false"
 VARIANTS = {"serial": {"common.cuh": ("constexpr int kMergeChains = 8;", "constexpr int kMergeChains = 1;")},
             "chains4": {"common.cuh": ("constexpr int kMergeChains = 8;", "constexpr int kMergeChains = 4;")},
             "ahead1": {"common.cuh": ("constexpr int kMergeAhead = 2;", "constexpr int kMergeAhead = 1;")},
+            "evlast": {"common.cuh": (F, "kPartialsEvictLast = true, kZEvictFirst = false")},
+            "evboth": {"common.cuh": (F, "kPartialsEvictLast = true, kZEvictFirst = true")},
             # run107 diagnostics (wrong outputs, timing only): the merge compiled in but never run; the
             # merge without finalize_column
             "mergeoff": {"epilogue.cuh": ("if (!*flag) return;", "if (!*flag || p.n > 1) return;")},
