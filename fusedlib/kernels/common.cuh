@@ -47,6 +47,7 @@ struct Problem {
   int split_w;             // 1: the GEMM writes W's parts into wsplit first; 0: wsplit holds them
   float* splitk;           // (S, tiles, 128·BN) split-K partial tiles (wgmma, splits > 1), or null
   unsigned int* splitk_counters;  // (tiles) split-K tile counters: zero before the GEMM, left zero
+  unsigned int* tile_counter;     // (1) the persistent wgmma GEMM's next unit: zero before, left zero
   int splits;              // split-K splits S of the wgmma GEMM (1: none)
   float* z0;               // (M) train mode at fp32 and 3xTF32: the first-row shift (below), or null
   int n, k, m;             // batch N, in_features K, out_features M
@@ -161,73 +162,41 @@ __device__ __forceinline__ Moments chan_merge(Moments a, Moments b) {
   return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};
 }
 
-// L2 eviction priority of stores (sm_80+; plain stores before): the column partials evict_last,
-// so that the last tile's merge finds them in L2 after the GEMM has streamed Z' past them;
-// Z' itself evict_first (it is re-read only by the row pass, after the GEMM). Experiment
-// switches (run106): kPartialsEvictLast, kZEvictFirst.
-constexpr bool kPartialsEvictLast = false, kZEvictFirst = false;
-__device__ __forceinline__ void store_partial(float* ptr, float v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if (kPartialsEvictLast) {
-    asm volatile("{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n"
-                 "st.global.L2::cache_hint.f32 [%0], %1, pol;\n}\n" ::"l"(ptr), "f"(v) : "memory");
-    return;
-  }
-#endif
-  *ptr = v;
-}
-__device__ __forceinline__ void store_z2(float* ptr, float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if (kZEvictFirst) {
-    asm volatile("{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
-                 "st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, pol;\n}\n" ::"l"(ptr), "f"(a), "f"(b) : "memory");
-    return;
-  }
-#endif
-  *reinterpret_cast<float2*>(ptr) = make_float2(a, b);
-}
-
 // The merge's fixed order (deterministic, the same in every stage; algebra.chan_merge): the T
 // row tiles of a column cut into kMergeChains contiguous runs (chain g: tiles
 // [⌊gT/G⌋, ⌊(g+1)T/G⌋)), each merged in tile order, then the chains' results in chain order.
 // With T ≤ G every chain holds at most one tile: plain tile order 0, 1, …, T−1.
 constexpr int kMergeChains = 8;
 
-// Merge the T row-tile partials of column j in that order. The G chains advance side by side,
-// kMergeAhead tiles of each at a time: a round issues the loads of G·A tiles (2GA floats in
-// flight a thread, no chain waiting on another's loads), then merges them chain by chain. At 39
-// (T = 128, run by the last tile of each column block at the end of the fused GEMM, where its
-// time is the kernel's tail) a merge is 16 rounds of loads with A = 1 (run108: 22–28 µs, about
-// one L2/DRAM round trip a round), 8 with A = 2. L2-coherent loads (__ldcg): the partials
-// were written by other blocks of this grid. Registers: 2GA + 3G floats; the persistent tf32
-// GEMM compiles to 168 a thread and spills at G = 16, A = 1 (run105) and at G = 8, A ≥ 3.
-constexpr int kMergeAhead = 2;
+// Merge the T row-tile partials of column j in that order. The G chains advance side by side: a
+// round issues the loads of one tile of each chain (2G floats in flight a thread), then merges
+// them. At 39 (T = 128: 16 rounds, run by the last tile of each column block in the fused GEMM)
+// a merge takes 22–28 µs (run108, one CTA's 256 threads on 256 columns); one chain with four
+// tiles' loads ahead took about twice that. Registers: 5G floats; the persistent tf32 GEMM is
+// compiled to 168 a thread and spills at G = 16 (run105) or with two tiles a chain a round.
+// L2-coherent loads (__ldcg): the partials were written by other blocks of this grid.
 __device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows) {
-  constexpr int G = kMergeChains, A = kMergeAhead;
+  constexpr int G = kMergeChains;
   const int T = ceil_div(p.n, tile_rows), L = ceil_div(T, G);
   Moments acc[G];
-  for (int i0 = 0; i0 < L; i0 += A) {
-    float mean[G][A], m2[G][A];
+  for (int i = 0; i < L; ++i) {
+    float mean[G], m2[G];
 #pragma unroll
-    for (int g = 0; g < G; ++g)
-#pragma unroll
-      for (int a = 0; a < A; ++a) {
-        const int t = T * g / G + i0 + a;
-        if (t < T * (g + 1) / G) {
-          mean[g][a] = __ldcg(p.part + (size_t)(2 * t) * p.m + j);
-          m2[g][a] = __ldcg(p.part + (size_t)(2 * t + 1) * p.m + j);
-        }
+    for (int g = 0; g < G; ++g) {
+      const int t = T * g / G + i;
+      if (t < T * (g + 1) / G) {
+        mean[g] = __ldcg(p.part + (size_t)(2 * t) * p.m + j);
+        m2[g] = __ldcg(p.part + (size_t)(2 * t + 1) * p.m + j);
       }
+    }
 #pragma unroll
-    for (int g = 0; g < G; ++g)
-#pragma unroll
-      for (int a = 0; a < A; ++a) {
-        const int t = T * g / G + i0 + a;
-        if (t < T * (g + 1) / G) {
-          const Moments b = {(float)min(tile_rows, p.n - t * tile_rows), mean[g][a], m2[g][a]};
-          acc[g] = i0 + a == 0 ? b : chan_merge(acc[g], b);
-        }
+    for (int g = 0; g < G; ++g) {
+      const int t = T * g / G + i;
+      if (t < T * (g + 1) / G) {
+        const Moments b = {(float)min(tile_rows, p.n - t * tile_rows), mean[g], m2[g]};
+        acc[g] = i == 0 ? b : chan_merge(acc[g], b);
       }
+    }
   }
   Moments r = {0.f, 0.f, 0.f};
   bool any = false;

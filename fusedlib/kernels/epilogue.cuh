@@ -217,7 +217,7 @@ __device__ __forceinline__ void lane_butterfly(float (&v)[V], int lane) {
 
 __device__ __forceinline__ void store_pair(float* dst, float a, float b, int c, int cols, bool pairs) {
   if (pairs && c + 1 < cols) {
-    store_z2(dst, a, b);
+    *reinterpret_cast<float2*>(dst) = make_float2(a, b);
   } else {
     if (c < cols) dst[0] = a;
     if (c + 1 < cols) dst[1] = b;
@@ -307,8 +307,8 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
       epilogue_sync<THREADS>();  // means visible; red free for pass 1
     } else if (tid < cols) {
       const int tile = m0 / BM;
-      store_partial(p.part + (size_t)(2 * tile) * p.m + n0 + tid, mean[tid]);
-      store_partial(p.part + (size_t)(2 * tile + 1) * p.m + n0 + tid, total);
+      p.part[(size_t)(2 * tile) * p.m + n0 + tid] = mean[tid];
+      p.part[(size_t)(2 * tile + 1) * p.m + n0 + tid] = total;
     }
   }
   if (Epi::kMerge) count_and_merge<BM, BN, THREADS>(p, flag, n0, tid);

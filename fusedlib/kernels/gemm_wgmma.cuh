@@ -7,7 +7,7 @@
 //    by its first row, common.cuh; W's parts too, unless
 //    the caller passed them cached: p.split_w = 0), then the same kernel with BN = 192 or 168 over three K segments Xb·Wb, Xs·Wb,
 //    Xb·Ws, with promoted accumulation (fp32-class at any K).
-// tf32: persistent CTAs (one an SM) run the tiles in turn (3xtf32: one CTA a tile); the
+// tf32: persistent CTAs (one an SM) take tiles as they are ready (3xtf32: one CTA a tile); the
 // consumers run the epilogue Epi from their accumulator registers (epilogue_from_fragments: no
 // C tile) while the producer already loads the next tile. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
 // fusedlib/engine.py picks another path otherwise. Other targets compile an empty body.
@@ -41,7 +41,8 @@ struct WgTile {
   static constexpr int kStages = (192 * 1024) / kStageBytes;
   static constexpr size_t kEpilogueOffset = (size_t)kStages * kStageBytes;  // beside the live ring
   static constexpr size_t kBarrierOffset = kEpilogueOffset + fragment_smem_floats<BN>() * sizeof(float);
-  static constexpr size_t kSmem = 1024 + kBarrierOffset + 2 * kStages * sizeof(uint64_t) + 16;  // + split-K flag
+  // + the tile scheduler's 2 slots (2 + 2 mbarriers, 2 tile indices) + the split-K flag
+  static constexpr size_t kSmem = 1024 + kBarrierOffset + (2 * kStages + 4) * sizeof(uint64_t) + 16 + 16;
   static_assert(kBarrierOffset % 8 == 0 && kSmem <= 232448, "aligned mbarriers; within sm_90's 227 KB");
 };
 
@@ -203,10 +204,26 @@ __device__ __forceinline__ bool sum_splits(const Problem& p, float (&d)[NACC], i
   return true;
 }
 
-// Persistent: a CTA (one an SM) runs tiles t = blockIdx.x, blockIdx.x + gridDim.x, … (a static
-// schedule, as CUTLASS's PersistentTileSchedulerSm90). Warpgroup 0 produces (one thread issues
-// the TMA copies), warpgroups 1 and 2 consume 64 rows each. full[s]: stage s landed; empty[s]:
-// both consumer warpgroups are done reading it. One step counter `it` runs across the CTA's
+// The tile scheduler: the f-th unit (tile, or tile × split) a CTA runs. Persistent (tf32):
+// dynamic, the next unit of the raster from a global counter as each CTA's producer is ready
+// for one, so a CTA that spent time on a merge simply takes fewer tiles (with a static
+// schedule, blockIdx.x + f·gridDim.x, the merges' time added up on the CTAs that ran them:
+// run108, 39's last-tile merges of 18–28 µs, two on one CTA, were the kernel's tail). Results
+// do not depend on which CTA runs a tile (the merge order is the tiles', not the CTAs').
+// The counter is zero before the launch; the last fetch (gridDim.x of them return ≥ units, one
+// a CTA) resets it. (One CTA a tile, 3xTF32: unit blockIdx.x, no scheduler.)
+constexpr bool kDynamicTiles = true;
+__device__ __forceinline__ int next_unit(const Problem& p, int units, int f) {
+  if (!kDynamicTiles || (int)gridDim.x >= units) return blockIdx.x + f * gridDim.x;
+  const int u = (int)atomicAdd(p.tile_counter, 1u);
+  if (u == units + (int)gridDim.x - 1) *p.tile_counter = 0;  // every CTA has had its last
+  return u;
+}
+
+// Persistent: a CTA (one an SM) runs the units next_unit hands it. Warpgroup 0 produces (one
+// thread takes the next unit, passes its index to the consumers through tile_slot[f % 2] on the
+// tile_full / tile_empty mbarriers, and issues the TMA copies), warpgroups 1 and 2 consume 64
+// rows each. full[s]: stage s landed; empty[s]: both consumer warpgroups are done reading it. One step counter `it` runs across the CTA's
 // tiles, so producer and consumers agree on every stage's parity; the producer loads the next
 // tile while the consumers run this tile's epilogue (from their registers, with its own shared
 // memory beside the ring). Segments: A = (seg == 1 ? a1 : a0), B = (seg == 2 ? b1 : b0).
@@ -226,7 +243,10 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   float* epi = reinterpret_cast<float*>(smem + T::kEpilogueOffset);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarrierOffset);
   uint64_t* empty = full + ST;
-  int* last_split = reinterpret_cast<int*>(empty + ST);
+  uint64_t* tile_full = empty + ST;  // [2] slot holds the next tile index
+  uint64_t* tile_empty = tile_full + 2;  // [2] the consumers' 8 warps have read it
+  int* tile_slot = reinterpret_cast<int*>(tile_empty + 2);  // [2]
+  int* last_split = tile_slot + 2;
   const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN), tiles = row_tiles * col_tiles;
   const int KT = ceil_div(p.k, kWgBK), total = segments * KT, S = SPLITK ? p.splits : 1, units = tiles * S;
   const int wg = threadIdx.x / 128;
@@ -235,6 +255,10 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
     for (int s = 0; s < ST; ++s) {
       mbar_init(full + s, 1);
       mbar_init(empty + s, 2);
+    }
+    for (int s = 0; s < 2; ++s) {
+      mbar_init(tile_full + s, 1);
+      mbar_init(tile_empty + s, 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -245,7 +269,15 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (threadIdx.x == 0) {
       int it = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      for (int f = 0;; ++f) {  // f-th unit of this CTA: its index to the consumers through slot f % 2
+        int u = blockIdx.x;
+        if (wg_persistent(PROMOTE)) {
+          if (f >= 2) mbar_wait(tile_empty + f % 2, ((f / 2) - 1) & 1);
+          u = next_unit(p, units, f);
+          tile_slot[f % 2] = u;
+          mbar_arrive(tile_full + f % 2);
+          if (u >= units) break;
+        }
         int m0, n0;
         wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
         for (int kt = split_begin(u % S, S, total); kt < split_begin(u % S + 1, S, total); ++kt, ++it) {
@@ -256,7 +288,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
           tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
           tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
         }
-        if (!wg_persistent(PROMOTE)) break;
+        if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
       }
     }
   } else {  // consumers: warpgroup 1 → rows 0..63, warpgroup 2 → rows 64..127
@@ -264,7 +296,15 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
     const int cw = wg - 1;
     const bool leader = threadIdx.x % 128 == 0;
     int it = 0;
-    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    for (int f = 0;; ++f) {
+      int u = blockIdx.x;
+      if (wg_persistent(PROMOTE)) {
+        mbar_wait(tile_full + f % 2, (f / 2) & 1);
+        u = tile_slot[f % 2];
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) mbar_arrive(tile_empty + f % 2);
+        if (u >= units) break;
+      }
       const int kt0 = split_begin(u % S, S, total), kt1 = split_begin(u % S + 1, S, total);
       float d[NACC], acc[PROMOTE ? NACC : 1];
 #pragma unroll

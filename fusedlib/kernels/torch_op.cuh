@@ -145,7 +145,7 @@ static std::optional<at::Tensor> forward_impl(
   const int64_t n_floats = n_part + 4 * m + n_sk + (shift ? m : 0);
   at::Tensor captured, split_ws;
   const Scratch scratch =
-      stream_scratch(x, stream, capturing, n_count + (sk.splits > 1 ? sk.tiles : 0), n_floats, captured);
+      stream_scratch(x, stream, capturing, n_count + (sk.splits > 1 ? sk.tiles : 0) + 1, n_floats, captured);
   if (split) split_ws = at::empty({2 * n * k + (split_w ? 2 * m * k : 0)}, x.options());
 
   Problem p;
@@ -168,6 +168,7 @@ static std::optional<at::Tensor> forward_impl(
   p.split_w = split_w;
   p.splitk = sk.splits > 1 ? scratch.floats + n_part + 4 * m : nullptr;
   p.splitk_counters = sk.splits > 1 ? scratch.counters + n_count : nullptr;
+  p.tile_counter = scratch.counters + n_count + (sk.splits > 1 ? sk.tiles : 0);
   p.splits = sk.splits;
   p.z0 = shift ? scratch.floats + n_part + 4 * m + n_sk : nullptr;
   p.n = (int)n;

@@ -63,12 +63,16 @@ VARIANTS = {"serial": {"common.cuh": ("constexpr int kMergeChains = 8;", "conste
     if (threadIdx.x == 128 && !PROMOTE) reinterpret_cast<unsigned*>(p.running_var)[blockIdx.x] = (unsigned)tstart;"""),
                       "gemm_wgmma.cuh ": ("""      if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
     }
-  }""", """      if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
+  }
+#endif""", """      if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
     }
     unsigned long long tend;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tend));
     if (threadIdx.x == 128 && !PROMOTE) reinterpret_cast<unsigned*>(p.running_var)[2048 + blockIdx.x] = (unsigned)tend;
-  }""")},
+  }
+#endif""")},
+            # run111: the static schedule (blockIdx.x + f·gridDim.x) against the tree's dynamic one
+            "static": {"gemm_wgmma.cuh": ("constexpr bool kDynamicTiles = true;", "constexpr bool kDynamicTiles = false;")},
             # run107: one reciprocal a Chan merge instead of two divisions (other last bits)
             "fastdiv": {"common.cuh": ("return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};",
                                        "const float r = __frcp_rn(n);\n  return {n, a.mean + d * (b.n * r), a.m2 + b.m2 + d * d * (a.n * b.n * r)};")},
