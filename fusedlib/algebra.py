@@ -182,8 +182,8 @@ def tile_partials(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor, torch.
     return (torch.tensor(counts, dtype=z.dtype, device=z.device), torch.stack(means), torch.stack(m2s))
 
 
-#: Chains of the partials' merge (``kMergeChains`` in fusedlib/kernels/common.cuh).
-MERGE_CHAINS = 8
+#: The partials' merge order (``kMergeQuarters``, ``kMergeChains`` in fusedlib/kernels/common.cuh).
+MERGE_QUARTERS, MERGE_CHAINS = 4, 8
 
 
 def _chan_pair(a, b):
@@ -195,30 +195,37 @@ def _chan_pair(a, b):
     return n, ma + delta * (nb / n), m2a + m2b + delta * delta * (na * nb / n)
 
 
-def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor,
-               chains: int = MERGE_CHAINS) -> tuple[torch.Tensor, torch.Tensor]:
+def _in_order(parts):
+    acc = parts[0]
+    for part in parts[1:]:
+        acc = _chan_pair(acc, part)
+    return acc
+
+
+def _runs(lo: int, count: int, parts: int) -> list[tuple[int, int]]:
+    """``count`` items from ``lo`` cut into ``parts`` contiguous runs; the non-empty ones."""
+    bounds = [lo + count * g // parts for g in range(parts + 1)]
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if a < b]
+
+
+def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Merge T tile partials with Chan's formula (Chan, Golub & LeVeque 1983):
     n = n_a + n_b, δ = m_b − m_a, m = m_a + δ·n_b/n, M2 = M2_a + M2_b + δ²·n_a·n_b/n.
 
     n: (T,) row counts; mean, m2: (T, M) partials (:func:`tile_partials`). The order is the
-    kernels' (deterministic): the tiles cut into ``chains`` contiguous runs (run g: tiles
-    ⌊gT/G⌋ … ⌊(g+1)T/G⌋ − 1), each merged left to right, then the runs' results left to
-    right — G independent dependency chains on the GPU instead of one of length T. With
-    T ≤ G it is plain tile order 0, 1, …, T−1. Returns the column mean and the biased
-    variance M2/N, both (M,).
+    kernels' (deterministic): the tiles cut into ``MERGE_QUARTERS`` contiguous quarters, each
+    quarter into ``MERGE_CHAINS`` contiguous chains; each chain merged left to right, a
+    quarter's chains left to right, then the quarters left to right. On the GPU a thread
+    advances a quarter's chains side by side (independent dependency chains and loads in
+    flight) and four threads can take a column's quarters at once. Returns the column mean
+    and the biased variance M2/N, both (M,).
     """
-    T = n.shape[0]
-    runs = []
-    for g in range(chains):
-        lo, hi = T * g // chains, T * (g + 1) // chains
-        if lo < hi:
-            acc = (n[lo], mean[lo], m2[lo])
-            for t in range(lo + 1, hi):
-                acc = _chan_pair(acc, (n[t], mean[t], m2[t]))
-            runs.append(acc)
-    acc = runs[0]
-    for run in runs[1:]:
-        acc = _chan_pair(acc, run)
+    quarters = []
+    for qlo, qhi in _runs(0, n.shape[0], MERGE_QUARTERS):
+        chains = [_in_order([(n[t], mean[t], m2[t]) for t in range(lo, hi)])
+                  for lo, hi in _runs(qlo, qhi - qlo, MERGE_CHAINS)]
+        quarters.append(_in_order(chains))
+    acc = _in_order(quarters)
     return acc[1], acc[2] / acc[0]
 
 

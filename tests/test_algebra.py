@@ -424,16 +424,25 @@ def test_centred_train_forward_is_accurate_on_offset_inputs(problem):
         assert errs[name] * 10 <= errs["fused"], errs
 
 
-def test_chan_merge_runs_in_chains_in_a_fixed_order():
+def test_chan_merge_order_is_fixed_and_fp32_class():
     torch.manual_seed(3)
     z = torch.rand(1000, 9) * 2 + 30  # float32, far from zero: the order shows in the last bits
-    n, mean, m2 = algebra.tile_partials(z, 128)  # T = 8 ≤ the chains: plain tile order
-    for a, b in zip(algebra.chan_merge(n, mean, m2), algebra.chan_merge(n, mean, m2, chains=1)):
-        assert torch.equal(a, b)
-    n, mean, m2 = algebra.tile_partials(z, 7)  # T = 143: 8 runs of 17 or 18 tiles
-    mean16, var16 = algebra.chan_merge(n, mean, m2)
+    n, mean, m2 = algebra.tile_partials(z, 7)  # T = 143: quarters of 35–36 tiles, chains of 4–5
+    got_mean, got_var = algebra.chan_merge(n, mean, m2)
     mean2, var2 = algebra.column_stats_two_pass(z.double())
-    assert torch.allclose(mean16.double(), mean2, rtol=1e-6) and torch.allclose(var16.double(), var2, rtol=1e-4)
-    mean1, var1 = algebra.chan_merge(n, mean, m2, chains=1)  # another order, other last bits
-    assert not (torch.equal(mean1, mean16) and torch.equal(var1, var16))
-    assert torch.allclose(mean1.double(), mean2, rtol=1e-6) and torch.allclose(var1.double(), var2, rtol=1e-4)
+    assert torch.allclose(got_mean.double(), mean2, rtol=1e-6) and torch.allclose(got_var.double(), var2, rtol=1e-4)
+    # the same order spelled out: quarters, chains within, each left to right
+    quarters = []
+    for q in range(4):
+        qlo, qhi = 143 * q // 4, 143 * (q + 1) // 4
+        chains = []
+        for g in range(8):
+            lo, hi = qlo + (qhi - qlo) * g // 8, qlo + (qhi - qlo) * (g + 1) // 8
+            if lo < hi:
+                chains.append(algebra._in_order([(n[t], mean[t], m2[t]) for t in range(lo, hi)]))
+        quarters.append(algebra._in_order(chains))
+    acc = algebra._in_order(quarters)
+    assert torch.equal(acc[1], got_mean) and torch.equal(acc[2] / acc[0], got_var)
+    # another order (left to right over all tiles) gives other last bits
+    seq = algebra._in_order([(n[t], mean[t], m2[t]) for t in range(143)])
+    assert not (torch.equal(seq[1], got_mean) and torch.equal(seq[2] / seq[0], got_var))

@@ -162,50 +162,60 @@ __device__ __forceinline__ Moments chan_merge(Moments a, Moments b) {
   return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};
 }
 
-// The merge's fixed order (deterministic, the same in every stage; algebra.chan_merge): the T
-// row tiles of a column cut into kMergeChains contiguous runs (chain g: tiles
-// [⌊gT/G⌋, ⌊(g+1)T/G⌋)), each merged in tile order, then the chains' results in chain order.
-// With T ≤ G every chain holds at most one tile: plain tile order 0, 1, …, T−1.
-constexpr int kMergeChains = 8;
+// The merge's fixed order (deterministic, the same in every stage and path; algebra.chan_merge):
+// the T row tiles of a column cut into kMergeQuarters contiguous quarters, each quarter into
+// kMergeChains contiguous chains (chain g of a quarter of Q tiles from lo: tiles
+// [lo + ⌊gQ/G⌋, lo + ⌊(g+1)Q/G⌋)); each chain merged in tile order, a quarter's chains in chain
+// order, then the quarters in order. Four threads can merge a column's quarters side by side
+// (the persistent GEMM's merge units, epilogue.cuh merge_slice) and one thread all four in
+// turn (merge_column_partials), with the same bits.
+constexpr int kMergeQuarters = 4, kMergeChains = 8;
 
-// Merge the T row-tile partials of column j in that order. The G chains advance side by side: a
+// a then b, where either may be empty (n = 0: an empty chain or quarter).
+__device__ __forceinline__ Moments merge_in_order(Moments a, Moments b) {
+  return a.n == 0.f ? b : b.n == 0.f ? a : chan_merge(a, b);
+}
+
+// Quarter q of column j's row-tile partials, merged. Its G chains advance side by side: a
 // round issues the loads of one tile of each chain (2G floats in flight a thread), then merges
-// them. At 39 (T = 128: 16 rounds, run by the last tile of each column block in the fused GEMM)
-// a merge takes 22–28 µs (run108, one CTA's 256 threads on 256 columns); one chain with four
-// tiles' loads ahead took about twice that. Registers: 5G floats; the persistent tf32 GEMM is
-// compiled to 168 a thread and spills at G = 16 (run105) or with two tiles a chain a round.
-// L2-coherent loads (__ldcg): the partials were written by other blocks of this grid.
-__device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows) {
+// them. (One CTA's 256 threads, one a column, merging 39's 128 row tiles in 8 chains of 16: 22–28
+// µs, run108; the persistent tf32 GEMM is compiled to 168 registers a thread and spills at 16
+// chains, run105.) L2-coherent loads (__ldcg): the partials were written by other blocks of
+// this grid.
+__device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) {
   constexpr int G = kMergeChains;
-  const int T = ceil_div(p.n, tile_rows), L = ceil_div(T, G);
+  const int T = ceil_div(p.n, tile_rows), lo = T * q / kMergeQuarters;
+  const int Q = T * (q + 1) / kMergeQuarters - lo, L = ceil_div(Q, G);
   Moments acc[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) acc[g] = {0.f, 0.f, 0.f};
   for (int i = 0; i < L; ++i) {
     float mean[G], m2[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-      const int t = T * g / G + i;
-      if (t < T * (g + 1) / G) {
+      const int t = lo + Q * g / G + i;
+      if (t < lo + Q * (g + 1) / G) {
         mean[g] = __ldcg(p.part + (size_t)(2 * t) * p.m + j);
         m2[g] = __ldcg(p.part + (size_t)(2 * t + 1) * p.m + j);
       }
     }
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-      const int t = T * g / G + i;
-      if (t < T * (g + 1) / G) {
-        const Moments b = {(float)min(tile_rows, p.n - t * tile_rows), mean[g], m2[g]};
-        acc[g] = i == 0 ? b : chan_merge(acc[g], b);
-      }
+      const int t = lo + Q * g / G + i;
+      if (t < lo + Q * (g + 1) / G)
+        acc[g] = merge_in_order(acc[g], {(float)min(tile_rows, p.n - t * tile_rows), mean[g], m2[g]});
     }
   }
-  Moments r = {0.f, 0.f, 0.f};
-  bool any = false;
+  Moments r = acc[0];
 #pragma unroll
-  for (int g = 0; g < G; ++g)
-    if (T * g / G < T * (g + 1) / G) {  // chain g is not empty
-      r = any ? chan_merge(r, acc[g]) : acc[g];
-      any = true;
-    }
+  for (int g = 1; g < G; ++g) r = merge_in_order(r, acc[g]);
+  return r;
+}
+
+// All T row-tile partials of column j, merged in that order by one thread.
+__device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows) {
+  Moments r = merge_quarter(p, j, tile_rows, 0);
+  for (int q = 1; q < kMergeQuarters; ++q) r = merge_in_order(r, merge_quarter(p, j, tile_rows, q));
   return r;
 }
 

@@ -151,13 +151,19 @@ struct ColumnStats {
 
 // Count a finished tile on its column block's counter (its partials made visible first); the
 // last tile of the block resets the counter to zero for the next call (the host keeps the
-// counters between calls: fusedlib/kernels/torch_op.cuh), merges all row tiles in order 0, 1, …
-// (Chan) and finalizes the BatchNorm coefficients and running buffers. flag: one shared word.
-template <int BM, int BN, int THREADS>
+// counters between calls: fusedlib/kernels/torch_op.cuh), merges all row tiles in the merge
+// order (Chan; common.cuh) and finalizes the BatchNorm coefficients and running buffers.
+// DEFER (the persistent GEMM): count only; the block's merge units (merge_slice) wait for the
+// count, merge and reset it. flag: one shared word.
+template <int BM, int BN, int THREADS, bool DEFER = false>
 __device__ __forceinline__ void count_and_merge(const Problem& p, int* flag, int n0, int tid) {
   const int col_block = n0 / BN, row_tiles = ceil_div(p.n, BM), cols = min(BN, p.m - n0);
   __threadfence();  // this tile's partials visible device-wide before it is counted
   epilogue_sync<THREADS>();
+  if (DEFER) {
+    if (tid == 0) atomicAdd(p.counters + col_block, 1u);
+    return;
+  }
   if (tid == 0) {
     *flag = atomicAdd(p.counters + col_block, 1u) == (unsigned)row_tiles - 1;
     if (*flag) p.counters[col_block] = 0;  // every tile of the block has counted
@@ -169,6 +175,44 @@ __device__ __forceinline__ void count_and_merge(const Problem& p, int* flag, int
     const Moments mo = merge_column_partials(p, n0 + cc, BM);
     finalize_column(p, n0 + cc, mo.mean, mo.m2 / mo.n, false);
   }
+}
+
+// Merge units (the persistent wgmma GEMM, after its tiles): columns j0 … j0 + cols − 1
+// (cols ≤ 64) of column block `block`, whose row_tiles tiles count on p.counters[block], by
+// the 256 consumer threads, four a column: thread tid merges quarter tid / 64 of column
+// j0 + tid % 64 (common.cuh merge_quarter), the four quarters are merged in order through
+// shared memory (the same bits as merge_column_partials) and finalized. The unit waits until
+// every tile of the block has counted (each was handed to a running CTA before this unit was:
+// the scheduler hands out the tiles first), then counts itself; the last of the block's
+// `slices` units resets the counter. smem: 3 · 256 floats.
+__device__ __forceinline__ void merge_slice(const Problem& p, float* smem, int block, int j0, int cols,
+                                            int row_tiles, int slices, int tile_rows, int tid) {
+  static_assert(kMergeQuarters * 64 == 256, "four threads a column, 64 columns");
+  if (tid == 0) {
+    unsigned int v;
+    for (;;) {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p.counters + block) : "memory");
+      if (v >= (unsigned)row_tiles) break;
+      __nanosleep(200);
+    }
+  }
+  epilogue_sync<256>();
+  __threadfence();
+  const int c = tid % 64, q = tid / 64;
+  const Moments mo = c < cols ? merge_quarter(p, j0 + c, tile_rows, q) : Moments{0.f, 0.f, 0.f};
+  smem[3 * tid] = mo.n, smem[3 * tid + 1] = mo.mean, smem[3 * tid + 2] = mo.m2;
+  epilogue_sync<256>();
+  if (q == 0 && c < cols) {
+    Moments r = mo;
+#pragma unroll
+    for (int k = 1; k < kMergeQuarters; ++k) {
+      const float* s = smem + 3 * (64 * k + c);
+      r = merge_in_order(r, {s[0], s[1], s[2]});
+    }
+    finalize_column(p, j0 + c, r.mean, r.m2 / r.n, false);
+  }
+  epilogue_sync<256>();  // smem read before the next unit writes it
+  if (tid == 0 && atomicAdd(p.counters + block, 1u) == (unsigned)(row_tiles + slices - 1)) p.counters[block] = 0;
 }
 
 struct ColumnStatsMerge {
@@ -224,7 +268,7 @@ __device__ __forceinline__ void store_pair(float* dst, float a, float b, int c, 
   }
 }
 
-template <int BN, class Epi>
+template <int BN, class Epi, bool DEFER = false>
 __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float (&d)[BN / 2], float* smem,
                                                         float* out, int m0, int n0, int tid) {
   constexpr int THREADS = 256, BM = 128, NV = BN / 4, V = (NV + 7) / 8 * 8, Q = V / 8;
@@ -311,7 +355,7 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
       p.part[(size_t)(2 * tile + 1) * p.m + n0 + tid] = total;
     }
   }
-  if (Epi::kMerge) count_and_merge<BM, BN, THREADS>(p, flag, n0, tid);
+  if (Epi::kMerge) count_and_merge<BM, BN, THREADS, DEFER>(p, flag, n0, tid);
   }
 }
 

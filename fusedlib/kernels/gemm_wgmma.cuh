@@ -212,9 +212,13 @@ __device__ __forceinline__ bool sum_splits(const Problem& p, float (&d)[NACC], i
 // do not depend on which CTA runs a tile (the merge order is the tiles', not the CTAs').
 // The counter is zero before the launch; the last fetch (gridDim.x of them return ≥ units, one
 // a CTA) resets it. (One CTA a tile, 3xTF32: unit blockIdx.x, no scheduler.)
-constexpr bool kDynamicTiles = true;
+// With merge units (kMergeUnits) the tiles come first and then, in column-block order, the
+// merges of every 64-column slice (merge_slice): a CTA with no tile left takes a merge, so no
+// merge delays a tile (run111: with the last tile of a column block merging, a CTA delayed by
+// one merge finished its next tile last and merged again, and ended the kernel).
+constexpr bool kDynamicTiles = true, kMergeUnits = true;
 __device__ __forceinline__ int next_unit(const Problem& p, int units, int f) {
-  if (!kDynamicTiles || (int)gridDim.x >= units) return blockIdx.x + f * gridDim.x;
+  if (!kDynamicTiles) return blockIdx.x + f * gridDim.x;
   const int u = (int)atomicAdd(p.tile_counter, 1u);
   if (u == units + (int)gridDim.x - 1) *p.tile_counter = 0;  // every CTA has had its last
   return u;
@@ -249,6 +253,9 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   int* last_split = tile_slot + 2;
   const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN), tiles = row_tiles * col_tiles;
   const int KT = ceil_div(p.k, kWgBK), total = segments * KT, S = SPLITK ? p.splits : 1, units = tiles * S;
+  constexpr bool kUnits = kMergeUnits && Epi::kMerge && wg_persistent(PROMOTE);  // merges after the tiles
+  constexpr int kSlices = BN / 64;  // merge units a column block
+  const int all_units = units + (kUnits ? col_tiles * kSlices : 0);
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -273,10 +280,11 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         int u = blockIdx.x;
         if (wg_persistent(PROMOTE)) {
           if (f >= 2) mbar_wait(tile_empty + f % 2, ((f / 2) - 1) & 1);
-          u = next_unit(p, units, f);
+          u = next_unit(p, all_units, f);
           tile_slot[f % 2] = u;
           mbar_arrive(tile_full + f % 2);
-          if (u >= units) break;
+          if (u >= all_units) break;
+          if (u >= units) continue;  // a merge unit: nothing to load
         }
         int m0, n0;
         wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
@@ -303,7 +311,13 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         u = tile_slot[f % 2];
         __syncwarp();
         if (threadIdx.x % 32 == 0) mbar_arrive(tile_empty + f % 2);
-        if (u >= units) break;
+        if (u >= all_units) break;
+        if (kUnits && u >= units) {  // merge unit: a 64-column slice of a column block
+          const int block = (u - units) / kSlices, j0 = block * BN + (u - units) % kSlices * 64;
+          const int slices = ceil_div(min(BN, p.m - block * BN), 64);
+          if (j0 < p.m) merge_slice(p, epi, block, j0, min(64, p.m - j0), row_tiles, slices, kWgBM, threadIdx.x - 128);
+          continue;
+        }
       }
       const int kt0 = split_begin(u % S, S, total), kt1 = split_begin(u % S + 1, S, total);
       float d[NACC], acc[PROMOTE ? NACC : 1];
@@ -356,7 +370,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         // 16·(4·cw + warp) + g and + 8); the barrier keeps the previous tile's epilogue reads of
         // its shared memory before this one's writes.
         epilogue_sync<256>();
-        epilogue_from_fragments<BN, Epi>(p, d, epi, out, m0, n0, threadIdx.x - 128);
+        epilogue_from_fragments<BN, Epi, kUnits>(p, d, epi, out, m0, n0, threadIdx.x - 128);
       }
       if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
     }

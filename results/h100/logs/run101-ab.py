@@ -72,7 +72,8 @@ VARIANTS = {"serial": {"common.cuh": ("constexpr int kMergeChains = 8;", "conste
   }
 #endif""")},
             # run111: the static schedule (blockIdx.x + f·gridDim.x) against the tree's dynamic one
-            "static": {"gemm_wgmma.cuh": ("constexpr bool kDynamicTiles = true;", "constexpr bool kDynamicTiles = false;")},
+            # run112: the tree's merge units against the last tile of each column block merging
+            "lastmerge": {"gemm_wgmma.cuh": ("kDynamicTiles = true, kMergeUnits = true;", "kDynamicTiles = true, kMergeUnits = false;")},
             # run107: one reciprocal a Chan merge instead of two divisions (other last bits)
             "fastdiv": {"common.cuh": ("return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};",
                                        "const float r = __frcp_rn(n);\n  return {n, a.mean + d * (b.n * r), a.m2 + b.m2 + d * d * (a.n * b.n * r)};")},
@@ -143,7 +144,7 @@ for shape, problem, precision in (("39", "33", "tf32"), ("84", "84", "tf32"), ("
                     times[k].append(a.elapsed_time(b))
     med = {k: statistics.median(v) for k, v in times.items()}
     line = f"{shape} {precision:6s}: sums {med['sums']:.4f} fused(main) {med['fused_main']:.4f} ms, main/sums " \
-           f"{med['fused_main'] / med['sums']:.3f}"
+           f"{med['fused_main'] / med['sums']:.3f}, max |fused − sums| {(y['fused_main'] - y['sums']).abs().max().item():.2e}"
     for v in NAMES:
         diff = (y[v] - y["fused_main"]).abs().max().item()
         line += f" | {v} {med[v]:.4f} ms, /main {med[v] / med['fused_main']:.3f}, max |diff| {diff:.2e}"
