@@ -11,12 +11,12 @@
 
 namespace fl {
 
-// One thread a column: merge the row-tile partials in order, finalize a, c and the buffers.
-__global__ void sums_finalize_kernel(const Problem p, int tile_rows) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= p.m) return;
-  const Moments mo = merge_column_partials(p, j, tile_rows);
-  finalize_column(p, j, mo.mean, mo.m2 / mo.n, false);
+// 64 columns a block, four threads a column (merge_columns, as the fused GEMM's merge units):
+// merge the row-tile partials in the merge order, finalize a, c and the buffers.
+__global__ void __launch_bounds__(256) sums_finalize_kernel(const Problem p, int tile_rows) {
+  __shared__ float smem[3 * 256];
+  const int j0 = blockIdx.x * 64;
+  merge_columns(p, smem, j0, min(64, p.m - j0), tile_rows, threadIdx.x);
 }
 
 }  // namespace fl
@@ -30,7 +30,7 @@ extern "C" const char* fl_sums_forward(const fl::Problem* pp, cudaStream_t st) {
     return p.kind == 84 ? launch_affine_softmax_rows(p.y, nullptr, p.y, p.n, p.m, nullptr, st) : nullptr;
   }
   if ((err = launch_gemm<ColumnStats>(p, p.x, p.w, p.z, st))) return err;  // Z', partials
-  sums_finalize_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p, gemm_tile_rows(p));
+  sums_finalize_kernel<<<ceil_div(p.m, 64), 256, 0, st>>>(p, gemm_tile_rows(p));
   FL_CHECK_LAUNCH();
   return p.kind == 84 ? launch_affine_softmax_rows(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st)
                       : launch_affine(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st);

@@ -177,27 +177,14 @@ __device__ __forceinline__ void count_and_merge(const Problem& p, int* flag, int
   }
 }
 
-// Merge units (the persistent wgmma GEMM, after its tiles): columns j0 … j0 + cols − 1
-// (cols ≤ 64) of column block `block`, whose row_tiles tiles count on p.counters[block], by
-// the 256 consumer threads, four a column: thread tid merges quarter tid / 64 of column
-// j0 + tid % 64 (common.cuh merge_quarter), the four quarters are merged in order through
-// shared memory (the same bits as merge_column_partials) and finalized. The unit waits until
-// every tile of the block has counted (each was handed to a running CTA before this unit was:
-// the scheduler hands out the tiles first), then counts itself; the last of the block's
-// `slices` units resets the counter. smem: 3 · 256 floats.
-__device__ __forceinline__ void merge_slice(const Problem& p, float* smem, int block, int j0, int cols,
-                                            int row_tiles, int slices, int tile_rows, int tid) {
+// Columns j0 … j0 + cols − 1 (cols ≤ 64) merged and finalized by 256 threads, four a column:
+// thread tid merges quarter tid / 64 of column j0 + tid % 64 (common.cuh merge_quarter), then
+// the four quarters are merged in order through shared memory (the bits of
+// merge_column_partials, four times the loads in flight). smem: 3 · 256 floats. Named barrier 1
+// of the 256 threads (epilogue_sync).
+__device__ __forceinline__ void merge_columns(const Problem& p, float* smem, int j0, int cols, int tile_rows,
+                                              int tid) {
   static_assert(kMergeQuarters * 64 == 256, "four threads a column, 64 columns");
-  if (tid == 0) {
-    unsigned int v;
-    for (;;) {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p.counters + block) : "memory");
-      if (v >= (unsigned)row_tiles) break;
-      __nanosleep(200);
-    }
-  }
-  epilogue_sync<256>();
-  __threadfence();
   const int c = tid % 64, q = tid / 64;
   const Moments mo = c < cols ? merge_quarter(p, j0 + c, tile_rows, q) : Moments{0.f, 0.f, 0.f};
   smem[3 * tid] = mo.n, smem[3 * tid + 1] = mo.mean, smem[3 * tid + 2] = mo.m2;
@@ -211,7 +198,27 @@ __device__ __forceinline__ void merge_slice(const Problem& p, float* smem, int b
     }
     finalize_column(p, j0 + c, r.mean, r.m2 / r.n, false);
   }
-  epilogue_sync<256>();  // smem read before the next unit writes it
+  epilogue_sync<256>();  // smem read before anyone writes it again
+}
+
+// A merge unit of the persistent wgmma GEMM (after its tiles): merge_columns on a 64-column
+// slice of column block `block`, whose row_tiles tiles count on p.counters[block]. It waits
+// until every tile of the block has counted (each was handed to a running CTA before this unit
+// was: the scheduler hands out the tiles first), then counts itself; the last of the block's
+// `slices` units resets the counter.
+__device__ __forceinline__ void merge_slice(const Problem& p, float* smem, int block, int j0, int cols,
+                                            int row_tiles, int slices, int tile_rows, int tid) {
+  if (tid == 0) {
+    unsigned int v;
+    for (;;) {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p.counters + block) : "memory");
+      if (v >= (unsigned)row_tiles) break;
+      __nanosleep(200);
+    }
+  }
+  epilogue_sync<256>();
+  __threadfence();
+  merge_columns(p, smem, j0, cols, tile_rows, tid);
   if (tid == 0 && atomicAdd(p.counters + block, 1u) == (unsigned)(row_tiles + slices - 1)) p.counters[block] = 0;
 }
 

@@ -8,13 +8,18 @@ last tile's merge loading 16 row tiles' partials ahead instead of 4. Train, Kern
 shapes, the bench's protocol (256 MB L2 flush, CUDA events), 40 rounds; medians in ms.
 run105 (VARIANT=serial,chains4,nomerge): the tree merged the partials in 16 chains
 (common.cuh kMergeChains); serial = one chain, chains4 = four. run106 (VARIANT=chains4,evlast,
-evboth,nomerge): the tree merges in 8 chains; evlast stores the partials with L2 evict_last,
-evboth also Z' with evict_first. run107 (VARIANT=mergeoff,nofinal,fastdiv,nomerge): what the
-merge's cost is made of. run108 (VARIANT=timed): when each merge runs, how long, and when each
-CTA ends. run109 (VARIANT=ahead1,timed): the tree loads 2 tiles of each chain a round
-(kMergeAhead), ahead1 one. Then (PROFILE=1) the kernels'
-own times under torch.profiler at 39 and 84 tf32, and each variant's largest difference
-from the tree's output.
+evboth,nomerge): the tree merged in 8 chains; evlast stored the partials with L2 evict_last,
+evboth also Z' with evict_first (switches since removed). run107 (VARIANT=mergeoff,nofinal,
+fastdiv,nomerge): what the merge's cost is made of. run108 (VARIANT=timed): when each merge
+runs, how long, and when each CTA ends. run109 (VARIANT=ahead1,timed): the tree loaded 2 tiles
+of each chain a round, ahead1 one. run110 (VARIANT=timed,nomerge): the partials kept
+column-major (reverted). run111 (VARIANT=static,timed): the persistent tf32 GEMM took its tiles
+from a global counter (next_unit), static = blockIdx.x + f·gridDim.x. run112 (VARIANT=lastmerge):
+the tree's column-block merges run as units after the tiles (merge_slice), lastmerge = the last
+tile of each block merges. run113 (VARIANT=lastmerge): sums' finalize also four threads a column
+(merge_columns). Variants whose anchors a later tree no longer has were run on the tree of their
+run (branch merge-experiments). Then (PROFILE=1) the kernels' own times under torch.profiler at
+39 and 84 tf32, and each variant's largest difference from the tree's output.
 Usage: VARIANT=... python run101-ab.py build-b | time"""
 import os
 import shutil
