@@ -1,6 +1,7 @@
 // Stage 4, fused: the GEMM's ColumnStatsMerge epilogue stores Z' = XWᵀ and its row tile's
 // column partials, and the last tile of each column block (tile counter + fence) merges all
-// row tiles in order into a, c and the running buffers. Then one row pass reads Z' once:
+// row tiles in the merge order into a, c and the running buffers (the persistent tf32 GEMM:
+// as units after its tiles, 64 columns each, gemm_wgmma.cuh). Then one row pass reads Z' once:
 // V = a∘Z' + c and (84) the softmax from online (max, Σexp) partials, writing Y once.
 // What changes from sums: the finalize kernel moves into the epilogue and the row softmax
 // reads each row once (online). Eval mode: as sums (coefficients from the running buffers
