@@ -426,7 +426,7 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
         update_running_stats(bn, *tracked_stats(kind, mean, var, scale), n)
         return y
     # sums and fused: Z' = X Wᵀ without bias, tile partials from the GEMM epilogue,
-    # Chan merge in tile order, bias only in the running mean.
+    # Chan merge in the kernels' fixed order, bias only in the running mean.
     zp = matmul_nt(x, weight, precision)
     mean_p, var = column_stats_chan(zp, tile_rows(n, weight.shape[0], precision))
     a, c = train_coefficients(kind, mean_p, var, bn, scale)

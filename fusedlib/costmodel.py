@@ -250,7 +250,7 @@ def _sums(b: _Builder) -> None:
 
     Train: the GEMM (no bias: it cancels) reads X and W and writes Z' plus its row tiles'
     partials (mean_t, M2_t): 2·T·M floats, T = ceil(N / tile rows). A finalize kernel reads
-    the partials (merging them with Chan's formula in tile order), s, γ, β, b and the running
+    the partials (merging them with Chan's formula in a fixed order), s, γ, β, b and the running
     buffers, and writes a, c and the buffers. One row pass reads Z' once and writes Y
     (84: the single-kernel row softmax, row kept in shared memory; 33: the affine).
     Full-tensor passes (train): GEMM write, 1 read + 1 write. Eval: GEMM with the folded

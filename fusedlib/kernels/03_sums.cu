@@ -1,6 +1,6 @@
 // Stage 3, sums: batch statistics come from the GEMM itself. The ColumnStats epilogue of
 // each row tile writes Z' = XWᵀ (no bias: it cancels in train mode) and the tile's column
-// partials (mean_t, M2_t); a finalize kernel merges them in tile order with Chan's formula
+// partials (mean_t, M2_t); a finalize kernel merges them in the merge order (common.cuh) with Chan's formula
 // into a, c and the running buffers; one row pass writes Y (84: with the row softmax).
 // What changes from fold: the epilogue (the two column passes are gone).
 // Eval mode: the GEMM's AffineStore epilogue computes the coefficients a, c from the

@@ -11,8 +11,10 @@
 //   ColumnStats        out = C (Z' = XWᵀ) and the tile's column partials (sums)
 //                      (n_t, mean_t, M2_t): mean first, then Σ(z − mean_t)²
 //   ColumnStatsMerge   ColumnStats, then the last tile of each column   (fused)
-//                      block merges every row tile's partials in order (Chan) into a, c
-//                      and the running buffers (tile counter + fence, no float atomics)
+//                      block merges every row tile's partials in the merge order (Chan) into
+//                      a, c and the running buffers (tile counter + fence, no float atomics);
+//                      the persistent wgmma GEMM only counts and merges in units after its
+//                      tiles (merge_slice)
 // Interface (C-tile form): Epi::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid), called by THREADS
 // threads numbered tid = 0 … THREADS − 1 (a mainloop may keep other warps out, as the wgmma
 // producer warpgroup is); they synchronise on named barrier 1 only. scratch holds

@@ -204,21 +204,18 @@ __device__ __forceinline__ bool sum_splits(const Problem& p, float (&d)[NACC], i
   return true;
 }
 
-// The tile scheduler: the f-th unit (tile, or tile × split) a CTA runs. Persistent (tf32):
-// dynamic, the next unit of the raster from a global counter as each CTA's producer is ready
-// for one, so a CTA that spent time on a merge simply takes fewer tiles (with a static
-// schedule, blockIdx.x + f·gridDim.x, the merges' time added up on the CTAs that ran them:
-// run108, 39's last-tile merges of 18–28 µs, two on one CTA, were the kernel's tail). Results
-// do not depend on which CTA runs a tile (the merge order is the tiles', not the CTAs').
-// The counter is zero before the launch; the last fetch (gridDim.x of them return ≥ units, one
-// a CTA) resets it. (One CTA a tile, 3xTF32: unit blockIdx.x, no scheduler.)
-// With merge units (kMergeUnits) the tiles come first and then, in column-block order, the
-// merges of every 64-column slice (merge_slice): a CTA with no tile left takes a merge, so no
-// merge delays a tile (run111: with the last tile of a column block merging, a CTA delayed by
-// one merge finished its next tile last and merged again, and ended the kernel).
-constexpr bool kDynamicTiles = true, kMergeUnits = true;
-__device__ __forceinline__ int next_unit(const Problem& p, int units, int f) {
-  if (!kDynamicTiles) return blockIdx.x + f * gridDim.x;
+// The persistent (tf32) tile scheduler: the next unit (tile, or tile × split) of the raster
+// from a global counter, as each CTA's producer is ready for one. With merge units
+// (kMergeUnits) the tiles come first and then, in column-block order, the merges of every
+// 64-column slice (merge_slice): a CTA with no tile left takes a merge, so no merge delays a
+// tile (run108–run111: with the last tile of each column block merging, a CTA delayed by one
+// merge finished its next tile last and merged again, and ended the kernel), and a merge unit
+// only ever waits on tiles already handed to running CTAs. Results do not depend on which CTA
+// runs a unit (the merge order is the tiles', not the CTAs'). The counter is zero before the
+// launch; the last fetch (gridDim.x of them return ≥ units, one a CTA) resets it. (One CTA a
+// tile, 3xTF32: unit blockIdx.x, no scheduler.)
+constexpr bool kMergeUnits = true;
+__device__ __forceinline__ int next_unit(const Problem& p, int units) {
   const int u = (int)atomicAdd(p.tile_counter, 1u);
   if (u == units + (int)gridDim.x - 1) *p.tile_counter = 0;  // every CTA has had its last
   return u;
@@ -280,7 +277,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         int u = blockIdx.x;
         if (wg_persistent(PROMOTE)) {
           if (f >= 2) mbar_wait(tile_empty + f % 2, ((f / 2) - 1) & 1);
-          u = next_unit(p, all_units, f);
+          u = next_unit(p, all_units);
           tile_slot[f % 2] = u;
           mbar_arrive(tile_full + f % 2);
           if (u >= all_units) break;
