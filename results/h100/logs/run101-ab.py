@@ -6,6 +6,15 @@ after the partials, fence and count (run100-epilogue-main.cuh was the tree then:
 of its log read main = "fused(main)", B = "fused(stores last)"). run102 (VARIANT=unroll16): the
 last tile's merge loading 16 row tiles' partials ahead instead of 4. Train, KernelBench
 shapes, the bench's protocol (256 MB L2 flush, CUDA events), 40 rounds; medians in ms.
+run105 (VARIANT=serial,chains4,nomerge): the tree merged the partials in 16 chains
+(common.cuh kMergeChains); serial = one chain, chains4 = four. run106 (VARIANT=chains4,evlast,
+evboth,nomerge): the tree merges in 8 chains; evlast stores the partials with L2 evict_last,
+evboth also Z' with evict_first. run107 (VARIANT=mergeoff,nofinal,fastdiv,nomerge): what the
+merge's cost is made of. run108 (VARIANT=timed): when each merge runs, how long, and when each
+CTA ends. run109 (VARIANT=ahead1,timed): the tree loads 2 tiles of each chain a round
+(kMergeAhead), ahead1 one. Then (PROFILE=1) the kernels'
+own times under torch.profiler at 39 and 84 tf32, and each variant's largest difference
+from the tree's output.
 Usage: VARIANT=... python run101-ab.py build-b | time"""
 import os
 import shutil
@@ -17,7 +26,56 @@ import torch
 
 L = Path(__file__).resolve().parent
 KROOT = Path("/tmp/kernels-b")
-VARIANTS = {"unroll16": {"common.cuh": ("constexpr int UNROLL = 4;", "constexpr int UNROLL = 16;")},
+F = "kPartialsEvictLast = false, kZEvictFirst = false"
+VARIANTS = {"serial": {"common.cuh": ("constexpr int kMergeChains = 8;", "constexpr int kMergeChains = 1;")},
+            "chains4": {"common.cuh": ("constexpr int kMergeChains = 8;", "constexpr int kMergeChains = 4;")},
+            "ahead1": {"common.cuh": ("constexpr int kMergeAhead = 2;", "constexpr int kMergeAhead = 1;")},
+            "evlast": {"common.cuh": (F, "kPartialsEvictLast = true, kZEvictFirst = false")},
+            "evboth": {"common.cuh": (F, "kPartialsEvictLast = true, kZEvictFirst = true")},
+            # run107 diagnostics (wrong outputs, timing only): the merge compiled in but never run; the
+            # merge without finalize_column
+            "mergeoff": {"epilogue.cuh": ("if (!*flag) return;", "if (!*flag || p.n > 1) return;")},
+            "nofinal": {"epilogue.cuh": ("finalize_column(p, n0 + cc, mo.mean, mo.m2 / mo.n, false);",
+                                         "p.coef[n0 + cc] = mo.mean; p.coef[p.m + n0 + cc] = mo.m2;")},
+            # run108 (diagnostic, wrong outputs): globaltimer stamps (ns, low 32 bits) in the running buffers:
+            # running_mean[2j], [2j + 1] = merge of column block j begins, ends; running_mean[64 + j] = its
+            # CTA; running_var[b], [2048 + b] = CTA b's consumers begin, end (tf32, persistent)
+            "timed": {"epilogue.cuh": ("""  for (int cc = tid; cc < cols; cc += THREADS) {
+    const Moments mo = merge_column_partials(p, n0 + cc, BM);
+    finalize_column(p, n0 + cc, mo.mean, mo.m2 / mo.n, false);
+  }""", """  unsigned long long t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  for (int cc = tid; cc < cols; cc += THREADS) {
+    const Moments mo = merge_column_partials(p, n0 + cc, BM);
+    p.coef[n0 + cc] = mo.mean; p.coef[p.m + n0 + cc] = mo.m2;
+  }
+  epilogue_sync<THREADS>();
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  if (tid == 0) {
+    reinterpret_cast<unsigned*>(p.running_mean)[2 * col_block] = (unsigned)t0;
+    reinterpret_cast<unsigned*>(p.running_mean)[2 * col_block + 1] = (unsigned)t1;
+    p.running_mean[64 + col_block] = (float)blockIdx.x;
+  }"""),
+                      "gemm_wgmma.cuh": ("""    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\\n");""",
+                                         """    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\\n");
+    unsigned long long tstart;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tstart));
+    if (threadIdx.x == 128 && !PROMOTE) reinterpret_cast<unsigned*>(p.running_var)[blockIdx.x] = (unsigned)tstart;"""),
+                      "gemm_wgmma.cuh ": ("""      if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
+    }
+  }
+#endif""", """      if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
+    }
+    unsigned long long tend;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tend));
+    if (threadIdx.x == 128 && !PROMOTE) reinterpret_cast<unsigned*>(p.running_var)[2048 + blockIdx.x] = (unsigned)tend;
+  }
+#endif""")},
+            # run111: the static schedule (blockIdx.x + f·gridDim.x) against the tree's dynamic one
+            "static": {"gemm_wgmma.cuh": ("constexpr bool kDynamicTiles = true;", "constexpr bool kDynamicTiles = false;")},
+            # run107: one reciprocal a Chan merge instead of two divisions (other last bits)
+            "fastdiv": {"common.cuh": ("return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};",
+                                       "const float r = __frcp_rn(n);\n  return {n, a.mean + d * (b.n * r), a.m2 + b.m2 + d * d * (a.n * b.n * r)};")},
             # diagnostics (run103; wrong outputs, timing only): no merge at all, no fence before the count
             "nomerge": {"epilogue.cuh": ("if (!*flag) return;", "return;")},
             "nofence": {"epilogue.cuh": ("__threadfence();  // this tile's partials", "//")}}
@@ -31,7 +89,8 @@ def load_b(variant):
     KDIR = KROOT / variant
     if not KDIR.exists():
         shutil.copytree(build.KERNEL_DIR, KDIR)
-        for name, (old, new) in VARIANTS[variant].items():
+        for name, (old, new) in VARIANTS[variant].items():  # (a second edit of a file: its name + " ")
+            name = name.strip()
             text = (KDIR / name).read_text()
             assert old in text, (name, old)
             (KDIR / name).write_text(text.replace(old, new))
@@ -86,5 +145,36 @@ for shape, problem, precision in (("39", "33", "tf32"), ("84", "84", "tf32"), ("
     line = f"{shape} {precision:6s}: sums {med['sums']:.4f} fused(main) {med['fused_main']:.4f} ms, main/sums " \
            f"{med['fused_main'] / med['sums']:.3f}"
     for v in NAMES:
-        line += f" | {v} {med[v]:.4f} ms, /main {med[v] / med['fused_main']:.3f}, equal {torch.equal(y[v], y['fused_main'])}"
+        diff = (y[v] - y["fused_main"]).abs().max().item()
+        line += f" | {v} {med[v]:.4f} ms, /main {med[v] / med['fused_main']:.3f}, max |diff| {diff:.2e}"
     print(line, flush=True)
+    if "timed" in fns and precision == "tf32" and shape in ("39", "84"):
+        with torch.no_grad():
+            flush.zero_()
+            fns["timed"](*args)
+            torch.cuda.synchronize()
+        col_blocks = -(-s.out_features // 256)
+        rm = bn.running_mean.view(torch.int32).cpu().tolist()
+        rv = bn.running_var.view(torch.int32).cpu().tolist()
+        cta = bn.running_mean[64:64 + col_blocks].cpu().tolist()
+        grid = min(132, col_blocks * (-(-s.batch // 128)))
+        base = min(v & 0xffffffff for v in rv[:grid])
+        us = lambda v: ((v & 0xffffffff) - base) / 1000  # noqa: E731
+        ends = [us(v) for v in rv[2048:2048 + grid]]
+        print(f"  {shape} timed: CTA end µs min {min(ends):.1f} median {statistics.median(ends):.1f} max {max(ends):.1f}")
+        for j in range(col_blocks):
+            b = int(cta[j])
+            print(f"    block {j:2d} CTA {b:3d}: merge {us(rm[2 * j]):8.1f} → {us(rm[2 * j + 1]):8.1f} µs "
+                  f"({us(rm[2 * j + 1]) - us(rm[2 * j]):5.1f}); CTA ends {ends[b]:8.1f}")
+    if os.environ.get("PROFILE") and precision == "tf32" and shape in ("39", "84"):
+        with torch.no_grad():
+            for k, fn in fns.items():
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    for _ in range(10):
+                        flush.zero_()
+                        fn(*args)
+                    torch.cuda.synchronize()
+                ks = [(e.key, e.device_time_total / e.count) for e in prof.key_averages() if "fill" not in e.key.lower()
+                      and "zero" not in e.key.lower()]
+                print(f"  {shape} {k:12s} " + "  ".join(f"{name.split('<')[0].split('(')[0][-28:]} {us:.1f}"
+                                                   for name, us in ks), flush=True)
