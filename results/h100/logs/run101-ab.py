@@ -8,13 +8,18 @@ last tile's merge loading 16 row tiles' partials ahead instead of 4. Train, Kern
 shapes, the bench's protocol (256 MB L2 flush, CUDA events), 40 rounds; medians in ms.
 run105 (VARIANT=serial,chains4,nomerge): the tree merged the partials in 16 chains
 (common.cuh kMergeChains); serial = one chain, chains4 = four. run106 (VARIANT=chains4,evlast,
-evboth,nomerge): the tree merges in 8 chains; evlast stores the partials with L2 evict_last,
-evboth also Z' with evict_first. run107 (VARIANT=mergeoff,nofinal,fastdiv,nomerge): what the
-merge's cost is made of. run108 (VARIANT=timed): when each merge runs, how long, and when each
-CTA ends. run109 (VARIANT=ahead1,timed): the tree loads 2 tiles of each chain a round
-(kMergeAhead), ahead1 one. Then (PROFILE=1) the kernels'
-own times under torch.profiler at 39 and 84 tf32, and each variant's largest difference
-from the tree's output.
+evboth,nomerge): the tree merged in 8 chains; evlast stored the partials with L2 evict_last,
+evboth also Z' with evict_first (switches since removed). run107 (VARIANT=mergeoff,nofinal,
+fastdiv,nomerge): what the merge's cost is made of. run108 (VARIANT=timed): when each merge
+runs, how long, and when each CTA ends. run109 (VARIANT=ahead1,timed): the tree loaded 2 tiles
+of each chain a round, ahead1 one. run110 (VARIANT=timed,nomerge): the partials kept
+column-major (reverted). run111 (VARIANT=static,timed): the persistent tf32 GEMM took its tiles
+from a global counter (next_unit), static = blockIdx.x + f·gridDim.x. run112 (VARIANT=lastmerge):
+the tree's column-block merges run as units after the tiles (merge_slice), lastmerge = the last
+tile of each block merges. run113 (VARIANT=lastmerge): sums' finalize also four threads a column
+(merge_columns). Variants whose anchors a later tree no longer has were run on the tree of their
+run (branch merge-experiments). Then (PROFILE=1) the kernels' own times under torch.profiler at
+39 and 84 tf32, and each variant's largest difference from the tree's output.
 Usage: VARIANT=... python run101-ab.py build-b | time"""
 import os
 import shutil
@@ -72,7 +77,8 @@ VARIANTS = {"serial": {"common.cuh": ("constexpr int kMergeChains = 8;", "conste
   }
 #endif""")},
             # run111: the static schedule (blockIdx.x + f·gridDim.x) against the tree's dynamic one
-            "static": {"gemm_wgmma.cuh": ("constexpr bool kDynamicTiles = true;", "constexpr bool kDynamicTiles = false;")},
+            # run112: the tree's merge units against the last tile of each column block merging
+            "lastmerge": {"gemm_wgmma.cuh": ("kDynamicTiles = true, kMergeUnits = true;", "kDynamicTiles = true, kMergeUnits = false;")},
             # run107: one reciprocal a Chan merge instead of two divisions (other last bits)
             "fastdiv": {"common.cuh": ("return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};",
                                        "const float r = __frcp_rn(n);\n  return {n, a.mean + d * (b.n * r), a.m2 + b.m2 + d * d * (a.n * b.n * r)};")},
@@ -143,7 +149,7 @@ for shape, problem, precision in (("39", "33", "tf32"), ("84", "84", "tf32"), ("
                     times[k].append(a.elapsed_time(b))
     med = {k: statistics.median(v) for k, v in times.items()}
     line = f"{shape} {precision:6s}: sums {med['sums']:.4f} fused(main) {med['fused_main']:.4f} ms, main/sums " \
-           f"{med['fused_main'] / med['sums']:.3f}"
+           f"{med['fused_main'] / med['sums']:.3f}, max |fused − sums| {(y['fused_main'] - y['sums']).abs().max().item():.2e}"
     for v in NAMES:
         diff = (y[v] - y["fused_main"]).abs().max().item()
         line += f" | {v} {med[v]:.4f} ms, /main {med[v] / med['fused_main']:.3f}, max |diff| {diff:.2e}"
