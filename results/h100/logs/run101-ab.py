@@ -76,9 +76,10 @@ VARIANTS = {"serial": {"common.cuh": ("constexpr int kMergeChains = 8;", "conste
     if (threadIdx.x == 128 && !PROMOTE) reinterpret_cast<unsigned*>(p.running_var)[2048 + blockIdx.x] = (unsigned)tend;
   }
 #endif""")},
-            # run111: the static schedule (blockIdx.x + f·gridDim.x) against the tree's dynamic one
-            # run112: the tree's merge units against the last tile of each column block merging
-            "lastmerge": {"gemm_wgmma.cuh": ("kDynamicTiles = true, kMergeUnits = true;", "kDynamicTiles = true, kMergeUnits = false;")},
+            # run111's "static" (blockIdx.x + f·gridDim.x against the dynamic schedule) ran on branch
+            # merge-experiments; run112–run113: the tree's merge units against the last tile of each
+            # column block merging
+            "lastmerge": {"gemm_wgmma.cuh": ("constexpr bool kMergeUnits = true;", "constexpr bool kMergeUnits = false;")},
             # run107: one reciprocal a Chan merge instead of two divisions (other last bits)
             "fastdiv": {"common.cuh": ("return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};",
                                        "const float r = __frcp_rn(n);\n  return {n, a.mean + d * (b.n * r), a.m2 + b.m2 + d * d * (a.n * b.n * r)};")},
