@@ -1,6 +1,6 @@
 // TMA + wgmma mainloop (sm_90a: H100, H200): out(N×M) = X Wᵀ on TF32 tensor cores.
 // wgmma m64nBNk8 fed by TMA bulk tensor copies into a 4- or 5-stage shared-memory ring on
-// mbarriers; warp-specialized: one producer warpgroup (one thread issues the copies), two
+// mbarriers; warp-specialized: one producer warpgroup (one thread of it issues the copies), two
 // consumer warpgroups of 64 rows each; 128×BN block tile, grouped raster order.
 //  * tf32: BN = 256, one pass over K; the tensor cores read the top 19 bits of the fp32 words.
 //  * 3xtf32: X = Xb + Xs split into TF32 parts by split_tf32_kernel (in train mode X shifted
@@ -41,8 +41,8 @@ struct WgTile {
   static constexpr int kStages = (192 * 1024) / kStageBytes;
   static constexpr size_t kEpilogueOffset = (size_t)kStages * kStageBytes;  // beside the live ring
   static constexpr size_t kBarrierOffset = kEpilogueOffset + fragment_smem_floats<BN>() * sizeof(float);
-  // + the tile scheduler's 2 slots (2 + 2 mbarriers, 2 tile indices) + the split-K flag
-  static constexpr size_t kSmem = 1024 + kBarrierOffset + (2 * kStages + 4) * sizeof(uint64_t) + 16 + 16;
+  // + the tile scheduler's 2 slots (tile indices) + the split-K flag
+  static constexpr size_t kSmem = 1024 + kBarrierOffset + 2 * kStages * sizeof(uint64_t) + 16 + 16;
   static_assert(kBarrierOffset % 8 == 0 && kSmem <= 232448, "aligned mbarriers; within sm_90's 227 KB");
 };
 
@@ -63,6 +63,17 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Named barriers 2–5 (1: epilogue_sync): the tile slots' hand-off between the producer warp and
+// the 256 consumer threads, bar.arrive on one side and bar.sync on the other (PTX's
+// producer–consumer pattern, ordering the slot's write before its reads and its reads before the
+// next write).
+constexpr int kSlotFull = 2, kSlotEmpty = 4, kSlotThreads = 32 + 256;
+__device__ __forceinline__ void named_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kSlotThreads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kSlotThreads) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   asm volatile(
@@ -221,9 +232,9 @@ __device__ __forceinline__ int next_unit(const Problem& p, int units) {
   return u;
 }
 
-// Persistent: a CTA (one an SM) runs the units next_unit hands it. Warpgroup 0 produces (one
-// thread takes the next unit, passes its index to the consumers through tile_slot[f % 2] on the
-// tile_full / tile_empty mbarriers, and issues the TMA copies), warpgroups 1 and 2 consume 64
+// Persistent: a CTA (one an SM) runs the units next_unit hands it. Warp 0 produces (its lane 0
+// takes the next unit, passes its index to the consumers through tile_slot[f % 2] on the named
+// barriers kSlotFull / kSlotEmpty, and issues the TMA copies), warpgroups 1 and 2 consume 64
 // rows each. full[s]: stage s landed; empty[s]: both consumer warpgroups are done reading it. One step counter `it` runs across the CTA's
 // tiles, so producer and consumers agree on every stage's parity; the producer loads the next
 // tile while the consumers run this tile's epilogue (from their registers, with its own shared
@@ -244,9 +255,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   float* epi = reinterpret_cast<float*>(smem + T::kEpilogueOffset);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarrierOffset);
   uint64_t* empty = full + ST;
-  uint64_t* tile_full = empty + ST;  // [2] slot holds the next tile index
-  uint64_t* tile_empty = tile_full + 2;  // [2] the consumers' 8 warps have read it
-  int* tile_slot = reinterpret_cast<int*>(tile_empty + 2);  // [2]
+  int* tile_slot = reinterpret_cast<int*>(empty + ST);  // [2] the next unit's index
   int* last_split = tile_slot + 2;
   const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN), tiles = row_tiles * col_tiles;
   const int KT = ceil_div(p.k, kWgBK), total = segments * KT, S = SPLITK ? p.splits : 1, units = tiles * S;
@@ -260,10 +269,6 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
       mbar_init(full + s, 1);
       mbar_init(empty + s, 2);
     }
-    for (int s = 0; s < 2; ++s) {
-      mbar_init(tile_full + s, 1);
-      mbar_init(tile_empty + s, 8);
-    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   }
@@ -271,28 +276,35 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 
   if (wg == 0) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x == 0) {
+    if (threadIdx.x < 32) {  // the producer warp: lane 0 issues, the warp meets the slots' barriers
+      const bool issuer = threadIdx.x == 0;
       int it = 0;
       for (int f = 0;; ++f) {  // f-th unit of this CTA: its index to the consumers through slot f % 2
         int u = blockIdx.x;
         if (wg_persistent(PROMOTE)) {
-          if (f >= 2) mbar_wait(tile_empty + f % 2, ((f / 2) - 1) & 1);
-          u = next_unit(p, all_units);
-          tile_slot[f % 2] = u;
-          mbar_arrive(tile_full + f % 2);
-          if (u >= all_units) break;
+          if (f >= 2) named_sync(kSlotEmpty + f % 2);  // the consumers have read unit f − 2
+          if (issuer) tile_slot[f % 2] = u = next_unit(p, all_units);
+          u = __shfl_sync(0xffffffffu, u, 0);
+          named_arrive(kSlotFull + f % 2);
+          if (u >= all_units) {  // the consumers read this one and stop; unit f − 1's reads drained
+            if (f >= 1) named_sync(kSlotEmpty + (f + 1) % 2);
+            break;
+          }
           if (u >= units) continue;  // a merge unit: nothing to load
         }
-        int m0, n0;
-        wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
-        for (int kt = split_begin(u % S, S, total); kt < split_begin(u % S + 1, S, total); ++kt, ++it) {
-          const int s = it % ST, seg = kt / KT, k0 = (kt % KT) * kWgBK;
-          if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
-          uint8_t* st = smem + s * T::kStageBytes;
-          mbar_expect_tx(full + s, T::kStageBytes);
-          tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
-          tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
+        if (issuer) {
+          int m0, n0;
+          wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
+          for (int kt = split_begin(u % S, S, total); kt < split_begin(u % S + 1, S, total); ++kt, ++it) {
+            const int s = it % ST, seg = kt / KT, k0 = (kt % KT) * kWgBK;
+            if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
+            uint8_t* st = smem + s * T::kStageBytes;
+            mbar_expect_tx(full + s, T::kStageBytes);
+            tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
+            tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
+          }
         }
+        __syncwarp();
         if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
       }
     }
@@ -304,11 +316,10 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
     for (int f = 0;; ++f) {
       int u = blockIdx.x;
       if (wg_persistent(PROMOTE)) {
-        mbar_wait(tile_full + f % 2, (f / 2) & 1);
+        named_sync(kSlotFull + f % 2);
         u = tile_slot[f % 2];
-        __syncwarp();
-        if (threadIdx.x % 32 == 0) mbar_arrive(tile_empty + f % 2);
         if (u >= all_units) break;
+        named_arrive(kSlotEmpty + f % 2);  // (the producer stops at the index that stops us)
         if (kUnits && u >= units) {  // merge unit: a 64-column slice of a column block
           const int block = (u - units) / kSlices, j0 = block * BN + (u - units) % kSlices * 64;
           const int slices = ceil_div(min(BN, p.m - block * BN), 64);
