@@ -64,17 +64,10 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
-// Named barriers 2–5 (1: epilogue_sync): the tile slots' hand-off between the producer warp and
-// the 256 consumer threads, bar.arrive on one side and bar.sync on the other (PTX's
-// producer–consumer pattern, ordering the slot's write before its reads and its reads before the
-// next write).
-constexpr int kSlotFull = 2, kSlotEmpty = 4, kSlotThreads = 32 + 256;
-__device__ __forceinline__ void named_sync(int id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kSlotThreads) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kSlotThreads) : "memory");
-}
+// Named barrier 2 (1: epilogue_sync): the hand-off of each unit between the producer warp and the
+// 256 consumer threads, all of them waiting (bar.sync); it orders the unit index's write before
+// its reads, and the reads of a slot before its next write.
+__device__ __forceinline__ void handoff_sync() { asm volatile("bar.sync 2, 288;\n" ::: "memory"); }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred P;\nWAIT_%=:\n"
@@ -233,8 +226,8 @@ __device__ __forceinline__ int next_unit(const Problem& p, int units) {
 }
 
 // Persistent: a CTA (one an SM) runs the units next_unit hands it. Warp 0 produces (its lane 0
-// takes the next unit, passes its index to the consumers through tile_slot[f % 2] on the named
-// barriers kSlotFull / kSlotEmpty, and issues the TMA copies), warpgroups 1 and 2 consume 64
+// takes the next unit, passes its index to the consumers through tile_slot[f % 2] at a hand-off
+// barrier, and issues the TMA copies), warpgroups 1 and 2 consume 64
 // rows each. full[s]: stage s landed; empty[s]: both consumer warpgroups are done reading it. One step counter `it` runs across the CTA's
 // tiles, so producer and consumers agree on every stage's parity; the producer loads the next
 // tile while the consumers run this tile's epilogue (from their registers, with its own shared
@@ -276,36 +269,46 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 
   if (wg == 0) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x < 32) {  // the producer warp: lane 0 issues, the warp meets the slots' barriers
+    if (threadIdx.x < 32) {  // the producer warp: lane 0 issues, the warp meets the hand-offs
       const bool issuer = threadIdx.x == 0;
-      int it = 0;
-      for (int f = 0;; ++f) {  // f-th unit of this CTA: its index to the consumers through slot f % 2
-        int u = blockIdx.x;
-        if (wg_persistent(PROMOTE)) {
-          if (f >= 2) named_sync(kSlotEmpty + f % 2);  // the consumers have read unit f − 2
-          if (issuer) tile_slot[f % 2] = u = next_unit(p, all_units);
-          u = __shfl_sync(0xffffffffu, u, 0);
-          named_arrive(kSlotFull + f % 2);
-          if (u >= all_units) {  // the consumers read this one and stop; unit f − 1's reads drained
-            if (f >= 1) named_sync(kSlotEmpty + (f + 1) % 2);
-            break;
-          }
-          if (u >= units) continue;  // a merge unit: nothing to load
-        }
-        if (issuer) {
-          int m0, n0;
+      int it = 0;  // the issuer's step across units: every stage's parity
+      auto load_step = [&](int kt, int m0, int n0) {
+        const int s = it % ST, seg = kt / KT, k0 = (kt % KT) * kWgBK;
+        if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
+        uint8_t* st = smem + s * T::kStageBytes;
+        mbar_expect_tx(full + s, T::kStageBytes);
+        tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
+        tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
+        ++it;
+      };
+      // The unit to take: the scheduler's, through slot f % 2, in the persistent kernel.
+      auto claim = [&](int f) {
+        int v = 0;
+        if (issuer) tile_slot[f % 2] = v = next_unit(p, all_units);
+        return __shfl_sync(0xffffffffu, v, 0);
+      };
+      int u = wg_persistent(PROMOTE) ? claim(0) : blockIdx.x;
+      for (int f = 0;; ++f) {  // unit f of this CTA
+        const bool tile = u < units;
+        int m0 = 0, n0 = 0, kt = 0, kt1 = 0;
+        if (tile) {
           wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
-          for (int kt = split_begin(u % S, S, total); kt < split_begin(u % S + 1, S, total); ++kt, ++it) {
-            const int s = it % ST, seg = kt / KT, k0 = (kt % KT) * kWgBK;
-            if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
-            uint8_t* st = smem + s * T::kStageBytes;
-            mbar_expect_tx(full + s, T::kStageBytes);
-            tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
-            tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
-          }
+          kt = split_begin(u % S, S, total), kt1 = split_begin(u % S + 1, S, total);
         }
-        __syncwarp();
+        // Its first ST steps go into the stages the consumers free as they finish unit f − 1 (the
+        // overlap of a tile's loads with the previous tile's epilogue); then the hand-off, which
+        // waits for that epilogue; then the rest.
+        if (issuer)
+          for (const int first = min(kt1, kt + ST); kt < first; ++kt) load_step(kt, m0, n0);
+        if (wg_persistent(PROMOTE)) {
+          __syncwarp();  // (lane 0 from its loads: bar.sync wants the whole warp)
+          handoff_sync();  // the consumers take unit f from slot f % 2
+          if (u >= all_units) break;
+        }
+        if (issuer)
+          for (; kt < kt1; ++kt) load_step(kt, m0, n0);
         if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
+        u = claim(f + 1);  // slot (f + 1) % 2: its last reads (unit f − 1) were before this hand-off
       }
     }
   } else {  // consumers: warpgroup 1 → rows 0..63, warpgroup 2 → rows 64..127
@@ -316,10 +319,9 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
     for (int f = 0;; ++f) {
       int u = blockIdx.x;
       if (wg_persistent(PROMOTE)) {
-        named_sync(kSlotFull + f % 2);
+        handoff_sync();  // unit f − 1 done (its epilogue); unit f's index is in slot f % 2
         u = tile_slot[f % 2];
         if (u >= all_units) break;
-        named_arrive(kSlotEmpty + f % 2);  // (the producer stops at the index that stops us)
         if (kUnits && u >= units) {  // merge unit: a 64-column slice of a column block
           const int block = (u - units) / kSlices, j0 = block * BN + (u - units) % kSlices * 64;
           const int slices = ceil_div(min(BN, p.m - block * BN), 64);
