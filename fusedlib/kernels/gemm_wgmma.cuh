@@ -253,8 +253,8 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN), tiles = row_tiles * col_tiles;
   const int KT = ceil_div(p.k, kWgBK), total = segments * KT, S = SPLITK ? p.splits : 1, units = tiles * S;
   constexpr bool kUnits = kMergeUnits && Epi::kMerge && wg_persistent(PROMOTE);  // merges after the tiles
-  constexpr int kSlices = BN / 64;  // merge units a column block
-  const int all_units = units + (kUnits ? col_tiles * kSlices : 0);
+  static_assert(!kUnits || BN % 64 == 0, "a column block in 64-column slices");
+  const int all_units = units + (kUnits ? ceil_div(p.m, 64) : 0);  // + a merge unit a 64-column slice
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -322,10 +322,9 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         handoff_sync();  // unit f − 1 done (its epilogue); unit f's index is in slot f % 2
         u = tile_slot[f % 2];
         if (u >= all_units) break;
-        if (kUnits && u >= units) {  // merge unit: a 64-column slice of a column block
-          const int block = (u - units) / kSlices, j0 = block * BN + (u - units) % kSlices * 64;
-          const int slices = ceil_div(min(BN, p.m - block * BN), 64);
-          if (j0 < p.m) merge_slice(p, epi, block, j0, min(64, p.m - j0), row_tiles, slices, kWgBM, threadIdx.x - 128);
+        if (kUnits && u >= units) {  // merge unit: the 64-column slice from j0, of column block j0 / BN
+          const int j0 = (u - units) * 64, block = j0 / BN, slices = ceil_div(min(BN, p.m - block * BN), 64);
+          merge_slice(p, epi, block, j0, min(64, p.m - j0), row_tiles, slices, kWgBM, threadIdx.x - 128);
           continue;
         }
       }
