@@ -17,7 +17,8 @@ column-major (reverted). run111 (VARIANT=static,timed): the persistent tf32 GEMM
 from a global counter (next_unit), static = blockIdx.x + f·gridDim.x. run112 (VARIANT=lastmerge):
 the tree's column-block merges run as units after the tiles (merge_slice), lastmerge = the last
 tile of each block merges. run113 (VARIANT=lastmerge): sums' finalize also four threads a column
-(merge_columns). Variants whose anchors a later tree no longer has were run on the tree of their
+(merge_columns). run120 (VARIANT=mbarslots): the unit hand-off on mbarrier slots against the
+tree's named barrier. Variants whose anchors a later tree no longer has were run on the tree of their
 run (branch merge-experiments). Then (PROFILE=1) the kernels' own times under torch.profiler at
 39 and 84 tf32, and each variant's largest difference from the tree's output.
 Usage: VARIANT=... python run101-ab.py build-b | time"""
@@ -80,6 +81,23 @@ VARIANTS = {"serial": {"common.cuh": ("constexpr int kMergeChains = 8;", "conste
             # merge-experiments; run112–run113: the tree's merge units against the last tile of each
             # column block merging
             "lastmerge": {"gemm_wgmma.cuh": ("constexpr bool kMergeUnits = true;", "constexpr bool kMergeUnits = false;")},
+            # run120: the unit hand-off through mbarrier slots (tile_full / tile_empty, as run112–run113
+            # had it; racecheck counts no mbarrier ordering) against the tree's named barrier
+            "mbarslots": {"gemm_wgmma.cuh": ("2 * kStages * sizeof(uint64_t) + 16 + 16;", "(2 * kStages + 4) * sizeof(uint64_t) + 16 + 16;"),
+                          "gemm_wgmma.cuh ": ("  int* tile_slot = reinterpret_cast<int*>(empty + ST);",
+                                              "  uint64_t* tile_full = empty + ST;\n  uint64_t* tile_empty = tile_full + 2;\n"
+                                              "  int* tile_slot = reinterpret_cast<int*>(tile_empty + 2);"),
+                          "gemm_wgmma.cuh  ": ("      mbar_init(empty + s, 2);\n    }\n",
+                                               "      mbar_init(empty + s, 2);\n    }\n    for (int s = 0; s < 2; ++s) {\n"
+                                               "      mbar_init(tile_full + s, 1);\n      mbar_init(tile_empty + s, 8);\n    }\n"),
+                          "gemm_wgmma.cuh   ": ("        if (issuer) tile_slot[f % 2] = v = next_unit(p, all_units);",
+                                                "        if (issuer) {\n          if (f >= 2) mbar_wait(tile_empty + f % 2, ((f / 2) - 1) & 1);\n"
+                                                "          tile_slot[f % 2] = v = next_unit(p, all_units);\n          mbar_arrive(tile_full + f % 2);\n        }"),
+                          "gemm_wgmma.cuh    ": ("          handoff_sync();  // the consumers take unit f from slot f % 2", ""),
+                          "gemm_wgmma.cuh     ": ("        handoff_sync();  // unit f − 1 done (its epilogue); unit f's index is in slot f % 2\n"
+                                                  "        u = tile_slot[f % 2];\n",
+                                                  "        mbar_wait(tile_full + f % 2, (f / 2) & 1);\n        u = tile_slot[f % 2];\n"
+                                                  "        __syncwarp();\n        if (threadIdx.x % 32 == 0) mbar_arrive(tile_empty + f % 2);\n")},
             # run107: one reciprocal a Chan merge instead of two divisions (other last bits)
             "fastdiv": {"common.cuh": ("return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};",
                                        "const float r = __frcp_rn(n);\n  return {n, a.mean + d * (b.n * r), a.m2 + b.m2 + d * d * (a.n * b.n * r)};")},
