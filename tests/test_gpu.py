@@ -258,7 +258,7 @@ def test_offset_inputs_within_the_fp32_budget(case, monkeypatch):
 @pytest.mark.parametrize("stage,precision", list(check.combos(algebra.STAGES, algebra.PRECISIONS)))
 def test_backward_reruns_are_bit_identical(problem, stage, precision):
     """Five train-mode forward + backward calls on the same x and dY give the same gradients,
-    bit for bit (no float atomics: the column partials merge in tile order)."""
+    bit for bit (no float atomics: the column partials merge in a fixed order)."""
     shape = parse_shape("257x1000->999")
     model = make_reference(problem, shape.in_features, shape.out_features, seed=0).cuda()
     fused = fusedlib.from_reference(model, stage=stage, precision=precision)
@@ -297,9 +297,10 @@ def test_reruns_are_bit_identical(problem, stage, precision):
 @pytest.mark.parametrize("stage,precision", [(s, "tf32") for s in algebra.STAGES])
 def test_persistent_grid_sizes_are_bit_identical(problem, shape, stage, precision, monkeypatch):
     """The persistent wgmma GEMM (tf32; 3xTF32 runs one CTA a tile) on 1, 7 and one CTA an SM ($FUSEDLIB_WGMMA_GRID): the same
-    outputs and running buffers bit for bit after two train steps and an eval step (a static
-    tile schedule; the column merge counts tiles and adds them in row-tile order, whatever
-    CTA ran them). One CTA runs every tile: the load ring's phases across many tiles."""
+    outputs and running buffers bit for bit after two train steps and an eval step (the tiles
+    and merge units go to CTAs as they are ready; each merge adds the row tiles in the fixed
+    merge order, whatever CTA ran them). One CTA runs every unit: the load ring's phases across
+    many tiles, and merge units after its own tiles."""
     if shape == "84" and stage in ("naive", "fold"):
         pytest.skip("the KernelBench shape once a precision, in the statistics stages")
     sh = PRESETS[shape] if shape in PRESETS else parse_shape(shape)
