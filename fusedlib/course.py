@@ -137,7 +137,7 @@ def prediction_by_precision(stage: str, problem: str, precisions=("fp32", "tf32"
     """(table, {precision: predicted ms}) of ``stage`` for ``problem`` at its KernelBench
     shape: one row per pass of the cost model (:func:`prediction`), its GFLOP and, for each
     precision, the MB it moves (read + written) and its ms at its roof; NaN where a pass does
-    not exist at that precision (the TF32 split of X, 3xtf32 only)."""
+    not exist at that precision."""
     import pandas as pd
     tables, totals = {}, {}
     for precision in precisions:

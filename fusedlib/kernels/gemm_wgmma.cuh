@@ -3,10 +3,10 @@
 // mbarriers; warp-specialized: one producer warpgroup (one thread of it issues the copies), two
 // consumer warpgroups of 64 rows each; 128×BN block tile, grouped raster order.
 //  * tf32: BN = 256, one pass over K; the tensor cores read the top 19 bits of the fp32 words.
-//  * 3xtf32: X = Xb + Xs split into TF32 parts by split_tf32_kernel (in train mode X shifted
-//    by its first row, common.cuh; W's parts too, unless
-//    the caller passed them cached: p.split_w = 0), then the same kernel with BN = 192 or 168 over three K segments Xb·Wb, Xs·Wb,
-//    Xb·Ws, with promoted accumulation (fp32-class at any K).
+//  * 3xtf32: X = Xb + Xs split into TF32 parts by the consumers as they read X's tile (in train
+//    mode X shifted by its first row, common.cuh); W's parts [Wb; Ws] by split_tf32_kernel unless
+//    the caller passed them cached (p.split_w = 0); the same kernel with BN = 192 or 168 over three
+//    K segments Xb·Wb, Xs·Wb, Xb·Ws, with promoted accumulation (fp32-class at any K).
 // tf32: persistent CTAs (one an SM) take tiles as they are ready (3xtf32: one CTA a tile); the
 // consumers run the epilogue Epi from their accumulator registers (epilogue_from_fragments: no
 // C tile) while the producer already loads the next tile. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
@@ -39,7 +39,9 @@ struct WgTile {
   static constexpr uint32_t kABytes = kWgBM * kWgBK * 4, kBBytes = BN * kWgBK * 4;
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;
   static constexpr int kStages = (192 * 1024) / kStageBytes;
-  static constexpr size_t kEpilogueOffset = (size_t)kStages * kStageBytes;  // beside the live ring
+  // 3xTF32 with the first-row shift: X's row 0 over the stage's 32 K columns, a 128-byte row a stage
+  static constexpr size_t kRow0Offset = (size_t)kStages * kStageBytes;
+  static constexpr size_t kEpilogueOffset = kRow0Offset + kStages * kWgBK * sizeof(float);  // beside the live ring
   static constexpr size_t kBarrierOffset = kEpilogueOffset + fragment_smem_floats<BN>() * sizeof(float);
   // + the tile scheduler's 2 slots (tile indices) + the split-K flag
   static constexpr size_t kSmem = 1024 + kBarrierOffset + 2 * kStages * sizeof(uint64_t) + 16 + 16;
@@ -114,12 +116,15 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[128], uint64_t desc_a, uin
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-__device__ __forceinline__ void wgmma_tf32(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n192k8
+// 3xTF32: D(64×N) (+)= A(64×8, registers) · B(8×N, smem), A the TF32 part of X a thread computed
+// (wgmma's register fragment of A: a[0] row g, column t; a[1] row g + 8; a[2], a[3] the same rows
+// at column t + 4, in the warp's 16 rows), so X is split on the fly (wgmma_3xtf32_fragment).
+__device__ __forceinline__ void wgmma_tf32_rs(float (&d)[96], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {  // m64n192k8
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
-      "%96, %97, p, 1, 1;\n"
+      "{%96, %97, %98, %99}, %100, p, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -133,14 +138,14 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[96], uint64_t desc_a, uint
         "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
         "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
         "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
-__device__ __forceinline__ void wgmma_tf32(float (&d)[84], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n168k8
+__device__ __forceinline__ void wgmma_tf32_rs(float (&d)[84], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {  // m64n168k8
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %86, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %89, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n168k8.f32.tf32.tf32 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83}, "
-      "%84, %85, p, 1, 1;\n"
+      "{%84, %85, %86, %87}, %88, p, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -153,7 +158,7 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[84], uint64_t desc_a, uint
         "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
         "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
         "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 #endif  // FL_WGMMA_ENABLED
 
@@ -225,20 +230,44 @@ __device__ __forceinline__ int next_unit(const Problem& p, int units) {
   return u;
 }
 
+// 3xTF32's split of X as the consumers read it (no split pass, no copy of X's parts): this
+// thread's wgmma A fragment (wgmma_tf32_rs) of K slice kk (8 columns) of its warpgroup's 64 rows
+// `a` in a stage, which TMA wrote with the 128-byte swizzle (16-byte chunk c of row r at chunk
+// c ^ (r % 8)). v = x − x₀ in the rows the first-row shift covers (shift_rows bit 0: row g, bit 1:
+// row g + 8; x₀ = row0, X's row 0 over the stage's K columns), then Xb = rna_tf32(v), or
+// Xs = rna_tf32(v − Xb) where `small` (algebra.tf32_split; the same bits as a split pass).
+__device__ __forceinline__ void wgmma_3xtf32_fragment(uint32_t (&f)[4], const uint8_t* a, const float* row0, int kk,
+                                                      bool small, int shift_rows) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const uint32_t lo = (16 * ((threadIdx.x / 32) % 4) + g) * 128 + (g << 4) + 4 * t;  // row g, chunk 0 swizzled
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {  // rows g, g + 8 (q % 2) at columns 8kk + t, + 4 (q / 2)
+    const uint32_t chunk = 2 * kk + q / 2;
+    float v = *reinterpret_cast<const float*>(a + ((lo + (q % 2) * 1024) ^ (chunk << 4)));
+    if (shift_rows >> (q % 2) & 1) v -= row0[8 * kk + 4 * (q / 2) + t];
+    const uint32_t big = to_tf32(v);
+    f[q] = small ? to_tf32(v - __uint_as_float(big)) : big;
+  }
+}
+
 // Persistent: a CTA (one an SM) runs the units next_unit hands it. Warp 0 produces (its lane 0
 // takes the next unit, passes its index to the consumers through tile_slot[f % 2] at a hand-off
 // barrier, and issues the TMA copies), warpgroups 1 and 2 consume 64
 // rows each. full[s]: stage s landed; empty[s]: both consumer warpgroups are done reading it. One step counter `it` runs across the CTA's
 // tiles, so producer and consumers agree on every stage's parity; the producer loads the next
 // tile while the consumers run this tile's epilogue (from their registers, with its own shared
-// memory beside the ring). Segments: A = (seg == 1 ? a1 : a0), B = (seg == 2 ? b1 : b0).
+// memory beside the ring). tf32: one segment, A from map_a, B from map_b0, both by descriptor.
+// 3xTF32: three segments over K; each loads X as it is (map_a) and B = (seg == 2 ? Ws : Wb)
+// (map_b1, map_b0), and the consumers split X into TF32 parts as they read it from shared memory
+// (wgmma_3xtf32_fragment): A = Xb in segments 0 and 2, Xs in segment 1 — Xb·Wb + Xs·Wb + Xb·Ws.
+// With the first-row shift (p.z0) the producer also loads X's row 0 for each K step (map_row0).
 // PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each
 // window of kPromoteStages K steps (128 products) is accumulated from zero and then added into
 // a separate fp32 accumulator (round-to-nearest FADD): 3xTF32 stays fp32-class for any K.
 template <int BN, bool PROMOTE, class Epi, bool SPLITK>
 __global__ void __launch_bounds__(kWgThreads, 1)
-wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorMap map_a0,
-                   const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_a1,
+wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorMap map_a,
+                   const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_row0,
                    const __grid_constant__ CUtensorMap map_b1, int segments) {
 #if FL_WGMMA_ENABLED
   using T = WgTile<BN>;
@@ -246,6 +275,8 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   float* epi = reinterpret_cast<float*>(smem + T::kEpilogueOffset);
+  float* row0 = reinterpret_cast<float*>(smem + T::kRow0Offset);  // [ST][32] (3xTF32, p.z0)
+  const bool shift = PROMOTE && p.z0;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarrierOffset);
   uint64_t* empty = full + ST;
   int* tile_slot = reinterpret_cast<int*>(empty + ST);  // [2] the next unit's index
@@ -276,9 +307,10 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         const int s = it % ST, seg = kt / KT, k0 = (kt % KT) * kWgBK;
         if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
         uint8_t* st = smem + s * T::kStageBytes;
-        mbar_expect_tx(full + s, T::kStageBytes);
-        tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
+        mbar_expect_tx(full + s, T::kStageBytes + (shift ? kWgBK * sizeof(float) : 0));
+        tma_load_2d(st, &map_a, full + s, k0, m0);
         tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
+        if (shift) tma_load_2d(row0 + s * kWgBK, &map_row0, full + s, k0, 0);
         ++it;
       };
       // The unit to take: the scheduler's, through slot f % 2, in the persistent kernel.
@@ -334,6 +366,13 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
       for (int i = 0; i < NACC; ++i) d[i] = 0.f;  // K = 0 leaves the first product unissued
 #pragma unroll
       for (int i = 0; i < (PROMOTE ? NACC : 1); ++i) acc[i] = 0.f;
+      int shift_rows = 0;  // 3xTF32: whether rows g (bit 0) and g + 8 (bit 1) of the warp are shifted
+      if (PROMOTE && shift) {
+        int m0, n0;
+        wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
+        const int r = m0 + 64 * cw + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
+        shift_rows = (r != 0 && r < p.n) | (r + 8 < p.n) << 1;  // row 0 stays x₀; rows past N stay 0
+      }
       bool prev_released = true;  // step it − 1's stage already handed back to the producer
       for (int kt = kt0; kt < kt1; ++kt, ++it) {
         const int s = it % ST;
@@ -342,10 +381,21 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         const uint8_t* b = smem + s * T::kStageBytes + T::kABytes;
         // A promotion window starts from zero: its first product overwrites d (scale-d = 0).
         const bool fresh = PROMOTE ? (kt - kt0) % kPromoteStages == 0 : kt == kt0;
-        wgmma_fence();
+        if constexpr (PROMOTE) {
+          uint32_t frag[kWgBK / 8][4];  // this step's TF32 part of X, read before the fence
 #pragma unroll
-        for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
-          wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
+          for (int kk = 0; kk < kWgBK / 8; ++kk)
+            wgmma_3xtf32_fragment(frag[kk], a, row0 + s * kWgBK, kk, kt >= KT && kt < 2 * KT, shift_rows);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kWgBK / 8; ++kk)
+            wgmma_tf32_rs(d, frag[kk], smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
+        } else {
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
+            wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
+        }
         wgmma_commit();
         if (PROMOTE && ((kt - kt0) % kPromoteStages == kPromoteStages - 1 || kt == kt1 - 1)) {
           wgmma_wait<0>();  // the window's products are done: add them in with round-to-nearest
@@ -387,21 +437,23 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 #endif
 }
 
-// X = Xb + Xs with Xb = rna_tf32(X), Xs = rna_tf32(X − Xb) (same rounding as algebra.round_tf32).
-// shift_k = K > 0: the first-row shift (common.cuh): rows 1 … of X (count < 2³¹ elements, K
-// each) are split minus row 0.
+// W = Wb + Ws with Wb = rna_tf32(W), Ws = rna_tf32(W − Wb) (same rounding as algebra.round_tf32):
+// the B operands of 3xTF32 (wgmma reads B from shared memory only, so W's parts are made before
+// the GEMM, or cached by the caller while W does not change).
 __global__ void split_tf32_kernel(const float* __restrict__ x, float* __restrict__ big, float* __restrict__ small,
-                                  size_t count, int shift_k = 0) {
+                                  size_t count) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
-    float v = x[i];
-    if (shift_k && i >= (size_t)shift_k) v -= x[(unsigned)i % (unsigned)shift_k];
+    const float v = x[i];
     const float b = __uint_as_float(to_tf32(v));
     big[i] = b;
     small[i] = __uint_as_float(to_tf32(v - b));
   }
 }
 
-static const char* encode_map(CUtensorMap* map, const float* base, int rows, int k, int box_rows) {
+// A (rows × k) row-major fp32 matrix read in boxes of box_rows × 32 (one 128-byte row each),
+// 128-byte swizzled for wgmma's descriptors (or not: X's row 0, which the consumers read by address).
+static const char* encode_map(CUtensorMap* map, const float* base, int rows, int k, int box_rows,
+                              CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   if (!encode) {
     void* fn = nullptr;
@@ -415,16 +467,16 @@ static const char* encode_map(CUtensorMap* map, const float* base, int rows, int
   const cuuint32_t box[2] = {(cuuint32_t)kWgBK, (cuuint32_t)box_rows};
   const cuuint32_t elem[2] = {1, 1};
   const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dims, strides, box,
-                            elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled rejected a tensor map";
 }
 
 // The Hopper path can run when TMA can address the operands and, for 3xTF32, the host
-// supplied the split copies (p.xsplit workspace, p.wsplit = [Wb; Ws] of w).
+// supplied p.wsplit (W's parts [Wb; Ws], or the workspace the GEMM writes them into).
 inline bool wgmma_applicable(const Problem& p, const float* x, const float* w) {
   const bool aligned = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
-  return aligned && (p.precision == TF32 || (p.precision == TF32X3 && p.xsplit && p.wsplit));
+  return aligned && (p.precision == TF32 || (p.precision == TF32X3 && p.wsplit));
 }
 
 // 3xTF32 tile width for an N×M output: of 192 and 168, the one whose rounds of one tile an SM
@@ -451,8 +503,10 @@ inline int persistent_grid(int tiles) {
 // else as many splits as leave one CTA an SM, each of at least kMinSplitSteps K steps, at most
 // kMaxSplits (a 3xTF32 K step counts three: its three wgmmas). At v0 (run89) the tf32 GEMM is
 // fastest with 4 splits of 8 steps (18.9 µs; 21.4 with 8 of 4, worse with 16), 3xTF32 with 8.
-// $FUSEDLIB_WGMMA_SPLITK=S forces S (tests; clamped to 1 … the K steps).
+// $FUSEDLIB_WGMMA_SPLITK=S forces S (tests; clamped to 1 … the K steps). A 3xTF32 split-K GEMM
+// runs 128×168 tiles (wg_split_width: 128×192 leaves no registers for the split bookkeeping).
 constexpr int kMinSplitSteps = 8, kMaxSplits = 8;
+inline int wg_split_width(int n, int m, int splits) { return splits > 1 ? kSplitNarrow : split_tile_width(n, m); }
 struct WgSplitK {
   int splits, tiles, nacc;
   size_t floats() const { return splits > 1 ? (size_t)splits * tiles * nacc * 256 : 0; }
@@ -464,27 +518,31 @@ inline WgSplitK wg_split_k(int precision, int n, int k, int m) {
   int s = 1;
   if (forced && std::atoi(forced) > 0) s = std::atoi(forced);
   else if (2 * tiles <= sm_count()) s = std::min(std::min(sm_count() / tiles, total / kMinSplitSteps), kMaxSplits);
-  return {std::max(1, std::min(s, total)), tiles, bn / 2};
+  s = std::max(1, std::min(s, total));
+  if (precision == TF32 || wg_split_width(n, m, s) == bn) return {s, tiles, bn / 2};
+  return {s, ceil_div(n, kWgBM) * ceil_div(m, kSplitNarrow), kSplitNarrow / 2};
 }
 
 // One launch of the width-BN kernel: its split-K instantiation where p.splits > 1 (the S = 1
 // one compiles without the split bookkeeping), a CTA a unit (tf32: persistent, one an SM).
 template <int BN, bool PROMOTE, class Epi, bool SPLITK>
-const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a0, const CUtensorMap& b0,
-                      const CUtensorMap& a1, const CUtensorMap& b1, int segments, cudaStream_t st) {
+const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const CUtensorMap& b0,
+                      const CUtensorMap& row0, const CUtensorMap& b1, int segments, cudaStream_t st) {
   auto kernel = wgmma_gemm_kernel<BN, PROMOTE, Epi, SPLITK>;
   FL_OPT_IN_SMEM(kernel, WgTile<BN>::kSmem);
   const int units = ceil_div(p.n, kWgBM) * ceil_div(p.m, BN) * p.splits;
   kernel<<<wg_persistent(PROMOTE) ? persistent_grid(units) : units, kWgThreads, WgTile<BN>::kSmem, st>>>(
-      p, out, a0, b0, a1, b1, segments);
+      p, out, a, b0, row0, b1, segments);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
 template <int BN, bool PROMOTE, class Epi>
-const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a0, const CUtensorMap& b0,
-                      const CUtensorMap& a1, const CUtensorMap& b1, int segments, cudaStream_t st) {
-  return p.splits > 1 ? launch_wg<BN, PROMOTE, Epi, true>(p, out, a0, b0, a1, b1, segments, st)
-                      : launch_wg<BN, PROMOTE, Epi, false>(p, out, a0, b0, a1, b1, segments, st);
+const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const CUtensorMap& b0,
+                      const CUtensorMap& row0, const CUtensorMap& b1, int segments, cudaStream_t st) {
+  if constexpr (BN == kSplitWide) return launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, b1, segments, st);
+  else
+    return p.splits > 1 ? launch_wg<BN, PROMOTE, Epi, true>(p, out, a, b0, row0, b1, segments, st)
+                        : launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, b1, segments, st);
 }
 
 template <class Epi>
@@ -492,27 +550,26 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   if (p.splits > 1 && !(p.splitk && p.splitk_counters)) return "the split-K wgmma GEMM needs its workspace";
   if (!wgmma_applicable(p, x, w))
     return "the wgmma GEMM needs in_features % 4 == 0, 16-byte aligned x and weight, a tensor-core "
-           "precision and (3xtf32) the TF32 split workspaces";
-  CUtensorMap a0, b0, a1, b1;
+           "precision and (3xtf32) W's TF32 parts or their workspace";
+  CUtensorMap a, b0, row0, b1;
   const char* err;
+  if ((err = encode_map(&a, x, p.n, p.k, kWgBM))) return err;
   if (p.precision == TF32) {
     if (p.z0) return "the tf32 wgmma GEMM reads X as it is (TMA): no first-row shift (z0 must be null)";
-    if ((err = encode_map(&a0, x, p.n, p.k, kWgBM)) || (err = encode_map(&b0, w, p.m, p.k, 256))) return err;
-    return launch_wg<256, false, Epi>(p, out, a0, b0, a0, b0, 1, st);
+    if ((err = encode_map(&b0, w, p.m, p.k, 256))) return err;
+    return launch_wg<256, false, Epi>(p, out, a, b0, a, b0, 1, st);
   }
-  const size_t nk = (size_t)p.n * p.k, mk = (size_t)p.m * p.k;
-  split_tf32_kernel<<<132 * 8, 256, 0, st>>>(x, p.xsplit, p.xsplit + nk, nk, p.z0 ? p.k : 0);
-  FL_CHECK_LAUNCH();
-  if (p.split_w) {  // no cached [Wb; Ws] from the caller: split W too
+  const size_t mk = (size_t)p.m * p.k;
+  if (p.split_w) {  // no cached [Wb; Ws] from the caller: split W first
     split_tf32_kernel<<<132 * 8, 256, 0, st>>>(w, p.wsplit, p.wsplit + mk, mk);
     FL_CHECK_LAUNCH();
   }
-  const int bn = split_tile_width(p.n, p.m);
-  if ((err = encode_map(&a0, p.xsplit, p.n, p.k, kWgBM)) || (err = encode_map(&a1, p.xsplit + nk, p.n, p.k, kWgBM)) ||
+  const int bn = wg_split_width(p.n, p.m, p.splits);
+  if ((err = encode_map(&row0, x, 1, p.k, 1, CU_TENSOR_MAP_SWIZZLE_NONE)) ||
       (err = encode_map(&b0, p.wsplit, p.m, p.k, bn)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, bn)))
     return err;
-  return bn == kSplitWide ? launch_wg<kSplitWide, true, Epi>(p, out, a0, b0, a1, b1, 3, st)
-                          : launch_wg<kSplitNarrow, true, Epi>(p, out, a0, b0, a1, b1, 3, st);
+  return bn == kSplitWide ? launch_wg<kSplitWide, true, Epi>(p, out, a, b0, row0, b1, 3, st)
+                          : launch_wg<kSplitNarrow, true, Epi>(p, out, a, b0, row0, b1, 3, st);
 }
 
 }  // namespace fl
