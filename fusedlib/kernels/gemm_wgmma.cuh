@@ -15,6 +15,7 @@
 #include <cudaTypedefs.h>  // CUtensorMap and the cuTensorMapEncodeTiled signature (no -lcuda)
 
 #include <cstdlib>
+#include <type_traits>
 
 #include "epilogue.cuh"
 
@@ -232,22 +233,47 @@ __device__ __forceinline__ int next_unit(const Problem& p, int units) {
 
 // 3xTF32's split of X as the consumers read it (no split pass, no copy of X's parts): this
 // thread's wgmma A fragment (wgmma_tf32_rs) of K slice kk (8 columns) of its warpgroup's 64 rows
-// `a` in a stage, which TMA wrote with the 128-byte swizzle (16-byte chunk c of row r at chunk
-// c ^ (r % 8)). v = x − x₀ in the rows the first-row shift covers (shift_rows bit 0: row g, bit 1:
-// row g + 8; x₀ = row0, X's row 0 over the stage's K columns), then Xb = rna_tf32(v), or
-// Xs = rna_tf32(v − Xb) where `small` (algebra.tf32_split; the same bits as a split pass).
-__device__ __forceinline__ void wgmma_3xtf32_fragment(uint32_t (&f)[4], const uint8_t* a, const float* row0, int kk,
-                                                      bool small, int shift_rows) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const uint32_t lo = (16 * ((threadIdx.x / 32) % 4) + g) * 128 + (g << 4) + 4 * t;  // row g, chunk 0 swizzled
+// in a stage, which TMA wrote with the 128-byte swizzle (16-byte chunk c of row r at chunk
+// c ^ (r % 8)). v = x − x₀ in the rows the first-row shift covers (shift_lo, shift_hi = 1 for rows
+// g, g + 8; x₀ from row0, X's row 0 over the stage's K columns, + 4t), then Xb = rna_tf32(v), or
+// Xs = rna_tf32(v − Xb) where SMALL (algebra.tf32_split; the same bits as a split pass; a NaN
+// in X stays a NaN in Xs).
+__device__ __forceinline__ float lds_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+  return v;
+}
+template <bool SMALL>
+__device__ __forceinline__ void wgmma_3xtf32_fragment(uint32_t (&f)[4], uint32_t a, uint32_t row0, int kk,
+                                                      float shift_lo, float shift_hi) {
+  // a: the stage's rows of this warpgroup (1024-aligned) + this thread's swizzled offset of row
+  // g, chunk 0 (wgmma_3xtf32_base); chunk c of rows g and g + 8 at a ^ (c << 4), + 1024
+  const uint32_t c0 = a ^ ((2 * kk) << 4), c1 = a ^ ((2 * kk + 1) << 4);
+  const float x[4] = {lds_f32(c0), lds_f32(c0 + 1024), lds_f32(c1), lds_f32(c1 + 1024)};
+  float x0[2] = {0.f, 0.f};
+  if (shift_lo != 0.f || shift_hi != 0.f) x0[0] = lds_f32(row0 + 32 * kk), x0[1] = lds_f32(row0 + 32 * kk + 16);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {  // rows g, g + 8 (q % 2) at columns 8kk + t, + 4 (q / 2)
-    const uint32_t chunk = 2 * kk + q / 2;
-    float v = *reinterpret_cast<const float*>(a + ((lo + (q % 2) * 1024) ^ (chunk << 4)));
-    if (shift_rows >> (q % 2) & 1) v -= row0[8 * kk + 4 * (q / 2) + t];
-    const uint32_t big = to_tf32(v);
-    f[q] = small ? to_tf32(v - __uint_as_float(big)) : big;
+    const float v = fmaf(-(q % 2 ? shift_hi : shift_lo), x0[q / 2], x[q]);  // x − x₀ or x, exactly
+    // Xb by integer rounding (ties away, as cvt.rna for every finite v; 2 instructions instead
+    // of cvt's emulation with its NaN guard); Xs by to_tf32, which keeps a NaN v a NaN
+    const uint32_t big = (__float_as_uint(v) + 0x1000u) & ~0x1FFFu;
+    f[q] = SMALL ? to_tf32(v - __uint_as_float(big)) : big;
   }
+}
+
+// This thread's offset in a stage's A tile for wgmma_3xtf32_fragment: row 16·warp + g of its
+// warpgroup's 64, chunk 0 as swizzled ((0 ^ g) << 4), its column t within the chunk.
+__device__ __forceinline__ uint32_t wgmma_3xtf32_offset() {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  return (16 * ((threadIdx.x / 32) % 4) + g) * 128 + (g << 4) + 4 * t;
+}
+
+// The registers of a wgmma's A fragment stay as they are up to this point (the compiler may
+// not reuse them earlier: the tensor cores read them until the wgmma's wait).
+__device__ __forceinline__ void held_until_here(uint32_t (&f)[4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) asm volatile("" : "+r"(f[q])::"memory");
 }
 
 // Persistent: a CTA (one an SM) runs the units next_unit hands it. Warp 0 produces (its lane 0
@@ -366,14 +392,19 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
       for (int i = 0; i < NACC; ++i) d[i] = 0.f;  // K = 0 leaves the first product unissued
 #pragma unroll
       for (int i = 0; i < (PROMOTE ? NACC : 1); ++i) acc[i] = 0.f;
-      int shift_rows = 0;  // 3xTF32: whether rows g (bit 0) and g + 8 (bit 1) of the warp are shifted
+      float shift_lo = 0.f, shift_hi = 0.f;  // 3xTF32: 1 where rows g, g + 8 of the warp are shifted
       if (PROMOTE && shift) {
         int m0, n0;
         wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
         const int r = m0 + 64 * cw + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
-        shift_rows = (r != 0 && r < p.n) | (r + 8 < p.n) << 1;  // row 0 stays x₀; rows past N stay 0
+        shift_lo = r != 0 && r < p.n, shift_hi = r + 8 < p.n;  // row 0 stays x₀; rows past N stay 0
       }
       bool prev_released = true;  // step it − 1's stage already handed back to the producer
+      // 3xTF32: a ring of four A fragments, one a K slice, each a wgmma commit group of its own:
+      // the fragment of slice kk is rewritten once the previous step's slice-kk wgmma is done
+      // (wait for all but the 3 latest groups), so three wgmmas stay queued while a thread splits.
+      uint32_t frag[kWgBK / 8][4] = {};
+      const uint32_t offset = PROMOTE ? wgmma_3xtf32_offset() : 0;
       for (int kt = kt0; kt < kt1; ++kt, ++it) {
         const int s = it % ST;
         mbar_wait(full + s, (it / ST) & 1);
@@ -382,21 +413,27 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         // A promotion window starts from zero: its first product overwrites d (scale-d = 0).
         const bool fresh = PROMOTE ? (kt - kt0) % kPromoteStages == 0 : kt == kt0;
         if constexpr (PROMOTE) {
-          uint32_t frag[kWgBK / 8][4];  // this step's TF32 part of X, read before the fence
+          const uint32_t a_u32 = smem_u32(a) + offset, x0_u32 = smem_u32(row0 + s * kWgBK) + 4 * (threadIdx.x % 4);
+          auto slices = [&](auto small) {  // A = Xs in segment 1 (Xs·Wb), else Xb
 #pragma unroll
-          for (int kk = 0; kk < kWgBK / 8; ++kk)
-            wgmma_3xtf32_fragment(frag[kk], a, row0 + s * kWgBK, kk, kt >= KT && kt < 2 * KT, shift_rows);
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < kWgBK / 8; ++kk)
-            wgmma_tf32_rs(d, frag[kk], smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
+            for (int kk = 0; kk < kWgBK / 8; ++kk) {
+              wgmma_wait<kWgBK / 8 - 1>();
+              held_until_here(frag[kk]);
+              wgmma_3xtf32_fragment<decltype(small)::value>(frag[kk], a_u32, x0_u32, kk, shift_lo, shift_hi);
+              wgmma_fence();
+              wgmma_tf32_rs(d, frag[kk], smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
+              wgmma_commit();
+            }
+          };
+          if (kt >= KT && kt < 2 * KT) slices(std::true_type{});
+          else slices(std::false_type{});
         } else {
           wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
             wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
+          wgmma_commit();
         }
-        wgmma_commit();
         if (PROMOTE && ((kt - kt0) % kPromoteStages == kPromoteStages - 1 || kt == kt1 - 1)) {
           wgmma_wait<0>();  // the window's products are done: add them in with round-to-nearest
 #pragma unroll
@@ -407,14 +444,17 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 #pragma unroll
           for (int i = 0; i < NACC; ++i) acc[i] += d[i];
         } else {
-          wgmma_wait<1>();  // the previous step's products are done: release its stage
-          if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
+          // the previous step's products are done (3xTF32: waited for slice by slice above)
+          if (!PROMOTE) wgmma_wait<1>();
+          if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);  // release its stage
           prev_released = false;
         }
       }
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#pragma unroll
+      for (int kk = 0; kk < kWgBK / 8; ++kk) held_until_here(frag[kk]);
       if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);  // the tile's last stage
       if (PROMOTE) {
 #pragma unroll
