@@ -400,9 +400,10 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         shift_lo = r != 0 && r < p.n, shift_hi = r + 8 < p.n;  // row 0 stays x₀; rows past N stay 0
       }
       bool prev_released = true;  // step it − 1's stage already handed back to the producer
-      // 3xTF32: a ring of four A fragments, one a K slice, each a wgmma commit group of its own:
-      // the fragment of slice kk is rewritten once the previous step's slice-kk wgmma is done
-      // (wait for all but the 3 latest groups), so three wgmmas stay queued while a thread splits.
+      // 3xTF32: the step's A fragments (four K slices), rewritten once the previous step's wgmmas
+      // are done; the two consumer warpgroups take turns on the tensor cores, one splitting X
+      // while the other's wgmmas run. (Four wgmmas back to back keep the accumulator in the
+      // tensor cores; with the split between them, run120's first version, the GEMM took 1.3×.)
       uint32_t frag[kWgBK / 8][4] = {};
       const uint32_t offset = PROMOTE ? wgmma_3xtf32_offset() : 0;
       for (int kt = kt0; kt < kt1; ++kt, ++it) {
@@ -414,19 +415,23 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         const bool fresh = PROMOTE ? (kt - kt0) % kPromoteStages == 0 : kt == kt0;
         if constexpr (PROMOTE) {
           const uint32_t a_u32 = smem_u32(a) + offset, x0_u32 = smem_u32(row0 + s * kWgBK) + 4 * (threadIdx.x % 4);
-          auto slices = [&](auto small) {  // A = Xs in segment 1 (Xs·Wb), else Xb
+          wgmma_wait<0>();  // the previous step's products are done: its stage and fragments are free
 #pragma unroll
-            for (int kk = 0; kk < kWgBK / 8; ++kk) {
-              wgmma_wait<kWgBK / 8 - 1>();
-              held_until_here(frag[kk]);
+          for (int kk = 0; kk < kWgBK / 8; ++kk) held_until_here(frag[kk]);
+          if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
+          prev_released = true;
+          auto split = [&](auto small) {  // A = Xs in segment 1 (Xs·Wb), else Xb
+#pragma unroll
+            for (int kk = 0; kk < kWgBK / 8; ++kk)
               wgmma_3xtf32_fragment<decltype(small)::value>(frag[kk], a_u32, x0_u32, kk, shift_lo, shift_hi);
-              wgmma_fence();
-              wgmma_tf32_rs(d, frag[kk], smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
-              wgmma_commit();
-            }
           };
-          if (kt >= KT && kt < 2 * KT) slices(std::true_type{});
-          else slices(std::false_type{});
+          if (kt >= KT && kt < 2 * KT) split(std::true_type{});
+          else split(std::false_type{});
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kWgBK / 8; ++kk)
+            wgmma_tf32_rs(d, frag[kk], smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
+          wgmma_commit();
         } else {
           wgmma_fence();
 #pragma unroll
@@ -444,7 +449,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 #pragma unroll
           for (int i = 0; i < NACC; ++i) acc[i] += d[i];
         } else {
-          // the previous step's products are done (3xTF32: waited for slice by slice above)
+          // the previous step's products are done (3xTF32: waited for before the split)
           if (!PROMOTE) wgmma_wait<1>();
           if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);  // release its stage
           prev_released = false;

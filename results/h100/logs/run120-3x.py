@@ -6,7 +6,10 @@ its TORCH_LIBRARY_IMPL), in one process.
         and with split-K forced — the split is the same arithmetic, only where it runs moves.
   time: the fused forward of both and this tree's sums, calls interleaved, the bench's protocol
         (256 MB L2 flush, CUDA events), medians in ms; then each kernel under torch.profiler.
-Usage: python run120-3x.py build-old | bits | time"""
+VARIANT (comma-separated) adds copies of this tree with edits, built and timed beside:
+  rawsmall  Xs handed to the tensor cores unrounded (they truncate it): the split's cheapest form
+  lds_only  A = X's words as loaded (no shift, no split: wrong outputs, the RS mainloop's bound)
+Usage: python run120-3x.py build-old | build-variant NAME | bits | time"""
 import copy
 import os
 import shutil
@@ -18,27 +21,39 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[3]
 OLD = ROOT / "old-kernels"
+LINE = "    f[q] = SMALL ? to_tf32(v - __uint_as_float(big)) : big;"
+VARIANTS = {"rawsmall": (LINE, "    f[q] = SMALL ? __float_as_uint(v - __uint_as_float(big)) : big;"),
+            "lds_only": (LINE, "    f[q] = __float_as_uint(x[q]);")}
+NAMES = [v for v in os.environ.get("VARIANT", "").split(",") if v]
 
 
-def load_old():
+def load_old(variant=None):
     from torch.utils.cpp_extension import load_inline
 
     from fusedlib import build
-    kdir = Path("/tmp/kernels-old")
+    kdir = Path(f"/tmp/kernels-{variant or 'old'}")
     if not kdir.exists():
-        shutil.copytree(OLD, kdir)
+        shutil.copytree(build.KERNEL_DIR if variant else OLD, kdir)
+        if variant:
+            old, new = VARIANTS[variant]
+            text = (kdir / "gemm_wgmma.cuh").read_text()
+            assert old in text, variant
+            (kdir / "gemm_wgmma.cuh").write_text(text.replace(old, new))
         op = (kdir / "torch_op.cuh").read_text()
         (kdir / "torch_op.cuh").write_text(op.replace("TORCH_LIBRARY_IMPL(fusedlib, CUDA, m)",
                                                       "[[maybe_unused]] static void no_impl(torch::Library& m)"))
-    bdir = Path("/tmp/build-old")
+    bdir = Path(f"/tmp/build-{variant or 'old'}")
     bdir.mkdir(exist_ok=True)
-    return load_inline(name="fl_old_fused", cpp_sources="", cuda_sources='#include "04_fused.cu"\n#include "torch_op.cuh"\n',
+    return load_inline(name=f"fl_{variant or 'old'}_fused", cpp_sources="", cuda_sources='#include "04_fused.cu"\n#include "torch_op.cuh"\n',
                        functions=None, extra_cuda_cflags=["-O3", "-DFL_STAGE=fused", *build.arch_flags((9, 0))],
                        extra_include_paths=[str(kdir)], build_directory=str(bdir), verbose=False)
 
 
 if sys.argv[1] == "build-old":
     load_old()
+    sys.exit()
+if sys.argv[1] == "build-variant":
+    load_old(sys.argv[2])
     sys.exit()
 
 import fusedlib  # noqa: E402
@@ -94,7 +109,7 @@ if sys.argv[1] == "bits":
     sys.exit(1 if bad else 0)
 
 flush = torch.empty(256 << 18, device="cuda")
-fns = {"sums": sums, "fused_old": old, "fused_new": new}
+fns = {"sums": sums, "fused_old": old, "fused_new": new, **{v: load_old(v).eager_forward for v in NAMES}}
 for shape, problem, mode in (("84", "84", "train"), ("33", "33", "train"), ("39", "33", "train"),
                              ("84", "84", "eval"), ("39", "33", "eval"), ("v0", "84", "train")):
     s = PRESETS[shape]
@@ -118,7 +133,7 @@ for shape, problem, mode in (("84", "84", "train"), ("33", "33", "train"), ("39"
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"{shape} {mode}: sums {med['sums']:.4f}  fused(old) {med['fused_old']:.4f}  fused(new) "
           f"{med['fused_new']:.4f} ms  new/old {med['fused_new'] / med['fused_old']:.3f}  new/sums "
-          f"{med['fused_new'] / med['sums']:.3f}", flush=True)
+          f"{med['fused_new'] / med['sums']:.3f}" + "".join(f"  {v} {med[v]:.4f}" for v in NAMES), flush=True)
     if shape in ("84", "39") and mode == "train":
         with torch.no_grad():
             for k, fn in fns.items():
