@@ -11,7 +11,7 @@ python $L/run120-3x.py build-old > $OUT/build-old.log 2>&1 &
 for v in ${VARIANT//,/ }; do python $L/run120-3x.py build-variant $v > $OUT/build-$v.log 2>&1 & done
 wait
 echo "built in $(( $(date +%s) - t0 )) s"; grep -il " error" $OUT/build-*.log && tail -30 $OUT/build-*.log
-timeout 200 python $L/run120-3x.py bits 2>&1 | grep -v -i warn > $OUT/bits.log; echo "bits rc=$?"
-grep -c "^ok" $OUT/bits.log; grep "^BAD" $OUT/bits.log | head -20; tail -1 $OUT/bits.log
+timeout 300 python $L/run120-3x.py bits 2>&1 | grep -v -i warn > $OUT/bits.log; echo "bits rc=$?"
+grep -c "^ok" $OUT/bits.log; grep "^BAD" $OUT/bits.log | head -20; tail -7 $OUT/bits.log
 timeout 240 python $L/run120-3x.py time 2>&1 | grep -v -i warn | tee $OUT/time.log
 echo "done ($(( $(date +%s) - t0 )) s)"
