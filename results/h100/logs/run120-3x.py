@@ -1,6 +1,7 @@
 """run120: 3xTF32 with X split in registers by the wgmma consumers (this tree) against the split
-pass of main's kernels (257c3ab, copied to old-kernels/ and built as a second extension without
-its TORCH_LIBRARY_IMPL), in one process.
+pass of main's kernels (257c3ab: `git archive 257c3ab fusedlib/kernels | tar -x` moved to
+old-kernels/ in the tree the device copies; built as a second extension without its
+TORCH_LIBRARY_IMPL), in one process. Output of its four calls: run120-ab.log.
   bits: the fused stage's Y, running_mean, running_var against float64 in both, at KernelBench's
         shapes, v0 (split-K), odd shapes, rand/randn/offset inputs, train and eval, and with
         split-K forced (run120's first versions kept the old order of the products: every bit
