@@ -148,7 +148,6 @@ class _Builder:
         self.passes: list[Pass] = []
         # 3xtf32 on the wgmma path (K % 4 == 0): W is read as its two TF32 parts.
         self.split = precision == "3xtf32" and k % 4 == 0
-        self.x_reads = self.nk
         self.w_reads = 2 * self.mk if self.split else self.mk
         # Row tiles of the GEMM (and of its statistics partials).
         self.tiles = -(-n // tile_rows(n, m, precision))
@@ -160,7 +159,7 @@ class _Builder:
     def gemm_bias(self, name: str = "GEMM + bias") -> None:
         """The engine's GEMM with the bias epilogue: reads X, W (both parts when split) and
         b, writes Z."""
-        self.add(name, self.x_reads + self.w_reads + self.m, self.nm, 2 * self.nk * self.m + self.nm)
+        self.add(name, self.nk + self.w_reads + self.m, self.nm, 2 * self.nk * self.m + self.nm)
 
     def cublas_gemm_bias(self, name: str) -> None:
         """The peers' cuBLAS GEMM with the bias: reads X, W, b once, writes Z."""
@@ -255,7 +254,7 @@ def _sums(b: _Builder) -> None:
         return
     m, s, tiles = b.m, b.s, b.tiles
     partials = 2 * tiles * m
-    b.add("GEMM + statistics epilogue", b.x_reads + b.w_reads, b.nm + partials, 2 * b.nk * m + 4 * b.nm)
+    b.add("GEMM + statistics epilogue", b.nk + b.w_reads, b.nm + partials, 2 * b.nk * m + 4 * b.nm)
     b.add("finalize (Chan merge, coefficients, running buffers)", partials + 5 * m + s, 4 * m,
           8 * tiles * m + 10 * m)
     if b.kind == "84":
@@ -281,7 +280,7 @@ def _fused(b: _Builder) -> None:
         return
     m, s, tiles = b.m, b.s, b.tiles
     partials = 2 * tiles * m
-    b.add("GEMM + statistics epilogue + last-block merge", b.x_reads + b.w_reads + partials + 5 * m + s,
+    b.add("GEMM + statistics epilogue + last-block merge", b.nk + b.w_reads + partials + 5 * m + s,
           b.nm + partials + 4 * m, 2 * b.nk * m + 4 * b.nm + 8 * tiles * m + 10 * m)
     if b.kind == "84":
         b.online_softmax("V = a∘Z' + c, online row softmax", affine=True)

@@ -6,8 +6,9 @@ Between ``<!-- validation:begin -->`` and ``<!-- validation:end -->``: the summa
 ``results/<gpu>/bench.csv`` (:func:`results_table`); between ``<!-- train-step:begin -->``
 and ``<!-- train-step:end -->``: the train steps of ``results/<gpu>/train_step.csv``
 (:func:`train_step_section`); between ``<!-- host-time:begin -->`` and
-``<!-- host-time:end -->``: the host time per forward of bench.csv (:func:`host_time_section`). Tests keep the README in step with the records, so every
-number the README shows comes from a committed result.
+``<!-- host-time:end -->``: the host time per forward of bench.csv (:func:`host_time_section`).
+Tests keep the README in step with the records, so every number the README shows comes from a
+committed result.
 """
 from __future__ import annotations
 
@@ -273,11 +274,10 @@ def main(args) -> int:
         print(f"README.md: validation summary from results/{args.gpu}/validation.json")
         if (results / "bench.csv").exists():
             import pandas as pd
-            table = results_table(pd.read_csv(results / "bench.csv", dtype={"problem": str}))
-            text = render_readme(text, table, TABLE_BEGIN, TABLE_END)
+            bench = pd.read_csv(results / "bench.csv", dtype={"problem": str})
+            text = render_readme(text, results_table(bench), TABLE_BEGIN, TABLE_END)
             print(f"README.md: results table from results/{args.gpu}/bench.csv")
-            text = render_readme(text, host_time_section(pd.read_csv(results / "bench.csv", dtype={"problem": str})),
-                                 HOST_BEGIN, HOST_END)
+            text = render_readme(text, host_time_section(bench), HOST_BEGIN, HOST_END)
             print(f"README.md: host times from results/{args.gpu}/bench.csv")
         if (results / "train_step.csv").exists():
             text = render_readme(text, train_step_section(args.gpu), STEP_BEGIN, STEP_END)
