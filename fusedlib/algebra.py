@@ -471,7 +471,7 @@ def shifted_matmul_nt(x: torch.Tensor, weight: torch.Tensor,
     1983: any sample removes the offset as the mean does): as close to float64 on offset
     inputs (see tests/test_algebra.py), but with no extra row (at 84's shape N + 1 rows would
     take a ninth row of 128-row tiles) and no column-mean pass over X: the kernels can subtract
-    x₀ as they load X (SIMT), in the 3xTF32 split of X (wgmma), or in one copy.
+    x₀ as they load X (SIMT) or split it into TF32 parts (3xTF32), or in one copy.
 
     Args:
         x: (N, K) float32 or float64. weight: (M, K). precision: as :func:`matmul_nt`.
@@ -487,8 +487,8 @@ def shifted_matmul_nt(x: torch.Tensor, weight: torch.Tensor,
 CENTRINGS = {"mean": centred_matmul_nt, "first_row": shifted_matmul_nt}
 
 #: Precisions whose train-mode GEMM the CUDA kernels run shifted by the batch's first row
-#: (:func:`train_gemm`): the SIMT GEMM subtracts x₀ as it loads X, the 3xTF32 ones in the split
-#: of X; tf32's tensor cores read X as it is (TMA), and its TF32 rounding (≈ 1e-3) is far
+#: (:func:`train_gemm`): the SIMT GEMM subtracts x₀ as it loads X, the 3xTF32 ones as they split
+#: X into TF32 parts; tf32's tensor cores read X as it is (TMA), and its TF32 rounding (≈ 1e-3) is far
 #: above what the shift saves.
 SHIFTED_PRECISIONS = ("fp32", "3xtf32")
 

@@ -19,9 +19,9 @@ tile rows depend on the precision and the shape only (:func:`fusedlib.algebra.ti
 128 on the tensor-core paths (tf32, 3xtf32).
 
 Precision changes the GEMM's passes, in every stage alike: 3xtf32 on the Hopper path
-(wgmma, taken when K % 4 == 0) first splits X into its two TF32 parts in a kernel of its
-own (read N·K, write 2·N·K floats), and the GEMM then reads both parts of X and of W. The
-mma.sync path (K % 4 ≠ 0) splits in registers: no extra traffic. tf32 moves the bytes of
+(wgmma, taken when K % 4 == 0) reads both TF32 parts of W (wgmma reads B from shared memory,
+so W's parts are made beforehand) and X as it is, which the consumers split in registers.
+The mma.sync path (K % 4 ≠ 0) splits both in registers: no extra traffic. tf32 moves the bytes of
 fp32. The peers run cuBLAS, whatever the precision (they have no 3xtf32).
 At small shapes (tiles for fewer than half the SMs, KernelBench v0) the wgmma GEMM splits K
 (split-K): each split's partial tile is written and re-read by the same kernel, from L2; like
@@ -146,9 +146,8 @@ class _Builder:
         self.nk, self.mk, self.nm = n * k, m * k, n * m
         self.s = 1 if kind == "84" else m  # elements of the scale parameter
         self.passes: list[Pass] = []
-        # 3xtf32 on the wgmma path (K % 4 == 0): X and W are read as two TF32 parts each.
+        # 3xtf32 on the wgmma path (K % 4 == 0): W is read as its two TF32 parts.
         self.split = precision == "3xtf32" and k % 4 == 0
-        self.x_reads = 2 * self.nk if self.split else self.nk
         self.w_reads = 2 * self.mk if self.split else self.mk
         # Row tiles of the GEMM (and of its statistics partials).
         self.tiles = -(-n // tile_rows(n, m, precision))
@@ -157,16 +156,10 @@ class _Builder:
         self.passes.append(Pass(name, F32 * reads, F32 * writes, float(flops)))
 
     # Passes shared by several implementations.
-    def split_x(self) -> None:
-        """3xtf32 on the wgmma path: one kernel reads X and writes its two TF32 parts
-        (3 FLOPs an element: round, subtract, round). Nothing otherwise."""
-        if self.split:
-            self.add("split X into TF32 parts", self.nk, 2 * self.nk, 3 * self.nk)
-
     def gemm_bias(self, name: str = "GEMM + bias") -> None:
-        """The engine's GEMM with the bias epilogue: reads X, W (both parts of each when
-        split) and b, writes Z."""
-        self.add(name, self.x_reads + self.w_reads + self.m, self.nm, 2 * self.nk * self.m + self.nm)
+        """The engine's GEMM with the bias epilogue: reads X, W (both parts when split) and
+        b, writes Z."""
+        self.add(name, self.nk + self.w_reads + self.m, self.nm, 2 * self.nk * self.m + self.nm)
 
     def cublas_gemm_bias(self, name: str) -> None:
         """The peers' cuBLAS GEMM with the bias: reads X, W, b once, writes Z."""
@@ -204,7 +197,6 @@ def _naive(b: _Builder) -> None:
     33 writes Z twice (GEMM, scale), reads it 4 times and writes Y.
     """
     nm, m, s = b.nm, b.m, b.s
-    b.split_x()
     b.gemm_bias()
     if b.kind == "33":
         b.add("scale", nm + s, nm, nm)
@@ -232,7 +224,6 @@ def _fold(b: _Builder) -> None:
     the row pass.
     """
     m, s = b.m, b.s
-    b.split_x()
     b.gemm_bias()
     if b.train:
         b.column_stats_two_kernels()
@@ -256,7 +247,6 @@ def _sums(b: _Builder) -> None:
     Full-tensor passes (train): GEMM write, 1 read + 1 write. Eval: GEMM with the folded
     W', b' writing Z (84, then the row softmax: 1 read, 1 write) or Y (33).
     """
-    b.split_x()
     if not b.train:
         b.gemm_bias("GEMM with folded W', b'")
         if b.kind == "84":
@@ -264,7 +254,7 @@ def _sums(b: _Builder) -> None:
         return
     m, s, tiles = b.m, b.s, b.tiles
     partials = 2 * tiles * m
-    b.add("GEMM + statistics epilogue", b.x_reads + b.w_reads, b.nm + partials, 2 * b.nk * m + 4 * b.nm)
+    b.add("GEMM + statistics epilogue", b.nk + b.w_reads, b.nm + partials, 2 * b.nk * m + 4 * b.nm)
     b.add("finalize (Chan merge, coefficients, running buffers)", partials + 5 * m + s, 4 * m,
           8 * tiles * m + 10 * m)
     if b.kind == "84":
@@ -283,7 +273,6 @@ def _fused(b: _Builder) -> None:
     chip), 33 the affine. Full-tensor passes: GEMM write, 1 read + 1 write: the floor of
     DESIGN.md §3. Eval: GEMM with the folded W', b', then (84) the online softmax.
     """
-    b.split_x()
     if not b.train:
         b.gemm_bias("GEMM with folded W', b'")
         if b.kind == "84":
@@ -291,7 +280,7 @@ def _fused(b: _Builder) -> None:
         return
     m, s, tiles = b.m, b.s, b.tiles
     partials = 2 * tiles * m
-    b.add("GEMM + statistics epilogue + last-block merge", b.x_reads + b.w_reads + partials + 5 * m + s,
+    b.add("GEMM + statistics epilogue + last-block merge", b.nk + b.w_reads + partials + 5 * m + s,
           b.nm + partials + 4 * m, 2 * b.nk * m + 4 * b.nm + 8 * tiles * m + 10 * m)
     if b.kind == "84":
         b.online_softmax("V = a∘Z' + c, online row softmax", affine=True)
@@ -348,7 +337,7 @@ def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", prec
         mode: "train" (batch statistics, running buffers updated) or "eval".
         precision: "fp32", "tf32" or "3xtf32". Stages: the GEMM's row tiles (hence the
             statistics partials of sums and fused) and, for 3xtf32 with K % 4 == 0 (the
-            Hopper path), the split of X and the GEMM's reads of both TF32 parts of X and W.
+            Hopper path), the GEMM's reads of both TF32 parts of W.
             Peers: unchanged (cuBLAS reads X and W once at any precision; PyTorch has no
             3xtf32).
 

@@ -137,7 +137,7 @@ def prediction_by_precision(stage: str, problem: str, precisions=("fp32", "tf32"
     """(table, {precision: predicted ms}) of ``stage`` for ``problem`` at its KernelBench
     shape: one row per pass of the cost model (:func:`prediction`), its GFLOP and, for each
     precision, the MB it moves (read + written) and its ms at its roof; NaN where a pass does
-    not exist at that precision (the TF32 split of X, 3xtf32 only)."""
+    not exist at that precision."""
     import pandas as pd
     tables, totals = {}, {}
     for precision in precisions:
@@ -424,6 +424,72 @@ def notes_table(header: str, gpu: str = "h100") -> str | None:
     notes = path.read_text() if path.exists() else ""
     start = notes.find("\n" + header)
     return notes[start + 1:].split("\n\n")[0].rstrip() if start >= 0 else None
+
+
+#: The columns of the versions table (NOTES.md, "| version") that hold forward times in ms.
+VERSION_COLUMNS = ("84 tf32", "84 3xtf32", "39 tf32", "39 3xtf32")
+
+
+def versions(gpu: str = "h100"):
+    """The versions of the tensor-core mainloop: the ``| version`` table of
+    ``results/<gpu>/NOTES.md`` (:func:`notes_table`) as a DataFrame with columns ``version``,
+    ``change`` and each of :data:`VERSION_COLUMNS`, the fused train forward's time in ms at
+    the problem's KernelBench shape where the notes give one (NaN for "—" and for a GEMM
+    kernel's µs). The values come from the runs the table's footnotes name (development
+    measurements and harness runs on different days: compare them as a ladder, not to the
+    last digit). None when the notes or the table are not committed."""
+    import re
+
+    import pandas as pd
+    table = notes_table("| version", gpu)
+    if table is None:
+        return None
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.splitlines()]
+    header, body = rows[0], [r for r in rows[2:] if len(r) == len(rows[0])]
+
+    def ms(cell: str) -> float:
+        m = re.match(r"([0-9]*\.?[0-9]+) ms", cell)
+        return float(m.group(1)) if m else float("nan")
+    out = pd.DataFrame({"version": [r[0] for r in body], "change": [r[header.index("change")] for r in body]})
+    for col in VERSION_COLUMNS:
+        out[col] = [ms(r[header.index(col)]) for r in body]
+    return out
+
+
+def versions_plot(gpu: str = "h100"):
+    """Figure of :func:`versions`, siboehm's SGEMM ladder for this mainloop: the fused train
+    forward's ms at each version, 84 and 39 side by side, tf32 and 3xtf32, against cuBLAS's
+    TF32 GEMM alone (``gemm_only`` tf32 in the committed bench.csv, where measured) and three
+    of it — what 3xTF32's three products cost at cuBLAS's rate. None without the notes."""
+    table = versions(gpu)
+    if table is None:
+        return None
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    from .reference import PRESETS
+    bench = measured(gpu=gpu)
+    kb = at_presets(bench) if bench is not None else None
+    colors = {"tf32": "tab:orange", "3xtf32": "tab:green"}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    x = range(len(table))
+    for ax, problem in zip(axes, ("84", "39")):
+        for prec, color in colors.items():
+            ax.plot(x, table[f"{problem} {prec}"], marker="o", color=color, label=f"fused, {prec}")
+        gemm = None if kb is None else kb.query("problem == @problem and impl == 'gemm_only' and precision == 'tf32'")
+        if gemm is not None and len(gemm):
+            t = float(gemm.median_ms.iloc[0])
+            ax.axhline(t, color=colors["tf32"], ls="--", lw=0.8, label=f"cuBLAS TF32 GEMM alone {t:.3f} ms")
+            ax.axhline(3 * t, color=colors["3xtf32"], ls="--", lw=0.8, label=f"three of it {3 * t:.3f} ms")
+        ax.set(xticks=list(x), xticklabels=table.version, yscale="log", ylabel="fused train forward (ms)",
+               title=f"problem {problem} @{PRESETS[problem]}")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    fig.suptitle("The tensor-core mainloop, version by version (results/h100/NOTES.md)", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def ncu_versus(ours: str, theirs: str, gpu: str = "h100"):

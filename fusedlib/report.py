@@ -5,8 +5,10 @@ Between ``<!-- validation:begin -->`` and ``<!-- validation:end -->``: the summa
 ``<!-- results-table:begin -->`` and ``<!-- results-table:end -->``: the timing table of
 ``results/<gpu>/bench.csv`` (:func:`results_table`); between ``<!-- train-step:begin -->``
 and ``<!-- train-step:end -->``: the train steps of ``results/<gpu>/train_step.csv``
-(:func:`train_step_section`). Tests keep the README in step with the records, so every
-number the README shows comes from a committed result.
+(:func:`train_step_section`); between ``<!-- host-time:begin -->`` and
+``<!-- host-time:end -->``: the host time per forward of bench.csv (:func:`host_time_section`).
+Tests keep the README in step with the records, so every number the README shows comes from a
+committed result.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- validation:begin -->", "<!-- validation:end -->"
 TABLE_BEGIN, TABLE_END = "<!-- results-table:begin -->", "<!-- results-table:end -->"
 STEP_BEGIN, STEP_END = "<!-- train-step:begin -->", "<!-- train-step:end -->"
+HOST_BEGIN, HOST_END = "<!-- host-time:begin -->", "<!-- host-time:end -->"
 
 
 def validation_summary(path: Path) -> str:
@@ -84,6 +87,46 @@ def _latest(bench):
     precision and implementation (a shape timed twice, as the size sweeps repeat 84's, counts once)."""
     key = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl"]
     return bench.assign(problem=bench.problem.astype(str)).drop_duplicates(key, keep="last")
+
+
+def host_time_section(bench) -> str:
+    """The README's host-time paragraph from a bench.csv DataFrame: the CPU time to enqueue one
+    forward (column ``host_us``, µs), median and range over the latest rows of the fused stage,
+    ``F.linear`` (``gemm_only``), eager PyTorch and torch.compile at the KernelBench shapes
+    (every problem, mode and precision timed) and at v0, then the fused stage's host time over
+    ``F.linear``'s row by row (same problem, shape, mode and precision: fp32 and tf32).
+
+    Raises:
+        ValueError: no fused row with a host time at the KernelBench shapes.
+    """
+    import pandas as pd
+
+    from .reference import PRESETS
+    rows = _latest(bench).dropna(subset=["host_us"])
+    shape = list(zip(rows.batch, rows.in_features, rows.out_features))
+    preset_of = {(s.batch, s.in_features, s.out_features): name for name, s in PRESETS.items()}
+    rows = rows.assign(preset=[preset_of.get(t) for t in shape])
+    kb = rows[rows.preset.isin(["84", "33", "39"])]
+    v0 = rows[rows.preset == "v0"]
+    if kb[kb.impl == "fused"].empty:
+        raise ValueError("bench.csv: no fused row with host_us at the KernelBench shapes")
+
+    def stat(df, impl: str) -> str:
+        v = df[df.impl == impl].host_us
+        return f"{v.median():.0f} µs ({v.min():.0f}–{v.max():.0f})" if len(v) else "not timed"
+    names = {"fused": "the fused module", "gemm_only": "`F.linear`", "eager": "eager PyTorch",
+             "compile": "torch.compile"}
+    at_kb = ", ".join(f"{names[i]} {stat(kb, i)}" for i in names)
+    at_v0 = ", ".join(f"{names[i]} {stat(v0, i)}" for i in ("fused", "gemm_only", "eager"))
+    key = ["problem", "batch", "in_features", "out_features", "mode", "precision"]
+    both = pd.concat([kb, v0])
+    pairs = both[both.impl == "fused"].merge(both[both.impl == "gemm_only"], on=key, suffixes=("", "_gemm"))
+    ratio = pairs.host_us / pairs.host_us_gemm
+    row_by_row = (f"; row by row the fused module takes {ratio.median():.2f}× `F.linear`'s host time "
+                  f"(median over {len(ratio)} rows, {ratio.min():.2f}–{ratio.max():.2f}×)" if len(ratio) else "")
+    return ("Host time per forward (the bench's `host_us` column, the CPU time to enqueue one call; median\n"
+            f"over the rows, then the range): at the KernelBench shapes {at_kb}; at v0 {at_v0}{row_by_row}.\n"
+            "This machine's host is slow and noisy: compare only within one run.")
 
 
 #: Order of the table's rows.
@@ -231,9 +274,11 @@ def main(args) -> int:
         print(f"README.md: validation summary from results/{args.gpu}/validation.json")
         if (results / "bench.csv").exists():
             import pandas as pd
-            table = results_table(pd.read_csv(results / "bench.csv", dtype={"problem": str}))
-            text = render_readme(text, table, TABLE_BEGIN, TABLE_END)
+            bench = pd.read_csv(results / "bench.csv", dtype={"problem": str})
+            text = render_readme(text, results_table(bench), TABLE_BEGIN, TABLE_END)
             print(f"README.md: results table from results/{args.gpu}/bench.csv")
+            text = render_readme(text, host_time_section(bench), HOST_BEGIN, HOST_END)
+            print(f"README.md: host times from results/{args.gpu}/bench.csv")
         if (results / "train_step.csv").exists():
             text = render_readme(text, train_step_section(args.gpu), STEP_BEGIN, STEP_END)
             print(f"README.md: train steps from results/{args.gpu}/train_step.csv")

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PARTS = {"forward-84": ("84", "case_matches or offset_inputs"), "forward-33": ("33", "case_matches or offset_inputs"),
          "forward-39a": ("39", "case_matches and (naive or fold)"),
          "forward-39b": ("39", "case_matches and (sums or fused)"),
-         "gradients": ("84,33,39", "gradients or bit_identical"), "sanitizer": ("84", "sanitizer")}
+         "gradients": ("84,33,39", "gradients or bit_identical or non_finite"), "sanitizer": ("84", "sanitizer")}
 
 
 def main(argv=None) -> int:

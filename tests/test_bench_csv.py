@@ -446,3 +446,23 @@ def test_iters_for_short_and_long_calls():
     assert bench.iters_for(0.4, 50, 5, min_ms=0) == (50, 5)   # --min-time-ms 0: exactly --iters
     assert bench.iters_for(2.0, 50, 80) == (250, 80)
     assert bench.table_iters({"a": (lambda x: x, None)}, torch.zeros(2), 50, 5) == (50, 5)  # CPU: as given
+
+
+def test_host_time_section_medians_ranges_and_row_by_row():
+    """report.host_time_section: medians and ranges of host_us per implementation over the latest
+    rows at the KernelBench shapes and at v0, and fused over F.linear row by row."""
+    import pandas as pd
+    from fusedlib import report
+    rows = []
+    for problem, (n, k, m) in (("84", (1024, 8192, 8192)), ("39", (16384, 4096, 4096)), ("84", (128, 1024, 512))):
+        for impl, us in (("fused", 40.0), ("gemm_only", 80.0), ("eager", 200.0), ("compile", 300.0)):
+            rows.append({"problem": problem, "batch": n, "in_features": k, "out_features": m, "mode": "train",
+                         "precision": "tf32", "impl": impl, "host_us": us + (10 if problem == "39" else 0)})
+    rows.append(dict(rows[0], host_us=1000.0))               # an earlier row of the same table: replaced
+    rows[0], rows[-1] = rows[-1], rows[0]
+    text = report.host_time_section(pd.DataFrame(rows))
+    assert "at the KernelBench shapes the fused module 45 µs (40–50), `F.linear` 85 µs (80–90)" in text
+    assert "torch.compile 305 µs (300–310); at v0 the fused module 40 µs (40–40)" in text
+    assert "takes 0.50× `F.linear`'s host time (median over 3 rows, 0.50–0.56×)" in text
+    with pytest.raises(ValueError):
+        report.host_time_section(pd.DataFrame([r for r in rows if r["batch"] == 128]))  # v0 alone

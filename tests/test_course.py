@@ -211,9 +211,11 @@ def test_prediction_by_precision_matches_prediction():
         assert ms[precision] == pytest.approx(total)
         assert table[f"ms {precision}"].sum() == pytest.approx(total)
         assert table[f"MB {precision}"].notna().sum() == len(passes)
-    split = [name for name in table.index if "split" in name]
-    assert len(split) == 1 and table.index[0] == split[0]           # launched first
-    assert table.loc[split[0], ["ms fp32", "ms tf32"]].isna().all() and table.loc[split[0], "ms 3xtf32"] > 0
+    # the same passes at every precision (3xtf32 splits X in registers: no pass of its own); its
+    # GEMM reads both TF32 parts of W
+    assert table[[f"MB {p}" for p in ("fp32", "tf32", "3xtf32")]].notna().all().all()
+    gemm = table.index[0]
+    assert "GEMM" in gemm and table.loc[gemm, "MB 3xtf32"] > table.loc[gemm, "MB tf32"] == table.loc[gemm, "MB fp32"]
 
 
 def test_measurement_table_marks_what_was_not_measured(tmp_path, monkeypatch):
@@ -260,3 +262,33 @@ def test_ladder_md_lists_every_stage_in_order(tmp_path, monkeypatch):
     assert all(line.endswith(f"tf32: {course.NOT_MEASURED}.") for line in tf32)
     (tmp_path / "bench.csv").unlink()
     assert course.NO_RESULTS in course.ladder_md()
+
+
+NOTES_VERSIONS = """# notes
+
+| version | change | prediction | 84 tf32 | 84 3xtf32 | 39 tf32 | 39 3xtf32 | 3xtf32 error @84 |
+|---|---|---|---|---|---|---|---|
+| v1 | first | slow | 1.29 ms | 2.88 ms | 4.68 ms | 10.97 ms | 6e-6 |
+| v5 | persistent | faster | GEMM 368 µs† | GEMM 1264 µs† | — | — | same bits |
+| v10 | split in registers | no pass | 0.404 ms\\*\\* | 1.108 ms\\*\\* | — | 4.84 ms†† | 1.9e-6 |
+
+\\* a footnote
+"""
+
+
+def test_versions_reads_forward_times_from_the_notes(tmp_path, monkeypatch):
+    """Forward times in ms with their footnote marks; NaN for "—" and for a GEMM kernel's µs."""
+    import math
+    (tmp_path / "NOTES.md").write_text(NOTES_VERSIONS)
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    table = course.versions()
+    assert list(table.columns) == ["version", "change", *course.VERSION_COLUMNS]
+    assert list(table.version) == ["v1", "v5", "v10"] and table.change[2] == "split in registers"
+    assert table.loc[0, list(course.VERSION_COLUMNS)].tolist() == [1.29, 2.88, 4.68, 10.97]
+    assert all(math.isnan(table.loc[1, c]) for c in course.VERSION_COLUMNS)
+    assert table.loc[2, "84 3xtf32"] == 1.108 and table.loc[2, "39 3xtf32"] == 4.84
+    assert math.isnan(table.loc[2, "39 tf32"])
+    fig = course.versions_plot()                      # no bench.csv there: no cuBLAS lines
+    assert len(fig.axes) == 2 and all(len(ax.get_lines()) == 2 for ax in fig.axes)
+    (tmp_path / "NOTES.md").write_text("# notes without the table\n")
+    assert course.versions() is None and course.versions_plot() is None

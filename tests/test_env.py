@@ -29,8 +29,11 @@ def test_readme_validation_block_is_generated_from_the_record():
     bench_csv = ROOT / "results" / "h100" / "bench.csv"
     if bench_csv.exists():
         import pandas as pd
-        table = report.results_table(pd.read_csv(bench_csv, dtype={"problem": str}))
+        bench = pd.read_csv(bench_csv, dtype={"problem": str})
+        table = report.results_table(bench)
         assert report.render_readme(readme, table, report.TABLE_BEGIN, report.TABLE_END) == readme
+        host = report.host_time_section(bench)
+        assert report.render_readme(readme, host, report.HOST_BEGIN, report.HOST_END) == readme
     if (ROOT / "results" / "h100" / "train_step.csv").exists():
         steps = report.train_step_section("h100")
         assert report.render_readme(readme, steps, report.STEP_BEGIN, report.STEP_END) == readme

@@ -16,7 +16,8 @@ fp32 on the SIMT GEMM's 128×64 tile (the one GPUs with 64 KB of shared memory a
 forced with ``FUSEDLIB_SIMT_SMALL_SMEM=1``, and the wgmma GEMM's split-K forced to 3 and 2
 splits (``FUSEDLIB_WGMMA_SPLITK``); offset inputs within the fp32 budget outright where the
 kernels shift X by its first row (fp32, 3xtf32). The persistent wgmma GEMM gives the same bits on grids of
-1, 7 and one CTA an SM (``FUSEDLIB_WGMMA_GRID``).
+1, 7 and one CTA an SM (``FUSEDLIB_WGMMA_GRID``). A NaN or an inf in x comes out non-finite on
+every stage, precision and path (never a finite answer).
 Gradients (the fused backward, check.run_grad_case): every stage, mode and precision of 84
 and 33 at small odd shapes and v0, on both tensor-core paths, and at each KernelBench shape;
 forward and backward reruns bit-identical; the sanitizer runs a backward too.
@@ -289,6 +290,38 @@ def test_reruns_are_bit_identical(problem, stage, precision):
     RECORD["determinism"].append({"problem": problem, "stage": stage, "precision": precision,
                                   "shape": str(shape), "pass": "forward", "reruns": 10, "bit_identical": same})
     assert same
+
+
+@pytest.mark.parametrize("problem", ["84", "33"])
+@pytest.mark.parametrize("stage,precision", list(check.combos(algebra.STAGES, algebra.PRECISIONS)))
+@pytest.mark.parametrize("path", ["default", *_other_tc_paths()])
+def test_non_finite_inputs_give_non_finite_rows(problem, stage, precision, path, monkeypatch):
+    """A NaN or an inf in x never comes out finite (DESIGN.md §5): the row that holds it is
+    non-finite in every column in eval mode while the other rows stay finite, and in train mode
+    (the batch statistics of every column) the whole output is — whether it sits in row 0 (x₀ of
+    the first-row shift) or another, on every GEMM path: the tensor cores read it, and the 3xTF32
+    splits keep it (a NaN's small TF32 part is a NaN)."""
+    if path != "default":
+        if precision == "fp32":
+            pytest.skip("fp32 runs on the SIMT GEMM on every GPU")
+        monkeypatch.setenv("FUSEDLIB_GEMM_PATH", path)
+    model = make_reference(problem, 1000, 999, seed=0).cuda()  # K % 4 == 0: the wgmma path where there is one
+    for value in (float("nan"), float("inf")):
+        for row in (0, 130):
+            x = torch.rand(257, 1000, device="cuda")
+            x[row, 517] = value
+            for training in (True, False):
+                fused = fusedlib.from_reference(copy.deepcopy(model), stage=stage, precision=precision)
+                fused.train(training)
+                with torch.no_grad():
+                    y = fused(x)
+                where = f"{value} at row {row}, {'train' if training else 'eval'}"
+                if training:
+                    assert not torch.isfinite(y).any(), where
+                else:
+                    others = torch.ones(257, dtype=torch.bool, device="cuda")
+                    others[row] = False
+                    assert not torch.isfinite(y[row]).any() and torch.isfinite(y[others]).all(), where
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),

@@ -42,7 +42,6 @@ struct Problem {
   unsigned int* counters;  // (ceil(M / 32)) column-tile counters of ColumnStatsMerge: zero
                            //        before the GEMM, left zero by it (each last tile resets its own)
   long long* num_batches_tracked;  // bn.num_batches_tracked (int64 scalar), +1 per train step
-  float* xsplit;           // (2, N, K) workspace for X's TF32 parts (3xtf32 on wgmma), or null
   float* wsplit;           // (2, M, K) W's TF32 parts [Wb; Ws] (3xtf32 on wgmma), or null
   int split_w;             // 1: the GEMM writes W's parts into wsplit first; 0: wsplit holds them
   float* splitk;           // (S, tiles, 128·BN) split-K partial tiles (wgmma, splits > 1), or null

@@ -3,10 +3,11 @@
 // mbarriers; warp-specialized: one producer warpgroup (one thread of it issues the copies), two
 // consumer warpgroups of 64 rows each; 128×BN block tile, grouped raster order.
 //  * tf32: BN = 256, one pass over K; the tensor cores read the top 19 bits of the fp32 words.
-//  * 3xtf32: X = Xb + Xs split into TF32 parts by split_tf32_kernel (in train mode X shifted
-//    by its first row, common.cuh; W's parts too, unless
-//    the caller passed them cached: p.split_w = 0), then the same kernel with BN = 192 or 168 over three K segments Xb·Wb, Xs·Wb,
-//    Xb·Ws, with promoted accumulation (fp32-class at any K).
+//  * 3xtf32: X = Xb + Xs split into TF32 parts by the consumers as they read X's tile (in train
+//    mode X shifted by its first row, common.cuh); W's parts [Wb; Ws] by split_tf32_kernel unless
+//    the caller passed them cached (p.split_w = 0); the same kernel with BN = 192 or 168, each
+//    stage X's tile and both of W's, three products a K step Xs·Wb + Xb·Ws + Xb·Wb, with promoted
+//    accumulation (fp32-class at any K).
 // tf32: persistent CTAs (one an SM) take tiles as they are ready (3xtf32: one CTA a tile); the
 // consumers run the epilogue Epi from their accumulator registers (epilogue_from_fragments: no
 // C tile) while the producer already loads the next tile. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
@@ -15,6 +16,7 @@
 #include <cudaTypedefs.h>  // CUtensorMap and the cuTensorMapEncodeTiled signature (no -lcuda)
 
 #include <cstdlib>
+#include <type_traits>
 
 #include "epilogue.cuh"
 
@@ -27,19 +29,21 @@
 namespace fl {
 
 constexpr int kWgBM = 128, kWgBK = 32, kWgThreads = 384, kWgGroup = 16;
-constexpr int kPromoteStages = 4;  // 3xTF32: promote every 4 K steps (128 products)
 // 3xTF32 tile widths (window + promoted accumulators a thread: 96 + 96 or 84 + 84), chosen per
 // shape by split_tile_width.
 constexpr int kSplitWide = 192, kSplitNarrow = 168;
 
-// Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), as many
-// pipeline stages as fit in 192 KB, then the epilogue's shared memory and the mbarriers (4 for BN = 256 or 192, 5 for 168).
-template <int BN>
+// Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), a stage X's
+// tile and W's (3xTF32: both of W's TF32 parts), as many pipeline stages as fit in 192 KB (tf32: 4,
+// 3xTF32: 3), then the epilogue's shared memory and the mbarriers.
+template <int BN, bool PROMOTE>
 struct WgTile {
   static constexpr uint32_t kABytes = kWgBM * kWgBK * 4, kBBytes = BN * kWgBK * 4;
-  static constexpr uint32_t kStageBytes = kABytes + kBBytes;
+  static constexpr uint32_t kStageBytes = kABytes + (PROMOTE ? 2 : 1) * kBBytes;
   static constexpr int kStages = (192 * 1024) / kStageBytes;
-  static constexpr size_t kEpilogueOffset = (size_t)kStages * kStageBytes;  // beside the live ring
+  // 3xTF32 with the first-row shift: X's row 0 over the stage's 32 K columns, a 128-byte row a stage
+  static constexpr size_t kRow0Offset = (size_t)kStages * kStageBytes;
+  static constexpr size_t kEpilogueOffset = kRow0Offset + kStages * kWgBK * sizeof(float);  // beside the live ring
   static constexpr size_t kBarrierOffset = kEpilogueOffset + fragment_smem_floats<BN>() * sizeof(float);
   // + the tile scheduler's 2 slots (tile indices) + the split-K flag
   static constexpr size_t kSmem = 1024 + kBarrierOffset + 2 * kStages * sizeof(uint64_t) + 16 + 16;
@@ -114,12 +118,15 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[128], uint64_t desc_a, uin
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-__device__ __forceinline__ void wgmma_tf32(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n192k8
+// 3xTF32: D(64×N) (+)= A(64×8, registers) · B(8×N, smem), A the TF32 part of X a thread computed
+// (wgmma's register fragment of A: a[0] row g, column t; a[1] row g + 8; a[2], a[3] the same rows
+// at column t + 4, in the warp's 16 rows), so X is split on the fly (wgmma_3xtf32_fragment).
+__device__ __forceinline__ void wgmma_tf32_rs(float (&d)[96], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {  // m64n192k8
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
-      "%96, %97, p, 1, 1;\n"
+      "{%96, %97, %98, %99}, %100, p, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -133,14 +140,14 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[96], uint64_t desc_a, uint
         "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
         "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
         "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
-__device__ __forceinline__ void wgmma_tf32(float (&d)[84], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n168k8
+__device__ __forceinline__ void wgmma_tf32_rs(float (&d)[84], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {  // m64n168k8
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %86, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %89, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n168k8.f32.tf32.tf32 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83}, "
-      "%84, %85, p, 1, 1;\n"
+      "{%84, %85, %86, %87}, %88, p, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -153,7 +160,7 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[84], uint64_t desc_a, uint
         "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
         "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
         "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 #endif  // FL_WGMMA_ENABLED
 
@@ -173,7 +180,7 @@ __device__ __forceinline__ void wg_tile_origin(int t, int row_tiles, int col_til
 }
 
 // Split-K (grids that would leave most SMs idle, KernelBench's v0 among them): the K steps of
-// a tile (all segments) cut into S contiguous ranges; split s runs steps
+// a tile cut into S contiguous ranges; split s runs steps
 // [split_begin(s), split_begin(s + 1)).
 __host__ __device__ __forceinline__ int split_begin(int s, int S, int total) { return (int)((long long)total * s / S); }
 
@@ -225,33 +232,83 @@ __device__ __forceinline__ int next_unit(const Problem& p, int units) {
   return u;
 }
 
+// 3xTF32's split of X as the consumers read it (no split pass, no copy of X's parts): this
+// thread's wgmma A fragments (wgmma_tf32_rs) of Xb and Xs, K slice kk (8 columns) of its
+// warpgroup's 64 rows in a stage, which TMA wrote with the 128-byte swizzle (16-byte chunk c of row r at chunk
+// c ^ (r % 8)). v = x − x₀ in the rows the first-row shift covers (shift_lo, shift_hi = 1 for rows
+// g, g + 8; x₀ from row0, X's row 0 over the stage's K columns, + 4t), then Xb = rna_tf32(v) and
+// Xs = rna_tf32(v − Xb) (algebra.tf32_split; the same bits as a split pass; a NaN in X stays a
+// NaN in Xs).
+__device__ __forceinline__ float lds_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void wgmma_3xtf32_fragments(uint32_t (&xb)[4], uint32_t (&xs)[4], uint32_t a, uint32_t row0,
+                                                       int kk, float shift_lo, float shift_hi) {
+  // a: the stage's rows of this warpgroup (1024-aligned) + this thread's swizzled offset of row
+  // g, chunk 0 (wgmma_3xtf32_base); chunk c of rows g and g + 8 at a ^ (c << 4), + 1024
+  const uint32_t c0 = a ^ ((2 * kk) << 4), c1 = a ^ ((2 * kk + 1) << 4);
+  const float x[4] = {lds_f32(c0), lds_f32(c0 + 1024), lds_f32(c1), lds_f32(c1 + 1024)};
+  float x0[2] = {0.f, 0.f};
+  if (shift_lo != 0.f || shift_hi != 0.f) x0[0] = lds_f32(row0 + 32 * kk), x0[1] = lds_f32(row0 + 32 * kk + 16);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {  // rows g, g + 8 (q % 2) at columns 8kk + t, + 4 (q / 2)
+    const float v = fmaf(-(q % 2 ? shift_hi : shift_lo), x0[q / 2], x[q]);  // x − x₀ or x, exactly
+    // Xb by integer rounding (ties away, as cvt.rna for every finite v; 2 instructions instead
+    // of cvt's emulation with its NaN guard); Xs by to_tf32, which keeps a NaN v a NaN
+    xb[q] = (__float_as_uint(v) + 0x1000u) & ~0x1FFFu;
+    xs[q] = to_tf32(v - __uint_as_float(xb[q]));
+  }
+}
+
+// This thread's offset in a stage's A tile for wgmma_3xtf32_fragment: row 16·warp + g of its
+// warpgroup's 64, chunk 0 as swizzled ((0 ^ g) << 4), its column t within the chunk.
+__device__ __forceinline__ uint32_t wgmma_3xtf32_offset() {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  return (16 * ((threadIdx.x / 32) % 4) + g) * 128 + (g << 4) + 4 * t;
+}
+
+// The registers of a wgmma's A fragment stay as they are up to this point (the compiler may
+// not reuse them earlier: the tensor cores read them until the wgmma's wait).
+__device__ __forceinline__ void held_until_here(uint32_t (&f)[4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) asm volatile("" : "+r"(f[q])::"memory");
+}
+
 // Persistent: a CTA (one an SM) runs the units next_unit hands it. Warp 0 produces (its lane 0
 // takes the next unit, passes its index to the consumers through tile_slot[f % 2] at a hand-off
 // barrier, and issues the TMA copies), warpgroups 1 and 2 consume 64
 // rows each. full[s]: stage s landed; empty[s]: both consumer warpgroups are done reading it. One step counter `it` runs across the CTA's
 // tiles, so producer and consumers agree on every stage's parity; the producer loads the next
 // tile while the consumers run this tile's epilogue (from their registers, with its own shared
-// memory beside the ring). Segments: A = (seg == 1 ? a1 : a0), B = (seg == 2 ? b1 : b0).
-// PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each
-// window of kPromoteStages K steps (128 products) is accumulated from zero and then added into
-// a separate fp32 accumulator (round-to-nearest FADD): 3xTF32 stays fp32-class for any K.
+// memory beside the ring). tf32: A from map_a (X), B from map_b0 (W), both by descriptor.
+// 3xTF32: a stage holds X's tile as it is (map_a) and W's parts Wb, Ws (map_b0, map_b1); the
+// consumers split X into TF32 parts as they read it from shared memory (wgmma_3xtf32_fragments)
+// and issue Xs·Wb + Xb·Ws + Xb·Wb for each K slice. With the first-row shift (p.z0) the producer
+// also loads X's row 0 for each K step (map_row0).
+// PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each K
+// step's products (3 × 32) are accumulated from zero and then added into a separate fp32
+// accumulator (round-to-nearest FADD): 3xTF32 stays fp32-class for any K.
 template <int BN, bool PROMOTE, class Epi, bool SPLITK>
 __global__ void __launch_bounds__(kWgThreads, 1)
-wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorMap map_a0,
-                   const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_a1,
-                   const __grid_constant__ CUtensorMap map_b1, int segments) {
+wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorMap map_a,
+                   const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_row0,
+                   const __grid_constant__ CUtensorMap map_b1) {
 #if FL_WGMMA_ENABLED
-  using T = WgTile<BN>;
+  using T = WgTile<BN, PROMOTE>;
   constexpr int ST = T::kStages, NACC = BN / 2;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   float* epi = reinterpret_cast<float*>(smem + T::kEpilogueOffset);
+  float* row0 = reinterpret_cast<float*>(smem + T::kRow0Offset);  // [ST][32] (3xTF32, p.z0)
+  const bool shift = PROMOTE && p.z0;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarrierOffset);
   uint64_t* empty = full + ST;
   int* tile_slot = reinterpret_cast<int*>(empty + ST);  // [2] the next unit's index
   int* last_split = tile_slot + 2;
   const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN), tiles = row_tiles * col_tiles;
-  const int KT = ceil_div(p.k, kWgBK), total = segments * KT, S = SPLITK ? p.splits : 1, units = tiles * S;
+  const int KT = ceil_div(p.k, kWgBK), S = SPLITK ? p.splits : 1, units = tiles * S;
   constexpr bool kUnits = kMergeUnits && Epi::kMerge && wg_persistent(PROMOTE);  // merges after the tiles
   static_assert(!kUnits || BN % 64 == 0, "a column block in 64-column slices");
   const int all_units = units + (kUnits ? ceil_div(p.m, 64) : 0);  // + a merge unit a 64-column slice
@@ -273,12 +330,14 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
       const bool issuer = threadIdx.x == 0;
       int it = 0;  // the issuer's step across units: every stage's parity
       auto load_step = [&](int kt, int m0, int n0) {
-        const int s = it % ST, seg = kt / KT, k0 = (kt % KT) * kWgBK;
+        const int s = it % ST, k0 = kt * kWgBK;
         if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
         uint8_t* st = smem + s * T::kStageBytes;
-        mbar_expect_tx(full + s, T::kStageBytes);
-        tma_load_2d(st, seg == 1 ? &map_a1 : &map_a0, full + s, k0, m0);
-        tma_load_2d(st + T::kABytes, seg == 2 ? &map_b1 : &map_b0, full + s, k0, n0);
+        mbar_expect_tx(full + s, T::kStageBytes + (shift ? kWgBK * sizeof(float) : 0));
+        tma_load_2d(st, &map_a, full + s, k0, m0);
+        tma_load_2d(st + T::kABytes, &map_b0, full + s, k0, n0);
+        if (PROMOTE) tma_load_2d(st + T::kABytes + T::kBBytes, &map_b1, full + s, k0, n0);
+        if (shift) tma_load_2d(row0 + s * kWgBK, &map_row0, full + s, k0, 0);
         ++it;
       };
       // The unit to take: the scheduler's, through slot f % 2, in the persistent kernel.
@@ -293,7 +352,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         int m0 = 0, n0 = 0, kt = 0, kt1 = 0;
         if (tile) {
           wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
-          kt = split_begin(u % S, S, total), kt1 = split_begin(u % S + 1, S, total);
+          kt = split_begin(u % S, S, KT), kt1 = split_begin(u % S + 1, S, KT);
         }
         // Its first ST steps go into the stages the consumers free as they finish unit f − 1 (the
         // overlap of a tile's loads with the previous tile's epilogue); then the hand-off, which
@@ -328,43 +387,81 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
           continue;
         }
       }
-      const int kt0 = split_begin(u % S, S, total), kt1 = split_begin(u % S + 1, S, total);
+      const int kt0 = split_begin(u % S, S, KT), kt1 = split_begin(u % S + 1, S, KT);
       float d[NACC], acc[PROMOTE ? NACC : 1];
 #pragma unroll
       for (int i = 0; i < NACC; ++i) d[i] = 0.f;  // K = 0 leaves the first product unissued
 #pragma unroll
       for (int i = 0; i < (PROMOTE ? NACC : 1); ++i) acc[i] = 0.f;
+      float shift_lo = 0.f, shift_hi = 0.f;  // 3xTF32: 1 where rows g, g + 8 of the warp are shifted
+      if (PROMOTE && shift) {
+        int m0, n0;
+        wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
+        const int r = m0 + 64 * cw + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
+        shift_lo = r != 0 && r < p.n, shift_hi = r + 8 < p.n;  // row 0 stays x₀; rows past N stay 0
+      }
       bool prev_released = true;  // step it − 1's stage already handed back to the producer
+      // 3xTF32: the A fragments (Xb and Xs) of G K slices at a time (all four; 2 at BN = 192, for
+      // registers), rewritten once the wgmmas before are done; the two consumer warpgroups take
+      // turns on the tensor cores, one splitting while the other's 3·G wgmmas run (back to back:
+      // the accumulator stays in the tensor cores). Each step's products are then added into acc.
+      constexpr int G = BN == kSplitWide ? 2 : kWgBK / 8;
+      uint32_t xb[G][4] = {}, xs[G][4] = {};
+      const uint32_t offset = PROMOTE ? wgmma_3xtf32_offset() : 0;
       for (int kt = kt0; kt < kt1; ++kt, ++it) {
         const int s = it % ST;
         mbar_wait(full + s, (it / ST) & 1);
         const uint8_t* a = smem + s * T::kStageBytes + cw * 64 * 128;
         const uint8_t* b = smem + s * T::kStageBytes + T::kABytes;
-        // A promotion window starts from zero: its first product overwrites d (scale-d = 0).
-        const bool fresh = PROMOTE ? (kt - kt0) % kPromoteStages == 0 : kt == kt0;
-        wgmma_fence();
+        if constexpr (PROMOTE) {
+          const uint32_t a_u32 = smem_u32(a) + offset, x0_u32 = smem_u32(row0 + s * kWgBK) + 4 * (threadIdx.x % 4);
 #pragma unroll
-        for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
-          wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(fresh && kk == 0));
-        wgmma_commit();
-        if (PROMOTE && ((kt - kt0) % kPromoteStages == kPromoteStages - 1 || kt == kt1 - 1)) {
-          wgmma_wait<0>();  // the window's products are done: add them in with round-to-nearest
+          for (int k0 = 0; k0 < kWgBK / 8; k0 += G) {
+            wgmma_wait<0>();  // the products before are done (k0 = 0: the previous step's)
 #pragma unroll
-          for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
-          if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
-          if (leader) mbar_arrive(empty + s);
-          prev_released = true;
+            for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
 #pragma unroll
-          for (int i = 0; i < NACC; ++i) acc[i] += d[i];
+            for (int j = 0; j < G; ++j) held_until_here(xb[j]), held_until_here(xs[j]);
+            if (k0 == 0) {
+              if (kt > kt0) {  // add the previous step's products in, rounding to nearest
+#pragma unroll
+                for (int i = 0; i < NACC; ++i) acc[i] += d[i];
+              }
+              if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);  // its stage is free
+            }
+#pragma unroll
+            for (int j = 0; j < G; ++j)
+              wgmma_3xtf32_fragments(xb[j], xs[j], a_u32, x0_u32, k0 + j, shift_lo, shift_hi);
+            wgmma_fence();
+#pragma unroll
+            for (int j = 0; j < G; ++j) {  // the small products first; the step's first from zero
+              const int kk = k0 + j;
+              wgmma_tf32_rs(d, xs[j], smem_desc_sw128(b + kk * 32), kk != 0);
+              wgmma_tf32_rs(d, xb[j], smem_desc_sw128(b + T::kBBytes + kk * 32), 1);
+              wgmma_tf32_rs(d, xb[j], smem_desc_sw128(b + kk * 32), 1);
+            }
+            wgmma_commit();
+          }
         } else {
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
+            wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(kt == kt0 && kk == 0));
+          wgmma_commit();
           wgmma_wait<1>();  // the previous step's products are done: release its stage
           if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
-          prev_released = false;
         }
+        prev_released = false;
       }
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#pragma unroll
+      for (int j = 0; j < G; ++j) held_until_here(xb[j]), held_until_here(xs[j]);
+      if (PROMOTE && kt1 > kt0) {
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) acc[i] += d[i];
+      }
       if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);  // the tile's last stage
       if (PROMOTE) {
 #pragma unroll
@@ -387,21 +484,23 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 #endif
 }
 
-// X = Xb + Xs with Xb = rna_tf32(X), Xs = rna_tf32(X − Xb) (same rounding as algebra.round_tf32).
-// shift_k = K > 0: the first-row shift (common.cuh): rows 1 … of X (count < 2³¹ elements, K
-// each) are split minus row 0.
+// W = Wb + Ws with Wb = rna_tf32(W), Ws = rna_tf32(W − Wb) (same rounding as algebra.round_tf32):
+// the B operands of 3xTF32 (wgmma reads B from shared memory only, so W's parts are made before
+// the GEMM, or cached by the caller while W does not change).
 __global__ void split_tf32_kernel(const float* __restrict__ x, float* __restrict__ big, float* __restrict__ small,
-                                  size_t count, int shift_k = 0) {
+                                  size_t count) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
-    float v = x[i];
-    if (shift_k && i >= (size_t)shift_k) v -= x[(unsigned)i % (unsigned)shift_k];
+    const float v = x[i];
     const float b = __uint_as_float(to_tf32(v));
     big[i] = b;
     small[i] = __uint_as_float(to_tf32(v - b));
   }
 }
 
-static const char* encode_map(CUtensorMap* map, const float* base, int rows, int k, int box_rows) {
+// A (rows × k) row-major fp32 matrix read in boxes of box_rows × 32 (one 128-byte row each),
+// 128-byte swizzled for wgmma's descriptors (or not: X's row 0, which the consumers read by address).
+static const char* encode_map(CUtensorMap* map, const float* base, int rows, int k, int box_rows,
+                              CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   if (!encode) {
     void* fn = nullptr;
@@ -415,16 +514,16 @@ static const char* encode_map(CUtensorMap* map, const float* base, int rows, int
   const cuuint32_t box[2] = {(cuuint32_t)kWgBK, (cuuint32_t)box_rows};
   const cuuint32_t elem[2] = {1, 1};
   const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dims, strides, box,
-                            elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled rejected a tensor map";
 }
 
 // The Hopper path can run when TMA can address the operands and, for 3xTF32, the host
-// supplied the split copies (p.xsplit workspace, p.wsplit = [Wb; Ws] of w).
+// supplied p.wsplit (W's parts [Wb; Ws], or the workspace the GEMM writes them into).
 inline bool wgmma_applicable(const Problem& p, const float* x, const float* w) {
   const bool aligned = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
-  return aligned && (p.precision == TF32 || (p.precision == TF32X3 && p.xsplit && p.wsplit));
+  return aligned && (p.precision == TF32 || (p.precision == TF32X3 && p.wsplit));
 }
 
 // 3xTF32 tile width for an N×M output: of 192 and 168, the one whose rounds of one tile an SM
@@ -449,42 +548,48 @@ inline int persistent_grid(int tiles) {
 
 // The split-K plan of a wgmma GEMM (host): S = 1 where the tiles fill at least half the SMs;
 // else as many splits as leave one CTA an SM, each of at least kMinSplitSteps K steps, at most
-// kMaxSplits (a 3xTF32 K step counts three: its three wgmmas). At v0 (run89) the tf32 GEMM is
+// kMaxSplits (a 3xTF32 K step counts three: its three products). At v0 (run89) the tf32 GEMM is
 // fastest with 4 splits of 8 steps (18.9 µs; 21.4 with 8 of 4, worse with 16), 3xTF32 with 8.
-// $FUSEDLIB_WGMMA_SPLITK=S forces S (tests; clamped to 1 … the K steps).
+// $FUSEDLIB_WGMMA_SPLITK=S forces S (tests; clamped to 1 … the K steps). A 3xTF32 split-K GEMM
+// runs 128×168 tiles (wg_split_width: 128×192 leaves no registers for the split bookkeeping).
 constexpr int kMinSplitSteps = 8, kMaxSplits = 8;
+inline int wg_split_width(int n, int m, int splits) { return splits > 1 ? kSplitNarrow : split_tile_width(n, m); }
 struct WgSplitK {
   int splits, tiles, nacc;
   size_t floats() const { return splits > 1 ? (size_t)splits * tiles * nacc * 256 : 0; }
 };
 inline WgSplitK wg_split_k(int precision, int n, int k, int m) {
   const int bn = precision == TF32 ? 256 : split_tile_width(n, m);
-  const int tiles = ceil_div(n, kWgBM) * ceil_div(m, bn), total = (precision == TF32 ? 1 : 3) * ceil_div(k, kWgBK);
+  const int KT = ceil_div(k, kWgBK), tiles = ceil_div(n, kWgBM) * ceil_div(m, bn), work = (precision == TF32 ? 1 : 3) * KT;
   const char* forced = std::getenv("FUSEDLIB_WGMMA_SPLITK");
   int s = 1;
   if (forced && std::atoi(forced) > 0) s = std::atoi(forced);
-  else if (2 * tiles <= sm_count()) s = std::min(std::min(sm_count() / tiles, total / kMinSplitSteps), kMaxSplits);
-  return {std::max(1, std::min(s, total)), tiles, bn / 2};
+  else if (2 * tiles <= sm_count()) s = std::min(std::min(sm_count() / tiles, work / kMinSplitSteps), kMaxSplits);
+  s = std::max(1, std::min(s, KT));
+  if (precision == TF32 || wg_split_width(n, m, s) == bn) return {s, tiles, bn / 2};
+  return {s, ceil_div(n, kWgBM) * ceil_div(m, kSplitNarrow), kSplitNarrow / 2};
 }
 
 // One launch of the width-BN kernel: its split-K instantiation where p.splits > 1 (the S = 1
 // one compiles without the split bookkeeping), a CTA a unit (tf32: persistent, one an SM).
 template <int BN, bool PROMOTE, class Epi, bool SPLITK>
-const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a0, const CUtensorMap& b0,
-                      const CUtensorMap& a1, const CUtensorMap& b1, int segments, cudaStream_t st) {
+const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const CUtensorMap& b0,
+                      const CUtensorMap& row0, const CUtensorMap& b1, cudaStream_t st) {
   auto kernel = wgmma_gemm_kernel<BN, PROMOTE, Epi, SPLITK>;
-  FL_OPT_IN_SMEM(kernel, WgTile<BN>::kSmem);
+  FL_OPT_IN_SMEM(kernel, (WgTile<BN, PROMOTE>::kSmem));
   const int units = ceil_div(p.n, kWgBM) * ceil_div(p.m, BN) * p.splits;
-  kernel<<<wg_persistent(PROMOTE) ? persistent_grid(units) : units, kWgThreads, WgTile<BN>::kSmem, st>>>(
-      p, out, a0, b0, a1, b1, segments);
+  kernel<<<wg_persistent(PROMOTE) ? persistent_grid(units) : units, kWgThreads, WgTile<BN, PROMOTE>::kSmem, st>>>(
+      p, out, a, b0, row0, b1);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
 template <int BN, bool PROMOTE, class Epi>
-const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a0, const CUtensorMap& b0,
-                      const CUtensorMap& a1, const CUtensorMap& b1, int segments, cudaStream_t st) {
-  return p.splits > 1 ? launch_wg<BN, PROMOTE, Epi, true>(p, out, a0, b0, a1, b1, segments, st)
-                      : launch_wg<BN, PROMOTE, Epi, false>(p, out, a0, b0, a1, b1, segments, st);
+const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const CUtensorMap& b0,
+                      const CUtensorMap& row0, const CUtensorMap& b1, cudaStream_t st) {
+  if constexpr (BN == kSplitWide) return launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, b1, st);
+  else
+    return p.splits > 1 ? launch_wg<BN, PROMOTE, Epi, true>(p, out, a, b0, row0, b1, st)
+                        : launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, b1, st);
 }
 
 template <class Epi>
@@ -492,27 +597,26 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   if (p.splits > 1 && !(p.splitk && p.splitk_counters)) return "the split-K wgmma GEMM needs its workspace";
   if (!wgmma_applicable(p, x, w))
     return "the wgmma GEMM needs in_features % 4 == 0, 16-byte aligned x and weight, a tensor-core "
-           "precision and (3xtf32) the TF32 split workspaces";
-  CUtensorMap a0, b0, a1, b1;
+           "precision and (3xtf32) W's TF32 parts or their workspace";
+  CUtensorMap a, b0, row0, b1;
   const char* err;
+  if ((err = encode_map(&a, x, p.n, p.k, kWgBM))) return err;
   if (p.precision == TF32) {
     if (p.z0) return "the tf32 wgmma GEMM reads X as it is (TMA): no first-row shift (z0 must be null)";
-    if ((err = encode_map(&a0, x, p.n, p.k, kWgBM)) || (err = encode_map(&b0, w, p.m, p.k, 256))) return err;
-    return launch_wg<256, false, Epi>(p, out, a0, b0, a0, b0, 1, st);
+    if ((err = encode_map(&b0, w, p.m, p.k, 256))) return err;
+    return launch_wg<256, false, Epi>(p, out, a, b0, a, b0, st);
   }
-  const size_t nk = (size_t)p.n * p.k, mk = (size_t)p.m * p.k;
-  split_tf32_kernel<<<132 * 8, 256, 0, st>>>(x, p.xsplit, p.xsplit + nk, nk, p.z0 ? p.k : 0);
-  FL_CHECK_LAUNCH();
-  if (p.split_w) {  // no cached [Wb; Ws] from the caller: split W too
+  const size_t mk = (size_t)p.m * p.k;
+  if (p.split_w) {  // no cached [Wb; Ws] from the caller: split W first
     split_tf32_kernel<<<132 * 8, 256, 0, st>>>(w, p.wsplit, p.wsplit + mk, mk);
     FL_CHECK_LAUNCH();
   }
-  const int bn = split_tile_width(p.n, p.m);
-  if ((err = encode_map(&a0, p.xsplit, p.n, p.k, kWgBM)) || (err = encode_map(&a1, p.xsplit + nk, p.n, p.k, kWgBM)) ||
+  const int bn = wg_split_width(p.n, p.m, p.splits);
+  if ((err = encode_map(&row0, x, 1, p.k, 1, CU_TENSOR_MAP_SWIZZLE_NONE)) ||
       (err = encode_map(&b0, p.wsplit, p.m, p.k, bn)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, bn)))
     return err;
-  return bn == kSplitWide ? launch_wg<kSplitWide, true, Epi>(p, out, a0, b0, a1, b1, 3, st)
-                          : launch_wg<kSplitNarrow, true, Epi>(p, out, a0, b0, a1, b1, 3, st);
+  return bn == kSplitWide ? launch_wg<kSplitWide, true, Epi>(p, out, a, b0, row0, b1, st)
+                          : launch_wg<kSplitNarrow, true, Epi>(p, out, a, b0, row0, b1, st);
 }
 
 }  // namespace fl

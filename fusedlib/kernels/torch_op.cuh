@@ -133,8 +133,8 @@ static std::optional<at::Tensor> forward_impl(
 
   // Y, whose memory holds Z until the last pass overwrites it (unless z_out keeps Z); the stream's scratch:
   // counters, tile partials (the smallest statistics tile is 32 rows; naive keeps its row
-  // max and Σexp there), coefficients (4, M), split-K partial tiles, z₀ (M); for 3xTF32 on wgmma X's and (unless cached
-  // by the caller) W's TF32 parts, in a workspace of this call.
+  // max and Σexp there), coefficients (4, M), split-K partial tiles, z₀ (M); for 3xTF32 on wgmma (unless cached by
+  // the caller) W's TF32 parts, in a workspace of this call.
   at::Tensor y = at::detail::empty_cuda({n, m}, at::kFloat, x.device(), std::nullopt);  // no dispatcher
   const int64_t tiles = (n + 31) / 32, n_part = aligned_floats(std::max(2 * tiles * m, 2 * n));
   // wgmma: split-K where the tiles would leave most SMs idle (its partial tiles and counters)
@@ -146,7 +146,7 @@ static std::optional<at::Tensor> forward_impl(
   at::Tensor captured, split_ws;
   const Scratch scratch =
       stream_scratch(x, stream, capturing, n_count + (sk.splits > 1 ? sk.tiles : 0) + 1, n_floats, captured);
-  if (split) split_ws = at::empty({2 * n * k + (split_w ? 2 * m * k : 0)}, x.options());
+  if (split_w) split_ws = at::empty({2 * m * k}, x.options());
 
   Problem p;
   p.x = x.data_ptr<float>();
@@ -163,8 +163,7 @@ static std::optional<at::Tensor> forward_impl(
   p.part = scratch.floats;
   p.coef = scratch.floats + n_part;
   p.counters = scratch.counters;
-  p.xsplit = split ? split_ws.data_ptr<float>() : nullptr;
-  p.wsplit = !split ? nullptr : split_w ? p.xsplit + 2 * n * k : weight_split->data_ptr<float>();
+  p.wsplit = !split ? nullptr : split_w ? split_ws.data_ptr<float>() : weight_split->data_ptr<float>();
   p.split_w = split_w;
   p.splitk = sk.splits > 1 ? scratch.floats + n_part + 4 * m : nullptr;
   p.splitk_counters = sk.splits > 1 ? scratch.counters + n_count : nullptr;
@@ -188,7 +187,7 @@ static std::optional<at::Tensor> forward_impl(
     C10_CUDA_CHECK(cudaMemsetAsync(scratch.floats, 0xFF, n_floats * sizeof(float), stream));
     C10_CUDA_CHECK(cudaMemsetAsync(p.y, 0xFF, y.nbytes(), stream));
     if (keep_z) C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, y.nbytes(), stream));
-    if (split) C10_CUDA_CHECK(cudaMemsetAsync(p.xsplit, 0xFF, split_ws.nbytes(), stream));
+    if (split_w) C10_CUDA_CHECK(cudaMemsetAsync(p.wsplit, 0xFF, split_ws.nbytes(), stream));
   }
   const char* err = FL_ENTRY(&p, stream);
   TORCH_CHECK(err == nullptr, "fusedlib " FL_STR(FL_STAGE) " kernels: ", err ? err : "");
