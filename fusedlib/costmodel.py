@@ -23,9 +23,9 @@ Precision changes the GEMM's passes, in every stage alike: 3xtf32 on the Hopper 
 so W's parts are made beforehand) and X as it is, which the consumers split in registers.
 The mma.sync path (K % 4 ≠ 0) splits both in registers: no extra traffic. tf32 moves the bytes of
 fp32. The peers run cuBLAS, whatever the precision (they have no 3xtf32).
-At small shapes (tiles for fewer than half the SMs, KernelBench v0) the wgmma GEMM splits K
-(split-K): each split's partial tile is written and re-read by the same kernel, from L2; like
-the in-kernel re-reads below, it is not charged.
+At small shapes (KernelBench v0: wgmma tiles for fewer than half the SMs, SIMT 32×32 tiles
+fewer than 132) the wgmma and SIMT GEMMs split K (split-K): each split's partial tile is written
+and re-read by the same kernel, from L2; like the in-kernel re-reads below, it is not charged.
 
 FLOP conventions, per element of an N×M tensor, one FLOP for each add, multiply, compare,
 divide, square root or exponential the kernel executes:

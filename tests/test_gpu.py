@@ -14,7 +14,7 @@ fp32 on the SIMT GEMM, tf32/3xtf32 on wgmma), then the tensor-core precisions ag
 3xtf32 at K = 16384 and K = 16383 on both tensor-core paths (fp32-class at every K), and
 fp32 on the SIMT GEMM's 128×64 tile (the one GPUs with 64 KB of shared memory a block run)
 forced with ``FUSEDLIB_SIMT_SMALL_SMEM=1``, and the wgmma GEMM's split-K forced to 3 and 2
-splits (``FUSEDLIB_WGMMA_SPLITK``); offset inputs within the fp32 budget outright where the
+splits (``FUSEDLIB_WGMMA_SPLITK``) and the SIMT GEMM's to 3 (``FUSEDLIB_SIMT_SPLITK``); offset inputs within the fp32 budget outright where the
 kernels shift X by its first row (fp32, 3xtf32). The persistent wgmma GEMM gives the same bits on grids of
 1, 7 and one CTA an SM (``FUSEDLIB_WGMMA_GRID``). A NaN or an inf in x comes out non-finite on
 every stage, precision and path (never a finite answer).
@@ -94,6 +94,13 @@ CASES += [dict(c, path="wgmma-splitk3") for c in check.iter_cases(
 CASES += [dict(c, path="wgmma-splitk2") for c in check.iter_cases(
     [p for p in ("84",) if p in PROBLEMS], ("sums", "fused"), ("train",), TC, ["84"], seeds=1,
     device="cuda")] if _default_path("tf32") == "wgmma" else []
+# Split-K of the SIMT GEMM (fp32 on the 32×32 tile): v0 splits on its own (8 splits of 8 K
+# steps); forced to 3 ($FUSEDLIB_SIMT_SPLITK=3: uneven K ranges, a split of one K step at
+# 7x33->65, whose K % 4 ≠ 0 takes the scalar loads, and at 2x64->3, one tile).
+SIMT_SPLITK = {"simt-splitk3": "3"}
+CASES += [dict(c, path="simt-splitk3") for c in check.iter_cases(
+    [p for p in ("84", "33") if p in PROBLEMS], algebra.STAGES, ("train", "eval"), ("fp32",),
+    ["257x1000->999", "v0", "2x64->3", "7x33->65"], seeds=2, device="cuda")]
 # Gradients (check.run_grad_case): 84 and 33 × stages × modes × precisions at check.GRAD_SHAPES
 # (seeds 0, 1, 2: rand, randn, offset; tf32 without offset),
 # the tensor-core precisions again on the other tensor-core path, and each problem's
@@ -208,9 +215,12 @@ def _run_recorded(case: dict, monkeypatch, run, part: str) -> None:
     (``FUSEDLIB_GEMM_PATH``), record it under RECORD[part] and assert that it passed."""
     case = dict(case)
     path = case.pop("path")
-    monkeypatch.setenv(engine.ENV_VAR, "simt" if path == SIMT_SMALL else "wgmma" if path in WGMMA_SPLITK else path)
+    monkeypatch.setenv(engine.ENV_VAR, "simt" if path == SIMT_SMALL or path in SIMT_SPLITK else
+                       "wgmma" if path in WGMMA_SPLITK else path)
     if path == SIMT_SMALL:
         monkeypatch.setenv("FUSEDLIB_SIMT_SMALL_SMEM", "1")
+    if path in SIMT_SPLITK:
+        monkeypatch.setenv("FUSEDLIB_SIMT_SPLITK", SIMT_SPLITK[path])
     if path in WGMMA_SPLITK:
         monkeypatch.setenv("FUSEDLIB_WGMMA_SPLITK", WGMMA_SPLITK[path])
     monkeypatch.setattr(check, "make_reference", _cached_reference)
@@ -277,10 +287,10 @@ def test_backward_reruns_are_bit_identical(problem, stage, precision):
     assert same
 
 
-@pytest.mark.parametrize("problem", ["84", "39"])
+@pytest.mark.parametrize("problem,preset", [("84", "84"), ("39", "39"), ("84", "v0")])  # v0: split-K
 @pytest.mark.parametrize("stage,precision", list(check.combos(algebra.STAGES, algebra.PRECISIONS)))
-def test_reruns_are_bit_identical(problem, stage, precision):
-    shape = PRESETS[problem]
+def test_reruns_are_bit_identical(problem, preset, stage, precision):
+    shape = PRESETS[preset]
     model = make_reference(problem, shape.in_features, shape.out_features, seed=0).cuda()
     fused = fusedlib.from_reference(model, stage=stage, precision=precision)
     x = torch.rand(shape.batch, shape.in_features, device="cuda")
@@ -359,7 +369,7 @@ _SANITIZE = """
 import torch, fusedlib
 from fusedlib.reference import make_reference
 for problem in ("84", "33"):
-  for n, k, m in ((130, 72, 300), (130, 70, 200)):  # K % 4 == 0 (TMA/wgmma path) and not
+  for n, k, m in ((130, 264, 300), (130, 70, 200)):  # K % 4 == 0 (TMA/wgmma path; fp32 on 2 SIMT splits) and not
     for precision in {precisions}:
       if "{path}" == "wgmma" and k % 4:
         continue

@@ -44,10 +44,10 @@ struct Problem {
   long long* num_batches_tracked;  // bn.num_batches_tracked (int64 scalar), +1 per train step
   float* wsplit;           // (2, M, K) W's TF32 parts [Wb; Ws] (3xtf32 on wgmma), or null
   int split_w;             // 1: the GEMM writes W's parts into wsplit first; 0: wsplit holds them
-  float* splitk;           // (S, tiles, 128·BN) split-K partial tiles (wgmma, splits > 1), or null
+  float* splitk;           // (S, tiles, BM·BN) split-K partial tiles (splits > 1), or null
   unsigned int* splitk_counters;  // (tiles) split-K tile counters: zero before the GEMM, left zero
   unsigned int* tile_counter;     // (1) the persistent wgmma GEMM's next unit: zero before, left zero
-  int splits;              // split-K splits S of the wgmma GEMM (1: none)
+  int splits;              // split-K splits S of the SIMT or wgmma GEMM (1: none; SplitK)
   float* z0;               // (M) train mode at fp32 and 3xTF32: the first-row shift (below), or null
   int n, k, m;             // batch N, in_features K, out_features M
   int kind;                // 84 or 33 (33 and 39)

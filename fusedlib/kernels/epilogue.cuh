@@ -37,6 +37,51 @@ __host__ __device__ constexpr int scratch_floats() {
   return (THREADS > 2 * BN ? THREADS : 2 * BN) + 32;
 }
 
+// Split-K (grids that would leave most SMs idle, KernelBench's v0 among them; the SIMT and
+// wgmma GEMMs): the K steps of a tile cut into S = p.splits contiguous ranges; split s runs
+// steps [split_begin(s), split_begin(s + 1)).
+__host__ __device__ __forceinline__ int split_begin(int s, int S, int total) { return (int)((long long)total * s / S); }
+
+// A GEMM's split-K plan (host): S splits of `tiles` tiles, each partial tile tile_floats floats
+// (the workspace p.splitk, and one counter a tile in p.splitk_counters).
+constexpr int kMinSplitSteps = 8, kMaxSplits = 8;  // K steps a split at least; splits at most
+struct SplitK {
+  int splits, tiles, tile_floats;
+  size_t floats() const { return splits > 1 ? (size_t)splits * tiles * tile_floats : 0; }
+};
+
+// A split's partial tile, as the GEMM's THREADS accumulating threads hold it (NACC floats a
+// thread, thread-major: float i of thread t at [i·THREADS + t]), is stored in p.splitk at unit
+// tile·S + s; the tile's counter counts the splits (fence first, as count_and_merge); the last
+// one to count resets the counter, adds the S partial tiles in split order 0, 1, … (the same
+// bits whichever split came last) into d and returns true; the others return false. No float
+// atomics. The THREADS threads meet on epilogue_sync.
+template <int NACC, int THREADS>
+__device__ __forceinline__ bool sum_splits(const Problem& p, float (&d)[NACC], int tile, int s, int* last, int tid) {
+  const int S = p.splits;
+  float* ws = p.splitk + (size_t)tile * S * NACC * THREADS;
+#pragma unroll
+  for (int i = 0; i < NACC; ++i) __stcg(ws + ((size_t)s * NACC + i) * THREADS + tid, d[i]);
+  __threadfence();
+  epilogue_sync<THREADS>();
+  if (tid == 0) {
+    *last = atomicAdd(p.splitk_counters + tile, 1u) == (unsigned)S - 1;
+    if (*last) p.splitk_counters[tile] = 0;
+  }
+  epilogue_sync<THREADS>();
+  if (!*last) return false;
+  __threadfence();
+  const float* part = ws + tid;  // split by split: NACC independent loads in flight at a time
+#pragma unroll
+  for (int i = 0; i < NACC; ++i) d[i] = __ldcg(part + (size_t)i * THREADS);
+  for (int r = 1; r < S; ++r) {
+    part += (size_t)NACC * THREADS;
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) d[i] += __ldcg(part + (size_t)i * THREADS);
+  }
+  return true;
+}
+
 // The first-row shift (common.cuh column_shift): output (row, col) of the GEMM as the epilogue
 // sees it — row 0 is x₀Wᵀ, which goes to p.z0, and D's row 0, exactly 0, takes its place.
 // Called by each mainloop on the accumulators it hands over, before any epilogue reads them.

@@ -8,7 +8,10 @@
 // loaded into registers during this step's FFMAs and stored into the other stage, one
 // __syncthreads a K step. The finished accumulators go through the shared-memory C tile to
 // the epilogue Epi (epilogue.cuh). In train mode at fp32 the A tile's rows other than X's row
-// 0 go to shared memory minus that row (the first-row shift, common.cuh). grid = (ceil(M/BN), ceil(N/BM)). The ladder of SIMT SGEMM
+// 0 go to shared memory minus that row (the first-row shift, common.cuh). grid = (ceil(M/BN),
+// ceil(N/BM), S): with split-K (SPLITK, p.splits = S > 1, where even 32×32 tiles leave SMs idle:
+// simt_split_k, gemm.cuh) block z runs its range of the K steps and the tile's last split sums
+// the S partial tiles in split order before the epilogue (sum_splits). The ladder of SIMT SGEMM
 // kernels this follows: siboehm, "How to optimize a CUDA matmul kernel" (SGEMM_CUDA).
 #pragma once
 #include "epilogue.cuh"
@@ -80,7 +83,7 @@ __device__ __forceinline__ void simt_stash(const float (&r)[ROWS * BK / THREADS]
 
 // Thread tile TM×TN of 4×4 quadrants; MIN_BLOCKS fixes the register budget, so the mainloop
 // compiles to the same schedule whatever epilogue follows it.
-template <int BM, int BN, int BK, int TM, int TN, int MIN_BLOCKS, class Epi>
+template <int BM, int BN, int BK, int TM, int TN, int MIN_BLOCKS, class Epi, bool SPLITK>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS)
 simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __restrict__ w, float* out, bool vec) {
   using T = SimtTile<BM, BN, BK, TM, TN>;
@@ -116,13 +119,14 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
 #pragma unroll
     for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
-  const int steps = ceil_div(K, BK);
-  load(0);
+  const int KT = ceil_div(K, BK), S = SPLITK ? p.splits : 1, split = SPLITK ? blockIdx.z : 0;
+  const int t0 = split_begin(split, S, KT), steps = split_begin(split + 1, S, KT);
+  load(t0 * BK);
   stash(0);
   __syncthreads();
-  for (int t = 0; t < steps; ++t) {
-    const float* a = As + (t & 1) * BK * LDA;
-    const float* b = Bs + (t & 1) * BK * LDB;
+  for (int t = t0; t < steps; ++t) {
+    const float* a = As + ((t - t0) & 1) * BK * LDA;
+    const float* b = Bs + ((t - t0) & 1) * BK * LDB;
     if (t + 1 < steps) load((t + 1) * BK);  // in flight during this step's FFMAs
     // Two-level accumulation: the BK products of this K step are summed into a fresh partial,
     // which is then added to the accumulator. A rounding error then grows with BK + K/BK
@@ -151,8 +155,14 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int j = 0; j < TN; ++j) acc[i][j] += part[i][j];
-    if (t + 1 < steps) stash((t + 1) & 1);  // the other stage: last read before the previous barrier
+    if (t + 1 < steps) stash((t + 1 - t0) & 1);  // the other stage: last read before the previous barrier
     __syncthreads();  // the last one also frees the loop buffers for C
+  }
+  if constexpr (SPLITK) {
+    __shared__ int last;
+    if (!sum_splits<TM * TN, THREADS>(p, reinterpret_cast<float(&)[TM * TN]>(acc), blockIdx.y * gridDim.x + blockIdx.x,
+                                      split, &last, tid))
+      return;  // not the tile's last split: its partial tile is in p.splitk
   }
   constexpr int LDC = BN + 1;
   float* C = smem;
@@ -167,13 +177,14 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
   Epi::template apply<BM, BN, THREADS>(p, C, smem + BM * LDC, out, m0, n0, tid);
 }
 
-template <int BM, int BN, int BK, int TM, int TN, int MIN_BLOCKS, class Epi>
+// SPLITK is compiled for the 32×32 tile only (the one tile whose grid may leave SMs idle).
+template <int BM, int BN, int BK, int TM, int TN, int MIN_BLOCKS, class Epi, bool SPLITK = false>
 const char* launch_simt_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
   using T = SimtTile<BM, BN, BK, TM, TN>;
-  auto kernel = simt_gemm_kernel<BM, BN, BK, TM, TN, MIN_BLOCKS, Epi>;
+  auto kernel = simt_gemm_kernel<BM, BN, BK, TM, TN, MIN_BLOCKS, Epi, SPLITK>;
   FL_OPT_IN_SMEM(kernel, T::kSmem);
   const bool vec = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
-  const dim3 grid(ceil_div(p.m, BN), ceil_div(p.n, BM));
+  const dim3 grid(ceil_div(p.m, BN), ceil_div(p.n, BM), SPLITK ? p.splits : 1);
   kernel<<<grid, T::kThreads, T::kSmem, st>>>(p, x, w, out, vec);
   FL_CHECK_LAUNCH();
   return nullptr;

@@ -16,7 +16,6 @@
 #include <cudaTypedefs.h>  // CUtensorMap and the cuTensorMapEncodeTiled signature (no -lcuda)
 
 #include <cstdlib>
-#include <type_traits>
 
 #include "epilogue.cuh"
 
@@ -177,42 +176,6 @@ __device__ __forceinline__ void wg_tile_origin(int t, int row_tiles, int col_til
   const int first_row = group * kWgGroup, rows_in_group = min(kWgGroup, row_tiles - first_row);
   m0 = (first_row + (t % per_group) % rows_in_group) * kWgBM;
   n0 = ((t % per_group) / rows_in_group) * bn;
-}
-
-// Split-K (grids that would leave most SMs idle, KernelBench's v0 among them): the K steps of
-// a tile cut into S contiguous ranges; split s runs steps
-// [split_begin(s), split_begin(s + 1)).
-__host__ __device__ __forceinline__ int split_begin(int s, int S, int total) { return (int)((long long)total * s / S); }
-
-// A split's partial tile, as its 256 consumer threads hold it (thread-major: float i of thread
-// t at [i·256 + t]), is stored in p.splitk at unit tile·S + s; the tile's counter counts the
-// splits (fence first, as count_and_merge); the last one to count resets the counter, adds
-// the S partial tiles in split order 0, 1, … (the same bits whichever split came last) into
-// d and returns true. No float atomics.
-template <int NACC>
-__device__ __forceinline__ bool sum_splits(const Problem& p, float (&d)[NACC], int tile, int s, int* last, int tid) {
-  const int S = p.splits;
-  float* ws = p.splitk + (size_t)tile * S * NACC * 256;
-#pragma unroll
-  for (int i = 0; i < NACC; ++i) __stcg(ws + ((size_t)s * NACC + i) * 256 + tid, d[i]);
-  __threadfence();
-  epilogue_sync<256>();
-  if (tid == 0) {
-    *last = atomicAdd(p.splitk_counters + tile, 1u) == (unsigned)S - 1;
-    if (*last) p.splitk_counters[tile] = 0;
-  }
-  epilogue_sync<256>();
-  if (!*last) return false;
-  __threadfence();
-  const float* part = ws + tid;  // split by split: NACC independent loads in flight at a time
-#pragma unroll
-  for (int i = 0; i < NACC; ++i) d[i] = __ldcg(part + (size_t)i * 256);
-  for (int r = 1; r < S; ++r) {
-    part += (size_t)NACC * 256;
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) d[i] += __ldcg(part + (size_t)i * 256);
-  }
-  return true;
 }
 
 // The persistent (tf32) tile scheduler: the next unit (tile, or tile × split) of the raster
@@ -403,8 +366,8 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
       bool prev_released = true;  // step it − 1's stage already handed back to the producer
       // 3xTF32: the A fragments (Xb and Xs) of G K slices at a time (all four; 2 at BN = 192, for
       // registers), rewritten once the wgmmas before are done; the two consumer warpgroups take
-      // turns on the tensor cores, one splitting while the other's 3·G wgmmas run (back to back:
-      // the accumulator stays in the tensor cores). Each step's products are then added into acc.
+      // turns on the tensor cores, one splitting while the other's 3·G wgmmas run (one split
+      // feeds all three products, run120). Each step's products are then added into acc.
       constexpr int G = BN == kSplitWide ? 2 : kWgBK / 8;
       uint32_t xb[G][4] = {}, xs[G][4] = {};
       const uint32_t offset = PROMOTE ? wgmma_3xtf32_offset() : 0;
@@ -469,7 +432,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
       }
       // Split-K: the tile's last split to finish adds all S partial tiles in split order and
       // runs the epilogue; the others only leave their partial tile.
-      if (!SPLITK || sum_splits<NACC>(p, d, u / S, u % S, last_split, threadIdx.x - 128)) {
+      if (!SPLITK || sum_splits<NACC, 256>(p, d, u / S, u % S, last_split, threadIdx.x - 128)) {
         int m0, n0;  // (not needed by the mainloop: two registers fewer under the accumulators)
         wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
         // The epilogue from the accumulator registers (m16n8 layout: warp 4·cw + warp holds rows
@@ -548,17 +511,12 @@ inline int persistent_grid(int tiles) {
 
 // The split-K plan of a wgmma GEMM (host): S = 1 where the tiles fill at least half the SMs;
 // else as many splits as leave one CTA an SM, each of at least kMinSplitSteps K steps, at most
-// kMaxSplits (a 3xTF32 K step counts three: its three products). At v0 (run89) the tf32 GEMM is
+// kMaxSplits (epilogue.cuh; a 3xTF32 K step counts three: its three products). At v0 (run89) the tf32 GEMM is
 // fastest with 4 splits of 8 steps (18.9 µs; 21.4 with 8 of 4, worse with 16), 3xTF32 with 8.
 // $FUSEDLIB_WGMMA_SPLITK=S forces S (tests; clamped to 1 … the K steps). A 3xTF32 split-K GEMM
 // runs 128×168 tiles (wg_split_width: 128×192 leaves no registers for the split bookkeeping).
-constexpr int kMinSplitSteps = 8, kMaxSplits = 8;
 inline int wg_split_width(int n, int m, int splits) { return splits > 1 ? kSplitNarrow : split_tile_width(n, m); }
-struct WgSplitK {
-  int splits, tiles, nacc;
-  size_t floats() const { return splits > 1 ? (size_t)splits * tiles * nacc * 256 : 0; }
-};
-inline WgSplitK wg_split_k(int precision, int n, int k, int m) {
+inline SplitK wg_split_k(int precision, int n, int k, int m) {
   const int bn = precision == TF32 ? 256 : split_tile_width(n, m);
   const int KT = ceil_div(k, kWgBK), tiles = ceil_div(n, kWgBM) * ceil_div(m, bn), work = (precision == TF32 ? 1 : 3) * KT;
   const char* forced = std::getenv("FUSEDLIB_WGMMA_SPLITK");
@@ -566,8 +524,8 @@ inline WgSplitK wg_split_k(int precision, int n, int k, int m) {
   if (forced && std::atoi(forced) > 0) s = std::atoi(forced);
   else if (2 * tiles <= sm_count()) s = std::min(std::min(sm_count() / tiles, work / kMinSplitSteps), kMaxSplits);
   s = std::max(1, std::min(s, KT));
-  if (precision == TF32 || wg_split_width(n, m, s) == bn) return {s, tiles, bn / 2};
-  return {s, ceil_div(n, kWgBM) * ceil_div(m, kSplitNarrow), kSplitNarrow / 2};
+  if (precision == TF32 || wg_split_width(n, m, s) == bn) return {s, tiles, kWgBM * bn};
+  return {s, ceil_div(n, kWgBM) * ceil_div(m, kSplitNarrow), kWgBM * kSplitNarrow};
 }
 
 // One launch of the width-BN kernel: its split-K instantiation where p.splits > 1 (the S = 1

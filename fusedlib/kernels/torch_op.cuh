@@ -137,8 +137,10 @@ static std::optional<at::Tensor> forward_impl(
   // the caller) W's TF32 parts, in a workspace of this call.
   at::Tensor y = at::detail::empty_cuda({n, m}, at::kFloat, x.device(), std::nullopt);  // no dispatcher
   const int64_t tiles = (n + 31) / 32, n_part = aligned_floats(std::max(2 * tiles * m, 2 * n));
-  // wgmma: split-K where the tiles would leave most SMs idle (its partial tiles and counters)
-  const WgSplitK sk = path == PATH_WGMMA ? wg_split_k(prec, (int)n, (int)k, (int)m) : WgSplitK{1, 0, 0};
+  // split-K where the tiles would leave SMs idle (its partial tiles and counters): wgmma, SIMT
+  const SplitK sk = path == PATH_WGMMA  ? wg_split_k(prec, (int)n, (int)k, (int)m)
+                    : path == PATH_SIMT ? simt_split_k((int)n, (int)k, (int)m)
+                                        : SplitK{1, 0, 0};
   // train mode at fp32 and 3xTF32: the first-row shift's z₀ (common.cuh column_shift; tf32 reads X as it is)
   const bool shift = training && prec != TF32;
   const int64_t n_count = aligned_floats((m + 31) / 32), n_sk = aligned_floats((int64_t)sk.floats());
