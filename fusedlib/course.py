@@ -177,11 +177,8 @@ def profile(gpu: str = "h100"):
 
 def at_presets(df, mode: str = "train"):
     """The latest row of each (problem, precision, impl) at the problem's KernelBench shape."""
-    from .reference import PRESETS
-    keep = [(r.problem in PRESETS and (r.batch, r.in_features, r.out_features)
-             == (PRESETS[r.problem].batch, PRESETS[r.problem].in_features, PRESETS[r.problem].out_features))
-            for r in df.itertuples(index=False)]
-    sel = df[keep]
+    from .reference import presets_of
+    sel = df[[p not in (None, "v0") for p in presets_of(df)]]
     sel = sel[sel["mode"] == mode]
     return sel.drop_duplicates(["problem", "precision", "impl"], keep="last")
 

@@ -49,10 +49,8 @@ def _save(fig, outdir: Path, name: str) -> list[Path]:
 
 def _preset_rows(df, problem: str):
     """Rows of ``problem`` at its KernelBench shape."""
-    from .reference import PRESETS
-    s = PRESETS[problem]
-    return df[(df.problem.astype(str) == problem) & (df.batch == s.batch) & (df.in_features == s.in_features)
-              & (df.out_features == s.out_features)]
+    from .reference import presets_of
+    return df[[p == problem for p in presets_of(df)]]
 
 
 def _no_data(ax, text: str) -> None:

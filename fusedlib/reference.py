@@ -23,6 +23,8 @@ __all__ = [
     "PRESETS",
     "PROBLEMS",
     "parse_shape",
+    "preset_of",
+    "presets_of",
     "problem_kind",
     "make_reference",
     "get_inputs",
@@ -129,6 +131,22 @@ def parse_shape(text: str | Shape) -> Shape:
     if min(n, k, mm) < 1:
         raise ValueError(f"shape: every dimension must be >= 1, got {text!r}")
     return Shape(n, k, mm)
+
+
+def preset_of(problem: str | int, batch: int, in_features: int, out_features: int) -> str | None:
+    """The preset a measured row's shape is: the problem's own KernelBench shape (its name,
+    ``"84"``, ``"33"`` or ``"39"``), ``"v0"`` (KernelBench v0's 128×1024→512, every problem), or
+    None (another size, e.g. a sweep's). 84 and 33 share a shape: the problem decides the name."""
+    shape = Shape(int(batch), int(in_features), int(out_features))
+    if PRESETS.get(str(problem)) == shape:
+        return str(problem)
+    return "v0" if shape == PRESETS["v0"] else None
+
+
+def presets_of(rows) -> list[str | None]:
+    """:func:`preset_of` of every row of a table with columns ``problem``, ``batch``,
+    ``in_features`` and ``out_features`` (a pandas DataFrame such as bench.csv), in row order."""
+    return [preset_of(*r) for r in zip(rows["problem"], rows["batch"], rows["in_features"], rows["out_features"])]
 
 
 def problem_kind(problem: str | int) -> str:

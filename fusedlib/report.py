@@ -101,12 +101,10 @@ def host_time_section(bench) -> str:
     """
     import pandas as pd
 
-    from .reference import PRESETS
+    from .reference import presets_of
     rows = _latest(bench).dropna(subset=["host_us"])
-    shape = list(zip(rows.batch, rows.in_features, rows.out_features))
-    preset_of = {(s.batch, s.in_features, s.out_features): name for name, s in PRESETS.items()}
-    rows = rows.assign(preset=[preset_of.get(t) for t in shape])
-    kb = rows[rows.preset.isin(["84", "33", "39"])]
+    rows = rows.assign(preset=presets_of(rows))
+    kb = rows[rows.preset.notna() & (rows.preset != "v0")]
     v0 = rows[rows.preset == "v0"]
     if kb[kb.impl == "fused"].empty:
         raise ValueError("bench.csv: no fused row with host_us at the KernelBench shapes")
@@ -148,21 +146,13 @@ def results_table(bench, presets_only: bool = True) -> str:
     """
     from .bench import COLUMNS
     from .costmodel import IMPLS, PRECISIONS
-    from .reference import PRESETS
+    from .reference import presets_of
     missing = [c for c in COLUMNS if c not in bench.columns]
     if missing:
         raise ValueError(f"bench.csv: missing columns {missing}")
     df = _latest(bench)
 
-    def shape_rank(row):
-        s = (row.batch, row.in_features, row.out_features)
-        own = PRESETS.get(row.problem)
-        if own is not None and s == (own.batch, own.in_features, own.out_features):
-            return 0
-        v0 = PRESETS["v0"]
-        return 1 if s == (v0.batch, v0.in_features, v0.out_features) else 2
-
-    df = df.assign(_shape=[shape_rank(r) for r in df.itertuples(index=False)])
+    df = df.assign(_shape=[2 if p is None else 1 if p == "v0" else 0 for p in presets_of(df)])  # own, v0, others
     if presets_only:
         df = df[df._shape < 2]
     orders = {"problem": _PROBLEM_ORDER, "mode": _MODE_ORDER, "precision": PRECISIONS, "impl": IMPLS}
@@ -204,14 +194,13 @@ def ladder_check(bench, tolerance: float = LADDER_TOLERANCE) -> str:
     DataFrame, the latest row of each implementation), which pairs do not (with the excess in
     %), and 84's tf32 fused / naive time per mode. Empty when no table has all four stages.
     """
-    from .reference import PRESETS
+    from .reference import presets_of
     stages = ("naive", "fold", "sums", "fused")
     df = _latest(bench)
+    df = df.assign(_preset=presets_of(df))
     pairs, over, ratios = 0, [], []
     for problem in _PROBLEM_ORDER:
-        s = PRESETS[problem]
-        own = df[(df.problem == problem) & (df.batch == s.batch) & (df.in_features == s.in_features)
-                 & (df.out_features == s.out_features) & df.impl.isin(stages)]
+        own = df[(df._preset == problem) & df.impl.isin(stages)]
         for (mode, precision), g in own.groupby(["mode", "precision"], sort=False):
             t = g.set_index("impl").median_ms
             if not all(st in t for st in stages):

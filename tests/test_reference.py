@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from fusedlib.reference import (PRESETS, GemmBatchNormScalingSoftmax, GemmScaleBatchNorm, Shape, get_inputs,
-                                make_reference, parse_shape, problem_kind)
+                                make_reference, parse_shape, preset_of, presets_of, problem_kind)
 from upstream import Upstream33, Upstream84
 
 
@@ -50,6 +50,17 @@ def test_parse_shape():
             parse_shape(bad)
     with pytest.raises(ValueError, match="problem"):
         problem_kind("85")
+
+
+def test_preset_of_names_each_problems_own_shape():
+    """84 and 33 share 1024×8192→8192: the row's problem decides; v0 is every problem's; a
+    problem at another problem's shape, or a sweep's size, is no preset."""
+    assert preset_of("84", 1024, 8192, 8192) == "84" and preset_of(33, 1024, 8192, 8192) == "33"
+    assert preset_of("39", 16384, 4096, 4096) == "39" and preset_of("84", 16384, 4096, 4096) is None
+    assert preset_of("39", 128, 1024, 512) == "v0" and preset_of("84", 1024, 8192, 4096) is None
+    rows = {"problem": ["84", "33", "39"], "batch": [1024, 128, 1024], "in_features": [8192, 1024, 8192],
+            "out_features": [8192, 512, 8192]}
+    assert presets_of(rows) == ["84", "v0", None]
 
 
 def test_inputs():
