@@ -1,6 +1,7 @@
 """run139 (from run135's prototype, whose Nsight Compute source counters (run138) put 35 % of its warp-stall samples on
 the K step's block of cp.async copies, issued apart from the FFMAs after a branch): the copies issued without a branch
-(lean) and spread two a column through the FFMAs (spread, 3 or 4 stages), against run135's pipelined kernel (pipe), cuBLAS
+(lean) and spread two a column through the FFMAs (spread, 3 or 4 stages), and (run140) interior tiles
+copying with uniform row offsets (split), against run135's pipelined kernel (pipe), cuBLAS
 SGEMM and the engine. run135: CUTLASS's multistage order (fragments double-buffered in registers, the barrier at a K step's second-to-last column) in a SIMT mainloop of cuBLAS's configuration (KERNEL below: 128×128 tiles of 128 threads, 8×16
 outputs a thread, 4-byte cp.async stages, two blocks an SM, the outer sums of the two-level accumulation
 in shared memory) against cuBLAS SGEMM and the engine's SIMT GEMM (the naive stage's fp32 GEMM kernel,
@@ -20,7 +21,7 @@ from fusedlib import bench
 
 # name → (template variant, flush K steps (0: ≈ √K products a partial; 1 << 30: one partial), shift)
 VARIANTS = {"pipe-bk8s3": (0, 0, False), "lean-s3": (1, 0, False), "spread-s3": (2, 0, False), "spread-s4": (3, 0, False),
-            "spread-s3-shift": (2, 0, True)}
+            "spread-s3-shift": (2, 0, True), "split-s3": (4, 0, False), "split-s4": (5, 0, False), "split-s3-shift": (4, 0, True)}
 
 KERNEL = r"""
 // run128: a prototype SIMT (FFMA) mainloop in cuBLAS's configuration, standalone: out(N×M) = X Wᵀ,
@@ -37,6 +38,7 @@ KERNEL = r"""
 #pragma once
 #include <cuda_runtime.h>
 #include <climits>
+#include <type_traits>
 
 namespace proto {
 
@@ -59,7 +61,10 @@ struct Tile {
 // K issued anyway, zero-filled; the shift a template argument), so ptxas can schedule the
 // copies among the FFMAs; SPREAD = the copies of step t − 1 + STAGES issued two a column
 // through step t (A row group kk and B row group kk at column kk), as cuBLAS's kernel does.
-template <int BK, int STAGES, bool LEAN, bool SPREAD, bool SHIFT>
+// SPLIT: tiles whose rows and columns are all in range (and K ≥ BK) copy without row predicates:
+// a copy's address is its thread's row pointer advanced a K step plus q·RS·K, the same for every
+// thread (uniform registers), as cuBLAS's kernel addresses its copies; other tiles as LEAN.
+template <int BK, int STAGES, bool LEAN, bool SPREAD, bool SHIFT, bool SPLIT = false>
 __global__ void __launch_bounds__(128, 2)
 sgemm_pipe_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int N, int K,
                   int M, int flush, bool shift_arg) {
@@ -85,11 +90,26 @@ sgemm_pipe_kernel(const float* __restrict__ x, const float* __restrict__ w, floa
   const float* wb = w + (size_t)(n0 + rq) * K;
   const int KT = (K + BK - 1) / BK;
   auto stage = [&](int t) { return stages + (t % STAGES) * T::kStageFloats; };
+  float part[8][16];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 16; ++j) part[i][j] = 0.f;
+  bool flushed = false;
+  auto mainloop = [&](auto interior_tag) {
+  constexpr bool INT = decltype(interior_tag)::value;
   auto issue_part = [&](int t, int q) {  // row group q of A and of B
     float* as = stage(t);
     float* bs = as + BK * LD;
     const int k = t * BK + kq;
     const bool kin = k < K;
+    if constexpr (INT) {
+      const size_t kofs = kin ? (size_t)t * BK + kq : kq;  // past K: nothing read, a valid address
+      cp_async4(as + kq * LD + rq + q * RS, xa + kofs + (size_t)q * RS * K, kin);
+      cp_async4(bs + kq * LD + rq + q * RS, wb + kofs + (size_t)q * RS * K, kin);
+      if (shift && q == 0) cp_async4(bs + BK * LD + tid, x + kofs, kin);
+      return;
+    }
     const bool ina = kin && (amask >> q & 1), inb = kin && (bmask >> q & 1);
     cp_async4(as + kq * LD + rq + q * RS, ina ? xa + (size_t)q * RS * K + k : x, ina);
     cp_async4(bs + kq * LD + rq + q * RS, inb ? wb + (size_t)q * RS * K + k : w, inb);
@@ -107,12 +127,6 @@ sgemm_pipe_kernel(const float* __restrict__ x, const float* __restrict__ w, floa
     for (int q = 0; q < BK; ++q)
       if (m0 + rq + q * RS > 0) as[kq * LD + rq + q * RS] -= x0;
   };
-  float part[8][16];
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int j = 0; j < 16; ++j) part[i][j] = 0.f;
-  bool flushed = false;
   int since = 0;
   float av[2][8], bv[2][16];
   auto frag = [&](int buf, const float* as, int kk) {
@@ -175,6 +189,9 @@ sgemm_pipe_kernel(const float* __restrict__ x, const float* __restrict__ w, floa
       flushed = true;
     }
   }
+  };
+  if (SPLIT && m0 + BM <= N && n0 + BN <= M && K >= BK) mainloop(std::true_type{});
+  else mainloop(std::false_type{});
   cp_async_wait<0>();
   if (flushed) {
     const float4* acc4 = reinterpret_cast<const float4*>(sacc) + tid;
@@ -200,11 +217,12 @@ sgemm_pipe_kernel(const float* __restrict__ x, const float* __restrict__ w, floa
   }
 }
 
-template <int BK, int STAGES, bool LEAN, bool SPREAD>
+template <int BK, int STAGES, bool LEAN, bool SPREAD, bool SPLIT = false>
 cudaError_t launch_pipe(const float* x, const float* w, float* out, int N, int K, int M, int flush, bool shift,
                         cudaStream_t st) {
   using T = Tile<BK, STAGES>;
-  auto kernel = LEAN && shift ? sgemm_pipe_kernel<BK, STAGES, LEAN, SPREAD, true> : sgemm_pipe_kernel<BK, STAGES, LEAN, SPREAD, false>;
+  auto kernel = LEAN && shift ? sgemm_pipe_kernel<BK, STAGES, LEAN, SPREAD, true, SPLIT>
+                               : sgemm_pipe_kernel<BK, STAGES, LEAN, SPREAD, false, SPLIT>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)T::kSmem);
   if (err != cudaSuccess) return err;
   if (flush <= 0) {
@@ -240,7 +258,9 @@ torch::Tensor sgemm(torch::Tensor x, torch::Tensor w, int64_t variant, int64_t f
     case 1: err = proto::launch_pipe<8, 3, true, false>(xp, wp, op, N, K, M, flush, shift, st); break;
     case 2: err = proto::launch_pipe<8, 3, true, true>(xp, wp, op, N, K, M, flush, shift, st); break;
     case 3: err = proto::launch_pipe<8, 4, true, true>(xp, wp, op, N, K, M, flush, shift, st); break;
-    default: TORCH_CHECK(false, "variant: 0..3");
+    case 4: err = proto::launch_pipe<8, 3, true, false, true>(xp, wp, op, N, K, M, flush, shift, st); break;
+    case 5: err = proto::launch_pipe<8, 4, true, false, true>(xp, wp, op, N, K, M, flush, shift, st); break;
+    default: TORCH_CHECK(false, "variant: 0..5");
   }
   TORCH_CHECK(err == cudaSuccess, cudaGetErrorString(err));
   return out;
@@ -301,7 +321,7 @@ for shape in [(7, 33, 65), (257, 1000, 999), (1000, 999, 1001), (129, 64, 130), 
 # an input not 16-B aligned (4-byte cp.async takes any float pointer)
 x, w = inputs(256, 515, 260, "randn")
 xs = torch.empty(256 * 515 + 1, device=dev)[1:].view(256, 515).copy_(x)
-for v in range(len(VARIANTS) - 1):
+for v in range(6):
     e = rel(ext.sgemm(xs, w, v, 0, False, True), x.double() @ w.double().t())
     print(f"offset pointer, variant {v}: {e:.2e}")
     bad += not (e < 1e-6)

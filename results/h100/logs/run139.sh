@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run139 (H100): run139-simt-proto.py (checks, then times against cuBLAS SGEMM and the engine), then Nsight
+# run139–run140 (H100): run139-simt-proto.py (run140: with the split variants) (checks, then times against cuBLAS SGEMM and the engine), then Nsight
 # Compute's source counters of the lean variant at 84's shape, summarised per instruction (run138-src.py).
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
