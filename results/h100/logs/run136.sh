@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run136–run137 (H100): build this tree's sums + fused stages and main's fused stage (run136-ab.py), the
+# run136–run137 (H100; the tree of branch cluster-multicast): build this tree's sums + fused stages and main's fused stage (run136-ab.py), the
 # clusters' A/B, then the GPU tests of the persistent GEMM (TESTS: pytest's -k; run136: grid sizes and
 # clusters bit-identical, the wgmma forward cases of the fused stage; run137: the grid sizes), and
 # (NCU=1) the clustered GEMM's launch in Nsight Compute.
