@@ -1,7 +1,7 @@
 """run139 (from run135's prototype, whose Nsight Compute source counters (run138) put 35 % of its warp-stall samples on
 the K step's block of cp.async copies, issued apart from the FFMAs after a branch): the copies issued without a branch
 (lean) and spread two a column through the FFMAs (spread, 3 or 4 stages), and (run140) interior tiles
-copying with uniform row offsets (split), against run135's pipelined kernel (pipe), cuBLAS
+copying with uniform row offsets (split), (run141) the same with two running pointers (split2), against run135's pipelined kernel (pipe), cuBLAS
 SGEMM and the engine. run135: CUTLASS's multistage order (fragments double-buffered in registers, the barrier at a K step's second-to-last column) in a SIMT mainloop of cuBLAS's configuration (KERNEL below: 128×128 tiles of 128 threads, 8×16
 outputs a thread, 4-byte cp.async stages, two blocks an SM, the outer sums of the two-level accumulation
 in shared memory) against cuBLAS SGEMM and the engine's SIMT GEMM (the naive stage's fp32 GEMM kernel,
@@ -11,6 +11,7 @@ Correctness first (normwise relative error against float64 on randn and offset i
 input not 16-byte aligned, the first-row shift, NaN-poisoned outputs), then time at the KernelBench
 shapes (fusedlib.bench.time_round_robin: L2 flush, CUDA events, 50 calls in 10 rounds). Prints a table;
 run from the repository root with PYTHONPATH=. and the engine's build cache in $FUSEDLIB_CACHE."""
+import os
 import statistics
 import sys
 
@@ -21,7 +22,10 @@ from fusedlib import bench
 
 # name → (template variant, flush K steps (0: ≈ √K products a partial; 1 << 30: one partial), shift)
 VARIANTS = {"pipe-bk8s3": (0, 0, False), "lean-s3": (1, 0, False), "spread-s3": (2, 0, False), "spread-s4": (3, 0, False),
-            "spread-s3-shift": (2, 0, True), "split-s3": (4, 0, False), "split-s4": (5, 0, False), "split-s3-shift": (4, 0, True)}
+            "spread-s3-shift": (2, 0, True), "split-s3": (4, 0, False), "split-s4": (5, 0, False), "split-s3-shift": (4, 0, True),
+            "split2-s3": (6, 0, False)}
+if os.environ.get("VARIANTS"):  # run141: a subset, e.g. VARIANTS=pipe-bk8s3,split-s3,split2-s3
+    VARIANTS = {name: VARIANTS[name] for name in os.environ["VARIANTS"].split(",")}
 
 KERNEL = r"""
 // run128: a prototype SIMT (FFMA) mainloop in cuBLAS's configuration, standalone: out(N×M) = X Wᵀ,
@@ -64,7 +68,16 @@ struct Tile {
 // SPLIT: tiles whose rows and columns are all in range (and K ≥ BK) copy without row predicates:
 // a copy's address is its thread's row pointer advanced a K step plus q·RS·K, the same for every
 // thread (uniform registers), as cuBLAS's kernel addresses its copies; other tiles as LEAN.
-template <int BK, int STAGES, bool LEAN, bool SPREAD, bool SHIFT, bool SPLIT = false>
+// run141: SPLIT 2 = SPLIT with the interior copies' addresses kept as two running pointers (X's and W's, at
+// this thread's K offset of the next step to copy, stopped at its last in-range step) and the row groups
+// reached by adding RS·K floats from one to the next, so no per-row-group address lives across K steps.
+__device__ __forceinline__ const float* advance(const float* p, long long bytes) {
+  const float* r;
+  asm volatile("add.s64 %0, %1, %2;\n" : "=l"(r) : "l"(p), "l"(bytes));
+  return r;
+}
+
+template <int BK, int STAGES, bool LEAN, bool SPREAD, bool SHIFT, int SPLIT = 0>
 __global__ void __launch_bounds__(128, 2)
 sgemm_pipe_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int N, int K,
                   int M, int flush, bool shift_arg) {
@@ -89,6 +102,11 @@ sgemm_pipe_kernel(const float* __restrict__ x, const float* __restrict__ w, floa
   const float* xa = x + (size_t)(m0 + rq) * K;
   const float* wb = w + (size_t)(n0 + rq) * K;
   const int KT = (K + BK - 1) / BK;
+  static_assert(SPLIT < 2 || (!SHIFT && !SPREAD), "split 2: no shift, no spread");
+  const float* xnext = xa + kq;  // SPLIT 2: the next step's copy addresses (row group 0)
+  const float* wnext = wb + kq;
+  const bool last_ok = (KT - 1) * BK + kq < K;  // this thread's column of the last K step is in range
+  const long long rs_bytes = (long long)RS * K * sizeof(float);
   auto stage = [&](int t) { return stages + (t % STAGES) * T::kStageFloats; };
   float part[8][16];
 #pragma unroll
@@ -116,6 +134,20 @@ sgemm_pipe_kernel(const float* __restrict__ x, const float* __restrict__ w, floa
     if (shift && q == 0) cp_async4(bs + BK * LD + tid, kin ? x + k : x, kin);
   };
   auto issue = [&](int t) {
+    if constexpr (INT && SPLIT == 2) {  // called for t = 0, 1, 2, … in order
+      float* as = stage(t);
+      float* bs = as + BK * LD;
+      const bool kin = t < KT - 1 || (t == KT - 1 && last_ok);
+      const float *a = xnext, *b = wnext;
+#pragma unroll
+      for (int q = 0; q < BK; ++q) {
+        if (q) a = advance(a, rs_bytes), b = advance(b, rs_bytes);
+        cp_async4(as + kq * LD + rq + q * RS, a, kin);
+        cp_async4(bs + kq * LD + rq + q * RS, b, kin);
+      }
+      if (t + 1 < KT - 1 || (t + 1 == KT - 1 && last_ok)) xnext += BK, wnext += BK;
+      return;
+    }
 #pragma unroll
     for (int q = 0; q < BK; ++q) issue_part(t, q);
   };
@@ -190,7 +222,7 @@ sgemm_pipe_kernel(const float* __restrict__ x, const float* __restrict__ w, floa
     }
   }
   };
-  if (SPLIT && m0 + BM <= N && n0 + BN <= M && K >= BK) mainloop(std::true_type{});
+  if (SPLIT > 0 && m0 + BM <= N && n0 + BN <= M && K >= BK) mainloop(std::true_type{});
   else mainloop(std::false_type{});
   cp_async_wait<0>();
   if (flushed) {
@@ -217,12 +249,13 @@ sgemm_pipe_kernel(const float* __restrict__ x, const float* __restrict__ w, floa
   }
 }
 
-template <int BK, int STAGES, bool LEAN, bool SPREAD, bool SPLIT = false>
+template <int BK, int STAGES, bool LEAN, bool SPREAD, int SPLIT = 0>
 cudaError_t launch_pipe(const float* x, const float* w, float* out, int N, int K, int M, int flush, bool shift,
                         cudaStream_t st) {
   using T = Tile<BK, STAGES>;
-  auto kernel = LEAN && shift ? sgemm_pipe_kernel<BK, STAGES, LEAN, SPREAD, true, SPLIT>
-                               : sgemm_pipe_kernel<BK, STAGES, LEAN, SPREAD, false, SPLIT>;
+  auto kernel = sgemm_pipe_kernel<BK, STAGES, LEAN, SPREAD, false, SPLIT>;
+  if constexpr (SPLIT < 2)  // (split2: no shift)
+    if (LEAN && shift) kernel = sgemm_pipe_kernel<BK, STAGES, LEAN, SPREAD, true, SPLIT>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)T::kSmem);
   if (err != cudaSuccess) return err;
   if (flush <= 0) {
@@ -260,7 +293,8 @@ torch::Tensor sgemm(torch::Tensor x, torch::Tensor w, int64_t variant, int64_t f
     case 3: err = proto::launch_pipe<8, 4, true, true>(xp, wp, op, N, K, M, flush, shift, st); break;
     case 4: err = proto::launch_pipe<8, 3, true, false, true>(xp, wp, op, N, K, M, flush, shift, st); break;
     case 5: err = proto::launch_pipe<8, 4, true, false, true>(xp, wp, op, N, K, M, flush, shift, st); break;
-    default: TORCH_CHECK(false, "variant: 0..5");
+    case 6: err = proto::launch_pipe<8, 3, true, false, 2>(xp, wp, op, N, K, M, flush, false, st); break;
+    default: TORCH_CHECK(false, "variant: 0..6");
   }
   TORCH_CHECK(err == cudaSuccess, cudaGetErrorString(err));
   return out;
@@ -321,7 +355,7 @@ for shape in [(7, 33, 65), (257, 1000, 999), (1000, 999, 1001), (129, 64, 130), 
 # an input not 16-B aligned (4-byte cp.async takes any float pointer)
 x, w = inputs(256, 515, 260, "randn")
 xs = torch.empty(256 * 515 + 1, device=dev)[1:].view(256, 515).copy_(x)
-for v in range(6):
+for v in sorted({v for v, _, _ in VARIANTS.values()}):
     e = rel(ext.sgemm(xs, w, v, 0, False, True), x.double() @ w.double().t())
     print(f"offset pointer, variant {v}: {e:.2e}")
     bad += not (e < 1e-6)
