@@ -386,11 +386,17 @@ NCU_SHOWN = ("Duration", "Grid Size", "Waves Per SM", "Registers Per Thread", "T
              "Compute (SM) Throughput", "DRAM Throughput", "L2 Hit Rate")
 
 
-def ncu_table(name: str, gpu: str = "h100"):
+#: Rows added by :func:`ncu_table` with ``clocks=True``: the SM clock during the call (GHz) and
+#: the cycles it took, which tell a slower clock from more work.
+NCU_CLOCKS = ("SM Frequency", "Elapsed Cycles")
+
+
+def ncu_table(name: str, gpu: str = "h100", clocks: bool = False):
     """One Nsight Compute report committed under ``results/<gpu>/logs/`` (``ncu --csv --page
     details``, e.g. ``run10-ncu_84_tf32.csv``: one forward of the fused stage and one F.linear)
     as a table: rows :data:`NCU_SHOWN` (Duration in µs, throughputs and occupancy in % of peak),
-    one column per kernel (name shortened), the one-block counter increment left out.
+    and with ``clocks`` also :data:`NCU_CLOCKS` (GHz, cycles), one column per kernel (name
+    shortened), the one-block counter increment left out.
 
     Raises:
         FileNotFoundError: no such report.
@@ -400,11 +406,12 @@ def ncu_table(name: str, gpu: str = "h100"):
     import pandas as pd
     text = (results_dir(gpu) / "logs" / name).read_text()
     df = pd.read_csv(io.StringIO(text[text.index('"ID"'):]), dtype=str)
-    df = df[df["Metric Name"].isin(NCU_SHOWN) & ~df["Kernel Name"].str.contains("elementwise")].copy()
+    shown = NCU_SHOWN + (NCU_CLOCKS if clocks else ())
+    df = df[df["Metric Name"].isin(shown) & ~df["Kernel Name"].str.contains("elementwise")].copy()
     df["Metric Value"] = pd.to_numeric(df["Metric Value"].str.replace(",", ""), errors="coerce")
     df["kernel"] = df["Kernel Name"].str.replace(r"^void ", "", regex=True).str.split("(").str[0].str.slice(0, 48)
     out = df.pivot_table(index="Metric Name", columns="kernel", values="Metric Value", aggfunc="first")
-    out = out.reindex([m for m in NCU_SHOWN if m in out.index])
+    out = out.reindex([m for m in shown if m in out.index])
     if "Duration" in out.index:  # ncu reports ns for these kernels
         unit = df.loc[df["Metric Name"] == "Duration", "Metric Unit"].iloc[0]
         scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[unit]
@@ -489,13 +496,14 @@ def versions_plot(gpu: str = "h100"):
     return fig
 
 
-def ncu_versus(ours: str, theirs: str, gpu: str = "h100"):
+def ncu_versus(ours: str, theirs: str, gpu: str = "h100", clocks: bool = False):
     """Two single-kernel Nsight Compute reports of ``results/<gpu>/logs/`` side by side
-    (:func:`ncu_table` of each: ``ours`` first, e.g. ``run67-ncu-simt.csv`` against cuBLAS's
-    ``run67-ncu-sgemm.csv``) and the time ratio ours / theirs, or (None, None) when absent."""
+    (:func:`ncu_table` of each, ``clocks`` passed on: ``ours`` first, e.g. ``run67-ncu-simt.csv``
+    against cuBLAS's ``run67-ncu-sgemm.csv``) and the time ratio ours / theirs, or (None, None)
+    when absent."""
     import pandas as pd
     try:
-        a, b = ncu_table(ours, gpu), ncu_table(theirs, gpu)
+        a, b = ncu_table(ours, gpu, clocks), ncu_table(theirs, gpu, clocks)
     except FileNotFoundError:
         return None, None
     table = pd.concat([a, b], axis=1)

@@ -120,6 +120,17 @@ def test_ncu_versus_puts_two_reports_side_by_side(monkeypatch, tmp_path):
     assert course.ncu_versus("run67-ncu-simt.csv", "no-such-report.csv") == (None, None)
 
 
+def test_ncu_versus_with_clocks_tells_clock_from_cycles():
+    """run141: the fold stage's tf32 GEMM against cuBLAS's at the GPU's own clocks. With
+    ``clocks`` the SM clock (GHz) and elapsed cycles join the rows; duration = cycles / clock."""
+    table, ratio = course.ncu_versus("run141-ncu-tf32-fold.csv", "run141-ncu-tf32-cublas.csv", clocks=True)
+    assert list(table.index[-2:]) == list(course.NCU_CLOCKS)
+    for kernel in table.columns:
+        cycles, ghz = table.loc["Elapsed Cycles", kernel], table.loc["SM Frequency", kernel]
+        assert 1.0 < ghz < 2.1 and cycles / ghz / 1e3 == pytest.approx(table.loc["Duration (µs)", kernel], rel=0.01)
+    assert "Elapsed Cycles" not in course.ncu_versus("run141-ncu-tf32-fold.csv", "run141-ncu-tf32-cublas.csv")[0].index
+
+
 def test_notes_table_finds_a_table_by_its_header(monkeypatch, tmp_path):
     """The first Markdown table of NOTES.md whose header row starts with the given text, up to
     the blank line after it; None for a missing table or missing notes."""
