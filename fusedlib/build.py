@@ -35,7 +35,8 @@ HOST_COMMON = "torch_common.cuh"
 _BACKWARD_DECL = ("std::vector<at::Tensor> backward_passes(const at::Tensor& dy, const at::Tensor& y, "
                   "const at::Tensor& z, const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta, "
                   "c10::string_view kind, double eps, bool split);\n"
-                  "at::Tensor centered_x(const at::Tensor& x, bool split);")
+                  "at::Tensor centered_x(const at::Tensor& x, bool split);\n"
+                  "at::Tensor tf32_parts(const at::Tensor& w);")
 
 
 class KernelBuildError(RuntimeError):
@@ -134,13 +135,16 @@ def load_backward(device_index: int = 0):
     """Build (or load from the cache) the fused backward's extension and return it; it
     exposes ``backward_passes(dy, y, z, scale, gamma, beta, kind, eps, split)`` (the three
     kernels of ``backward.cu`` before the GEMMs; :mod:`fusedlib.ops` documents the result)
-    and ``centered_x(x, split)``: X − x̄ (1, N, K), or with ``split`` its TF32 parts (2, N, K).
+    ``centered_x(x, split)``: X − x̄ (1, N, K), or with ``split`` its TF32 parts (2, N, K); and
+    ``tf32_parts(w)``: W's TF32 parts (2, M, K) (:func:`fusedlib.algebra.tf32_split`), the W
+    operand of 3xTF32's dX.
 
     Raises:
         KernelBuildError: no CUDA device, or compilation failed (the message names the log file).
     """
     cuda_src = f'#include "{BACKWARD_FILE}"\n#include "{BACKWARD_HOST}"\n'
-    return _load("backward", cuda_src, _BACKWARD_DECL, ["backward_passes", "centered_x"], device_index, [])
+    return _load("backward", cuda_src, _BACKWARD_DECL, ["backward_passes", "centered_x", "tf32_parts"],
+                 device_index, [])
 
 
 def compile_check(path: Path, capability: tuple[int, int] = (9, 0), nvcc: str = "nvcc") -> list[dict]:

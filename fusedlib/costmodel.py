@@ -18,11 +18,11 @@ tile rows depend on the precision and the shape only (:func:`fusedlib.algebra.ti
 128, 64 or 32 on the SIMT path (fp32: the largest whose square tiles number at least 132),
 128 on the tensor-core paths (tf32, 3xtf32).
 
-Precision changes the GEMM's passes, in every stage alike: 3xtf32 on the Hopper path
-(wgmma, taken when K % 4 == 0) reads both TF32 parts of W (wgmma reads B from shared memory,
-so W's parts are made beforehand) and X as it is, which the consumers split in registers.
-The mma.sync path (K % 4 ≠ 0) splits both in registers: no extra traffic. tf32 moves the bytes of
-fp32. The peers run cuBLAS, whatever the precision (they have no 3xtf32).
+Precision does not change the GEMM's DRAM traffic: every precision reads X and W once. 3xtf32
+splits both into their TF32 parts on the chip, at every call (the Hopper path splits X in the
+consumers' registers and W in shared memory after each tile lands; the mma.sync path splits
+both in registers): more instructions, no extra bytes. The peers run cuBLAS, whatever the
+precision (they have no 3xtf32).
 At small shapes (KernelBench v0: wgmma tiles for fewer than half the SMs, SIMT 32×32 tiles
 fewer than 132) the wgmma and SIMT GEMMs split K (split-K): each split's partial tile is written
 and re-read by the same kernel, from L2; like the in-kernel re-reads below, it is not charged.
@@ -43,9 +43,9 @@ the online softmax; PyTorch's softmax kernel) read each row of Z once: they hold
 shared memory (rows up to 200 KiB, M ≤ 51200, in this project's kernels) and otherwise
 re-read it from L2, which the per-kernel count above does not charge.
 
-The eval-mode folded weights W' = diag(a)·W, b' (``sums``, ``fused``) and the TF32 split of
-W (3xtf32, every stage) are cached by the module and rebuilt only when a parameter or buffer
-changes: they are not charged to a call.
+Nothing derived from the parameters is kept between calls: eval mode folds the running
+statistics into (a, c) in the GEMM's epilogue (M-vectors, charged with it) and 3xtf32 splits W
+inside the GEMM, so every call's bytes are charged to it.
 """
 from __future__ import annotations
 
@@ -146,9 +146,7 @@ class _Builder:
         self.nk, self.mk, self.nm = n * k, m * k, n * m
         self.s = 1 if kind == "84" else m  # elements of the scale parameter
         self.passes: list[Pass] = []
-        # 3xtf32 on the wgmma path (K % 4 == 0): W is read as its two TF32 parts.
-        self.split = precision == "3xtf32" and k % 4 == 0
-        self.w_reads = 2 * self.mk if self.split else self.mk
+        self.w_reads = self.mk  # W read once at every precision (3xtf32 splits it on the chip)
         # Row tiles of the GEMM (and of its statistics partials).
         self.tiles = -(-n // tile_rows(n, m, precision))
 
@@ -157,8 +155,7 @@ class _Builder:
 
     # Passes shared by several implementations.
     def gemm_bias(self, name: str = "GEMM + bias") -> None:
-        """The engine's GEMM with the bias epilogue: reads X, W (both parts when split) and
-        b, writes Z."""
+        """The engine's GEMM with the bias epilogue: reads X, W and b, writes Z."""
         self.add(name, self.nk + self.w_reads + self.m, self.nm, 2 * self.nk * self.m + self.nm)
 
     def cublas_gemm_bias(self, name: str) -> None:
@@ -336,9 +333,8 @@ def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", prec
         n, k, m: batch N, in_features K, out_features M (all ≥ 1).
         mode: "train" (batch statistics, running buffers updated) or "eval".
         precision: "fp32", "tf32" or "3xtf32". Stages: the GEMM's row tiles (hence the
-            statistics partials of sums and fused) and, for 3xtf32 with K % 4 == 0 (the
-            Hopper path), the GEMM's reads of both TF32 parts of W.
-            Peers: unchanged (cuBLAS reads X and W once at any precision; PyTorch has no
+            statistics partials of sums and fused); the bytes are the same at every
+            precision (3xtf32 splits X and W on the chip). Peers: unchanged (cuBLAS reads X and W once at any precision; PyTorch has no
             3xtf32).
 
     Returns:

@@ -6,13 +6,16 @@ on the device).
 Two ways in. A plain eager call (:func:`eager_forward`: no gradient needed, no tracing, no
 dispatch mode, the default GEMM path, arguments that pass the checks) goes straight to that C++
 function through the stage extension's ``eager_forward``, without the dispatcher and without
-pybind11's per-argument casts; Python adds one dictionary lookup and, for 3xtf32, the cached
-TF32 split of W (:func:`weight_split`). Every other call (:func:`stage_forward`: a gradient is
+pybind11's per-argument casts; Python adds one dictionary lookup. Every other call (:func:`stage_forward`: a gradient is
 needed, ``$FUSEDLIB_GEMM_PATH`` forces a path, a precision the GPU lacks, an argument to reject)
 goes through ``torch.ops.fusedlib.<stage>``, whose Autograd kernel gives the derived backward
-and whose checks raise the errors. Nothing caches a folded copy of W: the eval-mode
-coefficients are recomputed every call in the GEMM's epilogue, so writes through ``.data``
-are seen at once.
+and whose checks raise the errors.
+
+Nothing derived from a parameter or buffer is kept between calls, so no write can leave stale
+state behind, however it is made (an optimizer with ``fused=True`` and writes through ``.data``
+leave the version counter as it was; ``torch.func.functional_call`` hands in other tensors):
+3xTF32 splits W into its TF32 parts inside the GEMM from W as it is at each call, and the
+eval-mode coefficients are recomputed in the GEMM's epilogue at each call.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import functools
 
 import torch
 
-from . import algebra, engine, ops
+from . import engine, ops
 from .build import load_stage
 
 
@@ -44,32 +47,6 @@ def gemm_path(precision: str, dev: torch.device, k: int, x: torch.Tensor | None 
     return _path(precision, dev, k, aligned, engine.forced_path())
 
 
-def _split_key(weight: torch.Tensor) -> tuple:
-    """What the cached split of W is keyed on: storage, version counter, shape."""
-    return weight.data_ptr(), weight._version, weight.shape
-
-
-def weight_split(module, weight: torch.Tensor, precision: str, path: str) -> torch.Tensor | None:
-    """[Wb; Ws] (2, M, K), W's TF32 parts for 3xTF32 on the wgmma path (Wb = rna(W),
-    Ws = rna(W − Wb)), cached on the module and keyed on the weight's storage, version and
-    shape; None for other precisions and paths. A CUDA graph being captured never makes one
-    (the captured kernels would run only at replay) and the kernels ignore a given one then
-    (the graph splits W itself on every replay, so that optimizer steps between replays are
-    seen). Writes through ``.data`` bypass the version counter: call
-    ``module.invalidate_caches()`` after them."""
-    if precision != "3xtf32" or path != "wgmma":
-        return None
-    key = _split_key(weight)
-    cache = module._split_cache
-    if cache is None or cache[0] != key:
-        if weight.is_cuda and torch.cuda.is_current_stream_capturing():
-            return None
-        with torch.no_grad():
-            split = torch.stack(algebra.tf32_split(weight)).contiguous()
-        cache = module._split_cache = (key, split)
-    return cache[1]
-
-
 def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum: float | None
                   ) -> torch.Tensor | None:
     """A fused module's forward on CUDA as a plain eager call, or None where it must go
@@ -89,30 +66,15 @@ def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum:
 
     Raises:
         fusedlib.build.KernelBuildError: the stage's kernels could not be built.
-        fusedlib.engine.UnsupportedPrecision, ValueError: as :func:`gemm_path`, when a 3xtf32
-            call finds no current W split and asks for the path (the operator's way would
-            raise the same).
     """
     fn = load_stage(module._stage, x.get_device()).eager_forward  # cached per (stage, device)
-    precision = module._precision
-    split = _eager_split(module, tensors[0], x) if precision == "3xtf32" else None
-    return fn(x, *tensors, module._kind, precision, module.training, eps, momentum, split)
-
-
-def _eager_split(module, weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
-    """:func:`weight_split` for an eager 3xtf32 call: the cached split when it is current
-    (checked first, without the path rule: the common case), else :func:`weight_split` on the
-    path this call takes (:func:`gemm_path`)."""
-    cache = module._split_cache
-    if cache is not None and cache[0] == _split_key(weight):
-        return cache[1]
-    return weight_split(module, weight, "3xtf32", gemm_path("3xtf32", x.device, weight.shape[1], x, weight))
+    return fn(x, *tensors, module._kind, module._precision, module.training, eps, momentum)
 
 
 def stage_forward(module, args: tuple) -> torch.Tensor:
     """Forward of a fused module on CUDA tensors through the operator: every call that
-    :func:`eager_forward` declines. ``args``: the operator's arguments without ``gemm_path``
-    and ``weight_split``, x (N, K) first, validated by the caller. Returns (N, M) float32,
+    :func:`eager_forward` declines. ``args``: the operator's arguments without ``gemm_path``,
+    x (N, K) first, validated by the caller. Returns (N, M) float32,
     differentiable through the operator's Autograd kernel when a gradient is needed.
 
     Raises:
@@ -129,4 +91,4 @@ def stage_forward(module, args: tuple) -> torch.Tensor:
     precision = module._precision
     path = gemm_path(precision, x.device, x.shape[1], x, weight)
     load_stage(module._stage, x.get_device())  # registers the operator's CUDA kernel
-    return ops.OPS[module._stage](*args, path, weight_split(module, weight, precision, path))
+    return ops.OPS[module._stage](*args, path)

@@ -60,7 +60,6 @@ class _FusedBase(nn.Module):
     def _init_options(self, stage: str, precision: str) -> None:
         algebra.check_stage_precision(stage, precision)
         self._stage, self._precision = stage, precision
-        self.invalidate_caches()
 
     @property
     def stage(self) -> str:
@@ -83,12 +82,12 @@ class _FusedBase(nn.Module):
         self._precision = value
 
     def invalidate_caches(self) -> None:
-        """Drop the CUDA path's cached TF32 split of the weight (3xtf32 on the wgmma path).
-        It is rebuilt automatically when the weight changes through PyTorch ops (optimizer
-        steps, ``load_state_dict``, in-place ops under ``no_grad``), which bump its version;
-        writes through ``.data`` bypass the version counter, so after those call this
-        method. Nothing else is cached: eval mode recomputes its coefficients every call."""
-        self._split_cache = None
+        """Does nothing, and need never be called: the module keeps nothing derived from its
+        parameters or buffers between calls (each forward reads the weight as it is: 3xtf32
+        splits it inside the GEMM, eval mode folds the running statistics in the GEMM's
+        epilogue), so writes the version counter does not see (``optimizer.step()`` with
+        ``fused=True``, writes through ``.data``) are always seen. Kept so that code written for
+        fusedlib 0.1, which cached W's 3xTF32 split, still runs."""
 
     def bn_state(self) -> algebra.BNState:
         """The BatchNorm parameters and buffers as an :class:`algebra.BNState` (shared storage)."""

@@ -6,8 +6,7 @@ Schema (every stage)::
     fusedlib::<stage>(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma,
         Tensor beta, Tensor(a!) running_mean, Tensor(b!) running_var,
         Tensor(c!) num_batches_tracked, str kind, str precision, bool training, float eps,
-        float? momentum, str? gemm_path=None, Tensor? weight_split=None,
-        Tensor(d!)? z_out=None) -> Tensor
+        float? momentum, str? gemm_path=None, Tensor(d!)? z_out=None) -> Tensor
 
 x (N, K), weight (M, K), bias (M), scale (1) or (M), gamma/beta (bn.weight, bn.bias) and the
 running buffers (M): float32 (float64 too on the CPU); num_batches_tracked: int64 scalar;
@@ -17,16 +16,14 @@ running_var and num_batches_tracked in place, as ``nn.BatchNorm1d`` does (the sc
 declares the three mutations, so ``torch.compile`` functionalizes them); momentum None is
 the cumulative average, computed on the device (no host sync: CUDA-graph capturable).
 ``gemm_path`` forces the CUDA GEMM path (``simt``, ``mma``, ``wgmma``; None: the device's
-default, :func:`fusedlib.engine.select_path`); ``weight_split`` optionally supplies W's
-TF32 parts [rna(W); rna(W − rna(W))] (2, M, K) for 3xTF32 on the wgmma path, which
-otherwise splits W on every call. The CPU kernel ignores both. ``z_out`` (N, M), train mode
+default, :func:`fusedlib.engine.select_path`; the CPU kernel ignores it). ``z_out`` (N, M), train mode
 only: the forward also leaves there the GEMM output Z it normalised (Z' = XWᵀ, or XWᵀ + b for
 naive and fold; at fp32 and 3xtf32, every stage, Z − Z₀ = (X − x₀)Wᵀ, x₀ the batch's first row: the
 first-row shift of :func:`fusedlib.algebra.train_gemm`; the backward reads only Z − μ), which the backward needs
 (:class:`StageFunction` passes it whenever a gradient is needed).
 
-``torch.ops.fusedlib.train_backward(dy, y, z, x, weight, scale, gamma, beta, weight_split,
-kind, precision, eps) -> (dx, dweight, dbias, dscale, dgamma, dbeta)``: the train-mode
+``torch.ops.fusedlib.train_backward(dy, y, z, x, weight, scale, gamma, beta, kind, precision,
+eps) -> (dx, dweight, dbias, dscale, dgamma, dbeta)``: the train-mode
 gradients (batch statistics) of every stage, from dY (N, M), the forward's Y (84; None for
 33, whose backward does not read it) and its saved Z. CPU kernel:
 :func:`fusedlib.algebra.train_backward_fused`; CUDA kernel: the fused backward
@@ -59,7 +56,7 @@ __all__ = ["OPS", "SCHEMA", "StageFunction", "backward_gemms", "needs_grad", "st
 SCHEMA = ("(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma, Tensor beta, "
           "Tensor(a!) running_mean, Tensor(b!) running_var, Tensor(c!) num_batches_tracked, str kind, "
           "str precision, bool training, float eps, float? momentum, str? gemm_path=None, "
-          "Tensor? weight_split=None, Tensor(d!)? z_out=None) -> Tensor")
+          "Tensor(d!)? z_out=None) -> Tensor")
 _LIB = torch.library.Library("fusedlib", "DEF")
 _DIFFERENTIABLE = 6  # x, weight, bias, scale, gamma, beta
 
@@ -70,9 +67,8 @@ def needs_grad(args) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in args[:_DIFFERENTIABLE])
 
 
-def backward_gemms(dz: torch.Tensor, dzt: torch.Tensor, xs: torch.Tensor, weight: torch.Tensor, precision: str,
-                   weight_split: torch.Tensor | None = None, need_dx: bool = True
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def backward_gemms(dz: torch.Tensor, dzt: torch.Tensor, xs: torch.Tensor, weight: torch.Tensor | None,
+                   precision: str, need_dx: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """The backward's GEMMs on cuBLAS at the forward's precision: dX = dZ'·W (N, K) and
     dW = dZ'ᵀ·X (M, K); with ``need_dx`` False only dW (dX an empty (0,) tensor).
 
@@ -83,8 +79,10 @@ def backward_gemms(dz: torch.Tensor, dzt: torch.Tensor, xs: torch.Tensor, weight
             parts [big; small].
         xs: (P, N, K) dW's X operand: X, or X − x̄ (train mode, :func:`x_operand`); for
             "3xtf32" its TF32 parts [big; small].
-        weight: (M, K); precision: "fp32", "tf32" or "3xtf32".
-        weight_split: W's TF32 parts (2, M, K) when the forward had them (3xtf32), else None.
+        weight: (M, K); for "3xtf32" its TF32 parts (2, M, K) [big; small], formed from the
+            weight as it is at this call (:func:`fusedlib.algebra.tf32_split`, or the backward
+            extension's ``tf32_parts``); None without ``need_dx``.
+        precision: "fp32", "tf32" or "3xtf32".
 
     3xTF32 (CUTLASS example 27): each GEMM is three TF32 products, small terms first, into
     one float32 result: dZs·Wb + dZb·Ws + dZb·Wb (addmm accumulates in place), over slices
@@ -95,8 +93,7 @@ def backward_gemms(dz: torch.Tensor, dzt: torch.Tensor, xs: torch.Tensor, weight
             return dz[0] @ weight if need_dx else xs.new_empty(0), dzt[0] @ xs[0]
     dx = xs.new_empty(0)
     if need_dx:
-        wb, ws = weight_split.unbind(0) if weight_split is not None else algebra.tf32_split(weight)
-        dx = three_tf32(dz[0], dz[1], wb, ws)
+        dx = three_tf32(dz[0], dz[1], weight[0], weight[1])
     return dx, three_tf32(dzt[0], dzt[1], xs[0], xs[1])
 
 
@@ -141,16 +138,15 @@ def three_tf32(a_big: torch.Tensor, a_small: torch.Tensor, b_big: torch.Tensor, 
 
 @torch.library.custom_op("fusedlib::train_backward", mutates_args=())
 def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                   scale: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, weight_split: torch.Tensor | None,
-                   kind: str, precision: str, eps: float, need_dx: bool = True
+                   scale: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, kind: str, precision: str, eps: float, need_dx: bool = True
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Train-mode gradients of a stage's forward (batch statistics), every stage alike.
 
     Args:
         dy: (N, M) ∂L/∂Y. y: (N, M) the forward's output (84), None for 33. z: (N, M) the
             GEMM output the forward normalised (its ``z_out``). x (N, K), weight (M, K),
-            scale (1,) or (M,), gamma/beta (M,): the forward's inputs. weight_split: W's TF32
-            parts (2, M, K) or None. kind "84"/"33"; precision of the forward; eps BatchNorm's ε.
+            scale (1,) or (M,), gamma/beta (M,): the forward's inputs. kind "84"/"33";
+            precision of the forward; eps BatchNorm's ε.
             need_dx: False when x needs no gradient (the data entering a network's first
             layer): dX's GEMM (a third of the backward's FLOPs) is skipped, as PyTorch's
             autograd skips it.
@@ -166,18 +162,20 @@ def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x:
 
 
 @train_backward.register_kernel("cuda")
-def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, weight_split, kind, precision, eps, need_dx=True):
+def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx=True):
     from .build import load_backward
     ext = load_backward(z.device.index if z.device.index is not None else torch.cuda.current_device())
     split = precision == "3xtf32"
     dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, z if y is None else y, z, scale, gamma, beta, kind,
                                                           eps, split)
-    dx, dweight = backward_gemms(dz, dzt, x_operand(ext, x, precision), weight, precision, weight_split, need_dx)
+    # dX's W operand; 3xtf32: W's TF32 parts, split from W as it is now (one pass, nothing kept)
+    w_operand = weight if precision != "3xtf32" else ext.tf32_parts(weight.contiguous()) if need_dx else None
+    dx, dweight = backward_gemms(dz, dzt, x_operand(ext, x, precision), w_operand, precision, need_dx)
     return dx, dweight, torch.zeros_like(dgamma), algebra.scale_gradient(ds_cols, scale), dgamma, dbeta
 
 
 @train_backward.register_fake
-def _train_backward_fake(dy, y, z, x, weight, scale, gamma, beta, weight_split, kind, precision, eps, need_dx=True):
+def _train_backward_fake(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx=True):
     return (torch.empty_like(x) if need_dx else x.new_empty(0), torch.empty_like(weight), torch.empty_like(gamma),
             torch.empty_like(scale), torch.empty_like(gamma), torch.empty_like(beta))
 
@@ -188,8 +186,8 @@ class StageFunction(torch.autograd.Function):
     ``apply(op, args)``: ``args`` the operator's arguments in schema order. The running
     buffers travel inside ``args`` (a tuple), out of autograd's sight: they get no gradient,
     as in BatchNorm. Train mode: the forward also keeps Z (``z_out``) and the backward is
-    :func:`train_backward` (saved: Y (84), Z, x, weight, scale, gamma, beta, W's TF32 parts
-    when the forward had them). Eval mode: saves Y, x and the parameters and buffers, and the
+    :func:`train_backward` (saved: Y (84), Z, x, weight, scale, gamma, beta; nothing derived
+    from a parameter). Eval mode: saves Y, x and the parameters and buffers, and the
     backward (:func:`fusedlib.algebra.eval_backward`) recomputes Z = X Wᵀ + b at the forward's
     precision.
     """
@@ -204,8 +202,7 @@ class StageFunction(torch.autograd.Function):
             return y
         z = x.new_empty(x.shape[0], weight.shape[0])
         y = op(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:], z_out=z)
-        split = args[15] if len(args) > 15 else None
-        ctx.save_for_backward(y if kind == "84" else None, z, x, weight, scale, gamma, beta, split)
+        ctx.save_for_backward(y if kind == "84" else None, z, x, weight, scale, gamma, beta)
         return y
 
     @staticmethod
@@ -215,10 +212,10 @@ class StageFunction(torch.autograd.Function):
         with torch.no_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Attempting to run cuBLAS, but there was no current CUDA context")
             if ctx.training:
-                y, z, x, weight, scale, gamma, beta, split = ctx.saved_tensors
+                y, z, x, weight, scale, gamma, beta = ctx.saved_tensors
                 need_dx = ctx.needs_input_grad[2]
-                grads = train_backward(dy, y, z, x, weight, scale, gamma, beta, split, ctx.kind, ctx.precision,
-                                       ctx.eps, need_dx)
+                grads = train_backward(dy, y, z, x, weight, scale, gamma, beta, ctx.kind, ctx.precision, ctx.eps,
+                                       need_dx)
                 grads = (grads[0] if need_dx else None, *grads[1:])
             else:
                 y, x, weight, bias, scale, gamma, beta, running_mean, running_var = ctx.saved_tensors
@@ -234,7 +231,7 @@ def _define(stage: str):
     op = getattr(torch.ops.fusedlib, stage).default
 
     def cpu(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision,
-            training, eps, momentum, gemm_path=None, weight_split=None, z_out=None):
+            training, eps, momentum, gemm_path=None, z_out=None):
         if z_out is not None:
             if not training or z_out.shape != (x.shape[0], weight.shape[0]):
                 raise ValueError(f"z_out: expected a ({x.shape[0]}, {weight.shape[0]}) tensor in train mode, got "

@@ -1,5 +1,7 @@
 """The GPU suite in parts side by side (``make check-gpu``): the float64 forward cases of each
-problem, the gradient cases with the reruns, the compute-sanitizer runs, and the operator
+problem, the gradient cases with the reruns, the compute-sanitizer runs, the training runs
+(tests/test_training.py, recorded under "training"), the cases beyond 32-bit indexing
+(tests/test_gpu_large.py, recorded under "large"), and the operator
 tests (tests/test_gpu_operator.py) run as parallel pytest processes on the one GPU (the cases
 are small; the host is the bottleneck), each part writing its own record
 (``FUSEDLIB_VALIDATION_OUT``); the records are then joined into
@@ -25,7 +27,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PARTS = {"forward-84": ("84", "case_matches or offset_inputs"), "forward-33": ("33", "case_matches or offset_inputs"),
          "forward-39a": ("39", "case_matches and (naive or fold)"),
          "forward-39b": ("39", "case_matches and (sums or fused)"),
-         "gradients": ("84,33,39", "gradients or bit_identical or non_finite"), "sanitizer": ("84", "sanitizer")}
+         "gradients": ("84,33,39", "gradients or bit_identical or non_finite"), "sanitizer": ("84", "sanitizer"),
+         "training": ("84,33", "training"),  # every GPU test of tests/test_training.py
+         # sizes beyond 32-bit indexing (N·M > 2³¹) and grids past 65535 row tiles, every stage and
+         # precision: up to ≈ 60 GB of GPU memory (the other parts stay well below the rest of 80), 3–5 min
+         "large": ("84,33", "large")}
+#: Parts that run another test module than tests/test_gpu.py (each writes its record to the
+#: part's file just the same, under keys of its own).
+PART_FILES = {"training": "tests/test_training.py", "large": "tests/test_gpu_large.py"}
 
 
 def main(argv=None) -> int:
@@ -49,8 +58,8 @@ def main(argv=None) -> int:
     procs = {}
     for part, (problems, select) in PARTS.items():
         part_env = dict(env, FUSEDLIB_GPU_PROBLEMS=problems, FUSEDLIB_VALIDATION_OUT=str(args.out / f"{part}.json"))
-        cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-q", "-p", "no:cacheprovider",
-               "-k", select]
+        cmd = [sys.executable, "-m", "pytest", "-m", "gpu", PART_FILES.get(part, "tests/test_gpu.py"), "-q", "-p",
+               "no:cacheprovider", "-k", select]
         procs[part] = subprocess.Popen(cmd, cwd=ROOT, env=part_env, stdout=(args.out / f"{part}.log").open("w"),
                                        stderr=subprocess.STDOUT)
     procs["operator"] = subprocess.Popen(

@@ -145,15 +145,31 @@ APPEND_VAR = "FUSEDLIB_VALIDATION_APPEND"
 OUT_VAR = "FUSEDLIB_VALIDATION_OUT"
 _CASE_KEY = ("problem", "stage", "mode", "precision", "shape", "seed", "input_kind", "path")
 _KEYS = {"cases": _CASE_KEY, "gradients": _CASE_KEY, "sanitizer": ("tool", "stage", "path"),
-         "determinism": ("problem", "stage", "precision", "shape", "pass")}
+         "determinism": ("problem", "stage", "precision", "shape", "pass"),
+         "training": ("problem", "stage", "precision", "optimizer", "variant")}  # tests/test_training.py
+
+
+def _row_key(part: str, row: dict) -> tuple:
+    """What identifies a row of record list ``part``: its fields in :data:`_KEYS`, or for a
+    list not named there, every field holding a string (the labels; the results are numbers
+    and booleans)."""
+    fields = _KEYS.get(part) or sorted(k for k, v in row.items() if isinstance(v, str))
+    return tuple((k, row.get(k)) for k in fields)
 
 
 def merge_records(old: dict, new: dict) -> dict:
-    """``old``'s record lists updated with ``new``'s (same key: replaced; new keys: added)."""
+    """``old``'s record lists updated with ``new``'s (same key: replaced; new keys: added):
+    every list of :data:`_KEYS` (empty if neither has it) and any other list either holds
+    (written by another test module, e.g. tests/test_training.py's "training"); entries that
+    are no lists (environment, sources_sha256) are left to the caller."""
     merged = {}
-    for part, key in _KEYS.items():
-        rows = {tuple(r.get(k) for k in key): r for r in old.get(part, [])}
-        rows.update({tuple(r.get(k) for k in key): r for r in new.get(part, [])})
+    for part in dict.fromkeys([*_KEYS, *old, *new]):
+        lists = [d.get(part, []) for d in (old, new)]
+        if not all(isinstance(rows, list) for rows in lists):
+            continue
+        rows = {}
+        for row in lists[0] + lists[1]:
+            rows[_row_key(part, row)] = row
         merged[part] = list(rows.values())
     return merged
 

@@ -80,15 +80,14 @@ def test_torch_compile_inductor():
 
 def backward_args(kind, device="cpu", precision="fp32", n=9, k=12, m=7):
     """Arguments of torch.ops.fusedlib.train_backward as a train-mode forward leaves them: dY,
-    Y (84; None for 33), Z, x, weight, scale, γ, β, W's TF32 parts (3xtf32), kind, precision, ε."""
+    Y (84; None for 33), Z, x, weight, scale, γ, β, kind, precision, ε."""
     x, weight, _, scale, gamma, beta, *_ = _args(kind, True, False, n=n, k=k, m=m)
     x, weight, scale, gamma, beta = (t.to(device) for t in (x, weight, scale, gamma, beta))
     z = algebra.matmul_nt(x, weight, precision)
     gen = torch.Generator().manual_seed(4)
     y = torch.softmax(torch.randn(z.shape, generator=gen), dim=1).to(device) if kind == "84" else None
     dy = torch.randn(z.shape, generator=gen).to(device)
-    split = torch.stack(algebra.tf32_split(weight)) if precision == "3xtf32" else None
-    return (dy, y, z, x, weight, scale, gamma, beta, split, kind, precision, 1e-5)
+    return (dy, y, z, x, weight, scale, gamma, beta, kind, precision, 1e-5)
 
 
 @pytest.mark.parametrize("kind", ["84", "33"])
@@ -116,7 +115,7 @@ def test_input_without_grad_gets_none_and_the_rest_unchanged():
 def test_train_backward_is_the_specification():
     """On the CPU the operator is algebra.train_backward's result, the bias's gradient zeros."""
     args = backward_args("84")
-    dy, y, z, x, weight, scale, gamma, beta, _, kind, _, eps = args
+    dy, y, z, x, weight, scale, gamma, beta, kind, _, eps = args
     mean, var = algebra.column_stats_two_pass(z)
     want = algebra.train_backward(kind, dy, y, z - mean, var, x, weight, scale, gamma, beta, eps)
     got = ops.train_backward(*args)

@@ -98,8 +98,8 @@ extern "C" const char* fl_naive_forward(const fl::Problem* pp, cudaStream_t st) 
   const float* mean = p.running_mean;
   const float* var = p.running_var;
   if (p.training) {
-    float* bmean = p.coef + 2 * p.m;
-    float* bvar = p.coef + 3 * p.m;
+    float* bmean = p.coef + 2 * (size_t)p.m;  // (4M may pass 2³¹)
+    float* bvar = p.coef + 3 * (size_t)p.m;
     if ((err = launch_column_stats(t, bmean, bvar, p.n, p.m, st))) return err;
     update_running_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p, bmean, bvar);
     FL_CHECK_LAUNCH();

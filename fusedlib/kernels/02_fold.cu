@@ -15,11 +15,11 @@ __global__ void fold_coefficients_kernel(const Problem p) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= p.m) return;
   if (p.training) {
-    finalize_column(p, j, p.coef[2 * p.m + j], p.coef[3 * p.m + j], true);
+    finalize_column(p, j, p.coef[2 * (size_t)p.m + j], p.coef[3 * (size_t)p.m + j], true);
   } else {
     const Affine ac = eval_affine(p, j, false);
     p.coef[j] = ac.a;
-    p.coef[p.m + j] = ac.c;
+    p.coef[(size_t)p.m + j] = ac.c;
   }
 }
 
@@ -30,7 +30,8 @@ extern "C" const char* fl_fold_forward(const fl::Problem* pp, cudaStream_t st) {
   const Problem& p = *pp;
   const char* err = launch_gemm<BiasStore>(p, p.x, p.w, p.z, st);  // Z = XWᵀ + b
   if (err) return err;
-  if (p.training && (err = launch_column_stats(p.z, p.coef + 2 * p.m, p.coef + 3 * p.m, p.n, p.m, st)))
+  if (p.training &&
+      (err = launch_column_stats(p.z, p.coef + 2 * (size_t)p.m, p.coef + 3 * (size_t)p.m, p.n, p.m, st)))
     return err;
   fold_coefficients_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p);
   FL_CHECK_LAUNCH();

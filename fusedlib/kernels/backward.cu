@@ -86,19 +86,20 @@ __device__ void backward_column(const BackwardProblem& p, int j, float mean, flo
   }
   p.dgamma[j] = s * s2 / sig;
   p.coef[j] = s * g / sig;
-  p.coef[p.m + j] = a2;
-  p.coef[2 * p.m + j] = -s * g * s1 / (n * sig);
-  p.coef[3 * p.m + j] = mean;
+  p.coef[(size_t)p.m + j] = a2;  // (4M may pass 2³¹)
+  p.coef[2 * (size_t)p.m + j] = -s * g * s1 / (n * sig);
+  p.coef[3 * (size_t)p.m + j] = mean;
 }
 
-// Block (32, 8) on row tile blockIdx.y × columns 32·blockIdx.x …: thread (c, g) holds rows
-// g, g + 8, … of column c in registers; the 8 row groups' sums are added in group order.
+// Block (32, 8) on row tile t = tile0 + blockIdx.y × columns 32·blockIdx.x …: thread (c, g) holds
+// rows g, g + 8, … of column c in registers; the 8 row groups' sums are added in group order.
 template <bool K84>
-__global__ void __launch_bounds__(kBwdCols * kBwdGroups) backward_partials_kernel(const BackwardProblem p) {
+__global__ void __launch_bounds__(kBwdCols * kBwdGroups) backward_partials_kernel(const BackwardProblem p, int tile0) {
   constexpr int U = kBwdTileRows / kBwdGroups;
   __shared__ float red[4][kBwdGroups][kBwdCols + 1];
   __shared__ int is_last;
-  const int c = threadIdx.x, g = threadIdx.y, j = blockIdx.x * kBwdCols + c, t = blockIdx.y;
+  const int c = threadIdx.x, g = threadIdx.y, j = blockIdx.x * kBwdCols + c, t = tile0 + blockIdx.y;
+  const int T = backward_tiles(p.n);  // over every launch (kMaxGridY row tiles each: common.cuh)
   const int r0 = t * kBwdTileRows, rows = min(kBwdTileRows, p.n - r0);
   const bool col_ok = j < p.m;
   float z[U], gr[U], sz = 0.f;
@@ -145,14 +146,13 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups) backward_partials_kerne
   __threadfence();  // this tile's partials visible device-wide before it is counted
   __syncthreads();
   if (g == 0 && c == 0) {
-    is_last = atomicAdd(p.counters + blockIdx.x, 1u) == gridDim.y - 1;
+    is_last = atomicAdd(p.counters + blockIdx.x, 1u) == (unsigned)T - 1;
     if (is_last) p.counters[blockIdx.x] = 0;  // every tile of the block has counted
   }
   __syncthreads();
   if (!is_last || g != 0 || !col_ok) return;
   __threadfence();
   // Merge the tiles in order: Chan for (n, mean, M2), then the cross moment about the mean.
-  const int T = gridDim.y;
   const float* pj = p.part + j;
   Moments acc = {(float)min(kBwdTileRows, p.n), __ldcg(pj), __ldcg(pj + p.m)};
   for (int u = 1; u < T; ++u) {
@@ -172,14 +172,15 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups) backward_partials_kerne
 // dZ' on a 32×32 tile: row-major store (coalesced along columns), then through shared
 // memory the transposed store (coalesced along rows). SPLIT: TF32 parts.
 template <bool K84, bool SPLIT>
-__global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const BackwardProblem p) {
+__global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const BackwardProblem p, int tile0) {
   constexpr int P = SPLIT ? 2 : 1;
   __shared__ float tile[P][kDzTile][kDzTile + 1];
   const int c = threadIdx.x, g = threadIdx.y;
-  const int i0 = blockIdx.y * kDzTile, j0 = blockIdx.x * kDzTile, j = j0 + c;
+  const int i0 = (tile0 + blockIdx.y) * kDzTile, j0 = blockIdx.x * kDzTile, j = j0 + c;
   const size_t plane = (size_t)p.n * p.m;
   if (j < p.m) {
-    const float a1 = p.coef[j], a2 = p.coef[p.m + j], a0 = p.coef[2 * p.m + j], mu = p.coef[3 * p.m + j];
+    const float* coef = p.coef + j;  // a1, a2, a0, μ of column j, M apart
+    const float a1 = coef[0], a2 = coef[p.m], a0 = coef[2 * (size_t)p.m], mu = coef[3 * (size_t)p.m];
     for (int u = g; u < kDzTile && i0 + u < p.n; u += kBwdGroups) {
       const int i = i0 + u;
       const size_t q = (size_t)i * p.m + j;
@@ -207,11 +208,13 @@ __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const
 constexpr int kXChunkRows = 512;  // rows a chunk of x_chunk_sums_kernel
 
 // part[c][j] = Σ_{i in chunk c} X_ij; block (32, 8): a column a thread column, the 8 row
-// groups added in order; grid (ceil(K / 32), ceil(N / 512)).
+// groups added in order; grid (ceil(K / 32), ceil(N / 512)) in launches of kMaxGridY chunks from
+// chunk0 (common.cuh), chunk chunk0 + blockIdx.y.
 __global__ void __launch_bounds__(256) x_chunk_sums_kernel(const float* __restrict__ x, float* __restrict__ part,
-                                                           int n, int k) {
+                                                           int n, int k, int chunk0) {
   __shared__ float red[kBwdGroups][33];
-  const int j = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * kXChunkRows, r1 = min(n, r0 + kXChunkRows);
+  const int chunk = chunk0 + blockIdx.y, j = blockIdx.x * 32 + threadIdx.x, r0 = chunk * kXChunkRows;
+  const int r1 = min(n, r0 + kXChunkRows);
   float s = 0.f;
   if (j < k)
     for (int i = r0 + threadIdx.y; i < r1; i += kBwdGroups) s += x[(size_t)i * k + j];
@@ -220,7 +223,7 @@ __global__ void __launch_bounds__(256) x_chunk_sums_kernel(const float* __restri
   if (threadIdx.y == 0 && j < k) {
     float t = 0.f;
     for (int g = 0; g < kBwdGroups; ++g) t += red[g][threadIdx.x];
-    part[(size_t)blockIdx.y * k + j] = t;
+    part[(size_t)chunk * k + j] = t;
   }
 }
 
@@ -234,14 +237,14 @@ __global__ void x_mean_kernel(const float* __restrict__ part, float* __restrict_
 }
 
 // out = X − x̄ (SPLIT false) or its TF32 parts in planes out[0], out[1] (SPLIT true),
-// elementwise, coalesced.
+// elementwise, coalesced; mean null: X itself (W's TF32 parts, the W operand of 3xTF32's dX).
 template <bool SPLIT>
 __global__ void x_center_kernel(const float* __restrict__ x, const float* __restrict__ mean, float* __restrict__ out,
                                 int n, int k) {
   const size_t nk = (size_t)n * k;
   for (size_t at = blockIdx.x * (size_t)blockDim.x + threadIdx.x; at < nk; at += (size_t)gridDim.x * blockDim.x) {
-    const float v = x[at] - mean[at % k];
-    if (SPLIT) {
+    const float v = mean ? x[at] - mean[at % k] : x[at];
+    if (SPLIT) {  // algebra.tf32_split
       const float big = __uint_as_float(to_tf32(v));
       out[at] = big;
       out[nk + at] = __uint_as_float(to_tf32(v - big));
@@ -260,12 +263,24 @@ extern "C" const char* fl_center_x(const float* x, float* out, float* scratch, i
   using namespace fl;
   const int chunks = ceil_div(n, kXChunkRows);
   float* mean = scratch + (size_t)chunks * k;
-  x_chunk_sums_kernel<<<dim3(ceil_div(k, 32), chunks), dim3(32, kBwdGroups), 0, st>>>(x, scratch, n, k);
-  FL_CHECK_LAUNCH();
+  for (int c0 = 0; c0 < chunks; c0 += kMaxGridY) {
+    const dim3 grid(ceil_div(k, 32), std::min(chunks - c0, kMaxGridY));
+    x_chunk_sums_kernel<<<grid, dim3(32, kBwdGroups), 0, st>>>(x, scratch, n, k, c0);
+    FL_CHECK_LAUNCH();
+  }
   x_mean_kernel<<<ceil_div(k, 256), 256, 0, st>>>(scratch, mean, n, k);
   FL_CHECK_LAUNCH();
   if (split) x_center_kernel<true><<<132 * 8, 256, 0, st>>>(x, mean, out, n, k);
   else x_center_kernel<false><<<132 * 8, 256, 0, st>>>(x, mean, out, n, k);
+  FL_CHECK_LAUNCH();
+  return nullptr;
+}
+
+// W's TF32 parts [rna(W); rna(W − rna(W))] (2·rows·k floats) into out on stream st, from W as
+// it is now: 3xTF32's W operand of dX = dZ'·W (nullptr: no error).
+extern "C" const char* fl_tf32_parts(const float* w, float* out, int rows, int k, cudaStream_t st) {
+  using namespace fl;
+  x_center_kernel<true><<<sm_count() * 8, 256, 0, st>>>(w, nullptr, out, rows, k);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
@@ -280,15 +295,19 @@ extern "C" const char* fl_train_backward(const fl::BackwardProblem* pp, cudaStre
     FL_CHECK_LAUNCH();
   }
   const dim3 block(kBwdCols, kBwdGroups);
-  const dim3 grid_part(ceil_div(p.m, kBwdCols), backward_tiles(p.n));
-  if (k84) backward_partials_kernel<true><<<grid_part, block, 0, st>>>(p);
-  else backward_partials_kernel<false><<<grid_part, block, 0, st>>>(p);
-  FL_CHECK_LAUNCH();
-  const dim3 grid_dz(ceil_div(p.m, kDzTile), ceil_div(p.n, kDzTile));
-  if (k84 && p.split) backward_dz_kernel<true, true><<<grid_dz, block, 0, st>>>(p);
-  else if (k84) backward_dz_kernel<true, false><<<grid_dz, block, 0, st>>>(p);
-  else if (p.split) backward_dz_kernel<false, true><<<grid_dz, block, 0, st>>>(p);
-  else backward_dz_kernel<false, false><<<grid_dz, block, 0, st>>>(p);
-  FL_CHECK_LAUNCH();
+  // row tiles in launches of at most kMaxGridY (common.cuh): N > 2 097 120 takes several dZ' launches
+  const auto partials = k84 ? backward_partials_kernel<true> : backward_partials_kernel<false>;
+  const int tiles = backward_tiles(p.n);
+  for (int t0 = 0; t0 < tiles; t0 += kMaxGridY) {
+    partials<<<dim3(ceil_div(p.m, kBwdCols), std::min(tiles - t0, kMaxGridY)), block, 0, st>>>(p, t0);
+    FL_CHECK_LAUNCH();
+  }
+  const auto dz = k84 ? (p.split ? backward_dz_kernel<true, true> : backward_dz_kernel<true, false>)
+                      : (p.split ? backward_dz_kernel<false, true> : backward_dz_kernel<false, false>);
+  const int dz_tiles = ceil_div(p.n, kDzTile);
+  for (int t0 = 0; t0 < dz_tiles; t0 += kMaxGridY) {
+    dz<<<dim3(ceil_div(p.m, kDzTile), std::min(dz_tiles - t0, kMaxGridY)), block, 0, st>>>(p, t0);
+    FL_CHECK_LAUNCH();
+  }
   return nullptr;
 }

@@ -42,14 +42,13 @@ struct Problem {
   unsigned int* counters;  // (ceil(M / 32)) column-tile counters of ColumnStatsMerge: zero
                            //        before the GEMM, left zero by it (each last tile resets its own)
   long long* num_batches_tracked;  // bn.num_batches_tracked (int64 scalar), +1 per train step
-  float* wsplit;           // (2, M, K) W's TF32 parts [Wb; Ws] (3xtf32 on wgmma), or null
-  int split_w;             // 1: the GEMM writes W's parts into wsplit first; 0: wsplit holds them
   float* splitk;           // (S, tiles, BM·BN) split-K partial tiles (splits > 1), or null
   unsigned int* splitk_counters;  // (tiles) split-K tile counters: zero before the GEMM, left zero
   unsigned int* tile_counter;     // (1) the persistent wgmma GEMM's next unit: zero before, left zero
   int splits;              // split-K splits S of the SIMT or wgmma GEMM (1: none; SplitK)
   float* z0;               // (M) train mode at fp32 and 3xTF32: the first-row shift (below), or null
-  int n, k, m;             // batch N, in_features K, out_features M
+  int n, k, m;             // batch N, in_features K, out_features M, each at most kMaxDim; their products
+                           //        (N·M, N·K, M·K) may pass 2³¹: offsets along them are 64-bit
   int kind;                // 84 or 33 (33 and 39)
   int training;            // 1: batch statistics and running-buffer update
   int precision;           // Precision
@@ -68,6 +67,21 @@ struct Problem {
 #define FL_CHECK_LAUNCH() FL_RETURN_IF_ERROR(cudaGetLastError())
 
 __host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Sizes. One dimension (N, K or M) stays an int and at most kMaxDim, so that a tile origin plus a
+// tile, or a loop index plus a block's stride, never leaves int; products of two dimensions may
+// exceed 2³¹ (batch 65 537 × out_features 32 768 is 2³¹ + 2¹⁵ outputs), so every offset that
+// multiplies a row index by a leading dimension is 64-bit: (size_t)row · ld, or a row's pointer
+// computed once and 32-bit offsets inside the row or tile.
+constexpr int kMaxDim = INT32_MAX - 65535;  // 2³¹ − 2¹⁶
+
+// Grids of row tiles (a block a tile, row tiles along y, column tiles along x): grid.y is at
+// most 65535, so more row tiles (N > 65535 · 128 rows at the GEMMs' 128-row tiles, N > 2 097 120
+// at the backward's 32-row dZ' tiles) take several launches, of at most kMaxGridY row tiles each
+// and in row order; a kernel gets its launch's first row tile as tile0 (0 for the one launch of
+// every smaller grid) and runs row tile tile0 + blockIdx.y. (tile0 is a uniform kernel argument:
+// the mainloops compile to the registers and schedule they had with blockIdx.y alone.)
+constexpr int kMaxGridY = 65535;
 
 // Opt `kernel` in to `bytes` of dynamic shared memory on the current device. The attribute
 // is set once per kernel and device (to the largest size asked for so far): a
@@ -258,7 +272,7 @@ __device__ void finalize_column(const Problem& p, int j, float mean, float var, 
     c = be - a * mean;
   }
   p.coef[j] = a;
-  p.coef[p.m + j] = c;
+  p.coef[(size_t)p.m + j] = c;
   float tm = mean + (p.z0 ? column_shift(p, j) : z_has_bias ? 0.f : p.bias[j]), tv = var;
   if (p.kind != 84) { tm = s * tm; tv = s * s * tv; }
   const float mom = step_momentum(p);

@@ -28,7 +28,9 @@ inline bool small_smem_forced() {
   return v && v[0] == '1';
 }
 
-inline bool fills_grid(const Problem& p, int tile) { return ceil_div(p.m, tile) * ceil_div(p.n, tile) >= kMinGrid; }
+inline bool fills_grid(const Problem& p, int tile) {
+  return (long long)ceil_div(p.m, tile) * ceil_div(p.n, tile) >= kMinGrid;  // (tile counts past 2³¹)
+}
 
 // Rows per statistics tile (the GEMM's block height BM) for this problem and path.
 inline int gemm_tile_rows(const Problem& p) {

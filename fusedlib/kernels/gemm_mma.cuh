@@ -11,8 +11,9 @@
 // In train mode at 3xTF32 the A fragments are X's rows minus its row 0 (the first-row shift,
 // common.cuh), subtracted before the split. The finished accumulators go through the
 // shared-memory C tile to the epilogue Epi.
-// grid = (ceil(M/128), ceil(N/128)). Without sm_80 the kernel compiles to an empty body (the
-// host never selects this path there: fusedlib/engine.py).
+// grid = (ceil(M/128), ceil(N/128)) (past kMaxGridY row tiles, several launches from row tile
+// tile0: common.cuh). Without sm_80 the kernel compiles to an empty body (the host never
+// selects this path there: fusedlib/engine.py).
 #pragma once
 #include "epilogue.cuh"
 
@@ -104,12 +105,12 @@ __device__ __forceinline__ void mma_load_stage(const Problem& p, const float* x,
 
 template <bool VEC, bool SPLIT, class Epi>
 __global__ void __launch_bounds__(kMmaThreads, 1)
-mma_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __restrict__ w, float* out) {
+mma_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __restrict__ w, float* out, int tile0) {
 #if FL_MMA_ENABLED
   extern __shared__ __align__(16) float smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
-  const int n0 = blockIdx.x * kMmaBN, m0 = blockIdx.y * kMmaBM;
+  const int n0 = blockIdx.x * kMmaBN, m0 = (tile0 + (int)blockIdx.y) * kMmaBM;
   const int KT = ceil_div(p.k, kMmaBK);
   constexpr int kStageWords = kMmaStageWords;
   float acc[4][4][4], part[SPLIT ? 4 : 1][SPLIT ? 4 : 1][4];
@@ -224,8 +225,12 @@ const char* launch_mma_gemm(const Problem& p, const float* x, const float* w, fl
   auto kernel = vec ? (split ? mma_gemm_kernel<true, true, Epi> : mma_gemm_kernel<true, false, Epi>)
                     : (split ? mma_gemm_kernel<false, true, Epi> : mma_gemm_kernel<false, false, Epi>);
   FL_OPT_IN_SMEM(kernel, kMmaSmem);
-  kernel<<<dim3(ceil_div(p.m, kMmaBN), ceil_div(p.n, kMmaBM)), kMmaThreads, kMmaSmem, st>>>(p, x, w, out);
-  FL_CHECK_LAUNCH();
+  const int rows = ceil_div(p.n, kMmaBM);
+  for (int t0 = 0; t0 < rows; t0 += kMaxGridY) {
+    const dim3 grid(ceil_div(p.m, kMmaBN), std::min(rows - t0, kMaxGridY));
+    kernel<<<grid, kMmaThreads, kMmaSmem, st>>>(p, x, w, out, t0);
+    FL_CHECK_LAUNCH();
+  }
   return nullptr;
 }
 

@@ -9,10 +9,11 @@
 // __syncthreads a K step. The finished accumulators go through the shared-memory C tile to
 // the epilogue Epi (epilogue.cuh). In train mode at fp32 the A tile's rows other than X's row
 // 0 go to shared memory minus that row (the first-row shift, common.cuh). grid = (ceil(M/BN),
-// ceil(N/BM), S): with split-K (SPLITK, p.splits = S > 1, where even 32×32 tiles leave SMs idle:
-// simt_split_k, gemm.cuh) block z runs its range of the K steps and the tile's last split sums
-// the S partial tiles in split order before the epilogue (sum_splits). The ladder of SIMT SGEMM
-// kernels this follows: siboehm, "How to optimize a CUDA matmul kernel" (SGEMM_CUDA).
+// ceil(N/BM), S) (past kMaxGridY row tiles, several launches from row tile tile0: common.cuh):
+// with split-K (SPLITK, p.splits = S > 1, where even 32×32 tiles leave SMs idle: simt_split_k,
+// gemm.cuh) block z runs its range of the K steps and the tile's last split sums the S partial
+// tiles in split order before the epilogue (sum_splits). The ladder of SIMT SGEMM kernels this
+// follows: siboehm, "How to optimize a CUDA matmul kernel" (SGEMM_CUDA).
 #pragma once
 #include "epilogue.cuh"
 
@@ -85,7 +86,8 @@ __device__ __forceinline__ void simt_stash(const float (&r)[ROWS * BK / THREADS]
 // compiles to the same schedule whatever epilogue follows it.
 template <int BM, int BN, int BK, int TM, int TN, int MIN_BLOCKS, class Epi, bool SPLITK>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS)
-simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __restrict__ w, float* out, bool vec) {
+simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __restrict__ w, float* out, bool vec,
+                 int tile0) {
   using T = SimtTile<BM, BN, BK, TM, TN>;
   constexpr int THREADS = T::kThreads, LDA = T::kLda, LDB = T::kLdb, QM = TM / 4, QN = TN / 4, RX = BN / TN;
   static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0, "4×4 quadrants, float4 along K");
@@ -95,7 +97,7 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
   float* As = smem;                 // [2][BK][LDA], K-major
   float* Bs = smem + 2 * BK * LDA;  // [2][BK][LDB]
   const int tid = threadIdx.x, tx = tid % RX, ty = tid / RX;
-  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+  const int n0 = blockIdx.x * BN, m0 = (tile0 + (int)blockIdx.y) * BM;
   const int K = p.k;
 
   float ra[LA], rb[LB];
@@ -160,8 +162,8 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
   }
   if constexpr (SPLITK) {
     __shared__ int last;
-    if (!sum_splits<TM * TN, THREADS>(p, reinterpret_cast<float(&)[TM * TN]>(acc), blockIdx.y * gridDim.x + blockIdx.x,
-                                      split, &last, tid))
+    if (!sum_splits<TM * TN, THREADS>(p, reinterpret_cast<float(&)[TM * TN]>(acc),
+                                      (tile0 + blockIdx.y) * gridDim.x + blockIdx.x, split, &last, tid))
       return;  // not the tile's last split: its partial tile is in p.splitk
   }
   constexpr int LDC = BN + 1;
@@ -184,9 +186,13 @@ const char* launch_simt_gemm(const Problem& p, const float* x, const float* w, f
   auto kernel = simt_gemm_kernel<BM, BN, BK, TM, TN, MIN_BLOCKS, Epi, SPLITK>;
   FL_OPT_IN_SMEM(kernel, T::kSmem);
   const bool vec = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
-  const dim3 grid(ceil_div(p.m, BN), ceil_div(p.n, BM), SPLITK ? p.splits : 1);
-  kernel<<<grid, T::kThreads, T::kSmem, st>>>(p, x, w, out, vec);
-  FL_CHECK_LAUNCH();
+  // kMaxGridY row tiles a launch (split-K runs on fewer than kMinGrid tiles: one launch)
+  const int rows = ceil_div(p.n, BM);
+  for (int t0 = 0; t0 < rows; t0 += kMaxGridY) {
+    const dim3 grid(ceil_div(p.m, BN), std::min(rows - t0, kMaxGridY), SPLITK ? p.splits : 1);
+    kernel<<<grid, T::kThreads, T::kSmem, st>>>(p, x, w, out, vec, t0);
+    FL_CHECK_LAUNCH();
+  }
   return nullptr;
 }
 

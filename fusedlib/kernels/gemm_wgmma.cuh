@@ -4,10 +4,11 @@
 // consumer warpgroups of 64 rows each; 128×BN block tile, grouped raster order.
 //  * tf32: BN = 256, one pass over K; the tensor cores read the top 19 bits of the fp32 words.
 //  * 3xtf32: X = Xb + Xs split into TF32 parts by the consumers as they read X's tile (in train
-//    mode X shifted by its first row, common.cuh); W's parts [Wb; Ws] by split_tf32_kernel unless
-//    the caller passed them cached (p.split_w = 0); the same kernel with BN = 192 or 168, each
-//    stage X's tile and both of W's, three products a K step Xs·Wb + Xb·Ws + Xb·Wb, with promoted
-//    accumulation (fp32-class at any K).
+//    mode X shifted by its first row, common.cuh); W = Wb + Ws split in shared memory by the
+//    producer warpgroup's three idle warps after each W tile lands (wgmma reads B from shared
+//    memory only), from W as it is at this call: nothing derived from W outlives the launch. The
+//    same kernel with BN = 192 or 168, each stage X's tile and both of W's parts, three products
+//    a K step Xs·Wb + Xb·Ws + Xb·Wb, with promoted accumulation (fp32-class at any K).
 // tf32: persistent CTAs (one an SM) take tiles as they are ready (3xtf32: one CTA a tile); the
 // consumers run the epilogue Epi from their accumulator registers (epilogue_from_fragments: no
 // C tile) while the producer already loads the next tile. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
@@ -28,24 +29,28 @@
 namespace fl {
 
 constexpr int kWgBM = 128, kWgBK = 32, kWgThreads = 384, kWgGroup = 16;
+// 3xTF32: the producer warpgroup's warps 1–3, which split each stage's W tile (split_w_tile)
+constexpr int kWgSplitThreads = 96;
 // 3xTF32 tile widths (window + promoted accumulators a thread: 96 + 96 or 84 + 84), chosen per
 // shape by split_tile_width.
 constexpr int kSplitWide = 192, kSplitNarrow = 168;
 
 // Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), a stage X's
-// tile and W's (3xTF32: both of W's TF32 parts), as many pipeline stages as fit in 192 KB (tf32: 4,
-// 3xTF32: 3), then the epilogue's shared memory and the mbarriers.
+// tile and W's (3xTF32: W's tile as loaded, split in place into Wb, and Ws beside it), as many
+// pipeline stages as fit in 192 KB (tf32: 4, 3xTF32: 3), then the epilogue's shared memory and
+// the mbarriers (3xTF32: full, split, empty a stage).
 template <int BN, bool PROMOTE>
 struct WgTile {
   static constexpr uint32_t kABytes = kWgBM * kWgBK * 4, kBBytes = BN * kWgBK * 4;
   static constexpr uint32_t kStageBytes = kABytes + (PROMOTE ? 2 : 1) * kBBytes;
+  static constexpr uint32_t kLoadBytes = kABytes + kBBytes;  // what TMA writes a stage (X's tile, W's)
   static constexpr int kStages = (192 * 1024) / kStageBytes;
   // 3xTF32 with the first-row shift: X's row 0 over the stage's 32 K columns, a 128-byte row a stage
   static constexpr size_t kRow0Offset = (size_t)kStages * kStageBytes;
   static constexpr size_t kEpilogueOffset = kRow0Offset + kStages * kWgBK * sizeof(float);  // beside the live ring
   static constexpr size_t kBarrierOffset = kEpilogueOffset + fragment_smem_floats<BN>() * sizeof(float);
   // + the tile scheduler's 2 slots (tile indices) + the split-K flag
-  static constexpr size_t kSmem = 1024 + kBarrierOffset + 2 * kStages * sizeof(uint64_t) + 16 + 16;
+  static constexpr size_t kSmem = 1024 + kBarrierOffset + (PROMOTE ? 3 : 2) * kStages * sizeof(uint64_t) + 16 + 16;
   static_assert(kBarrierOffset % 8 == 0 && kSmem <= 232448, "aligned mbarriers; within sm_90's 227 KB");
 };
 
@@ -239,6 +244,31 @@ __device__ __forceinline__ void held_until_here(uint32_t (&f)[4]) {
   for (int q = 0; q < 4; ++q) asm volatile("" : "+r"(f[q])::"memory");
 }
 
+// 3xTF32's split of W in shared memory: a stage's W tile as TMA wrote it (BN rows of 32 fp32,
+// swizzled; the split is elementwise, so the layout does not matter) becomes Wb = W truncated to
+// TF32 in place (exact TF32 values: what the tensor cores read does not depend on how they round
+// an fp32 word) and Ws = rna_tf32(W − Wb) in the BYTES after it (W − Wb is exact; |Ws| < 2⁻¹⁰|W|,
+// so Wb + Ws is W to 2⁻²¹|W|, the order of the Xs·Ws term 3xTF32 leaves out). A NaN or an inf in
+// W stays one in Wb. Integer arithmetic, 4 instructions a word (cvt.rna is emulated on sm_90);
+// thread t of the kWgSplitThreads splitting threads takes 16 bytes at a time (consecutive threads,
+// consecutive 16 bytes: no bank conflicts), four such loads in flight.
+template <uint32_t BYTES>
+__device__ __forceinline__ void split_w_tile(uint8_t* tile, int t) {
+  static_assert(BYTES % (16 * kWgSplitThreads) == 0, "whole float4 rounds");
+  uint4* big = reinterpret_cast<uint4*>(tile);
+  uint4* small = reinterpret_cast<uint4*>(tile + BYTES);
+#pragma unroll 2
+  for (int i = t; i < (int)(BYTES / 16); i += kWgSplitThreads) {
+    const uint4 v = big[i];
+    const uint4 b = {v.x & ~0x1FFFu, v.y & ~0x1FFFu, v.z & ~0x1FFFu, v.w & ~0x1FFFu};
+    const auto rest = [](uint32_t w, uint32_t wb) {  // rna_tf32(w − wb), w − wb finite or NaN (Wb keeps it)
+      return (__float_as_uint(__uint_as_float(w) - __uint_as_float(wb)) + 0x1000u) & ~0x1FFFu;
+    };
+    big[i] = b;
+    small[i] = uint4{rest(v.x, b.x), rest(v.y, b.y), rest(v.z, b.z), rest(v.w, b.w)};
+  }
+}
+
 // Persistent: a CTA (one an SM) runs the units next_unit hands it. Warp 0 produces (its lane 0
 // takes the next unit, passes its index to the consumers through tile_slot[f % 2] at a hand-off
 // barrier, and issues the TMA copies), warpgroups 1 and 2 consume 64
@@ -246,9 +276,10 @@ __device__ __forceinline__ void held_until_here(uint32_t (&f)[4]) {
 // tiles, so producer and consumers agree on every stage's parity; the producer loads the next
 // tile while the consumers run this tile's epilogue (from their registers, with its own shared
 // memory beside the ring). tf32: A from map_a (X), B from map_b0 (W), both by descriptor.
-// 3xTF32: a stage holds X's tile as it is (map_a) and W's parts Wb, Ws (map_b0, map_b1); the
-// consumers split X into TF32 parts as they read it from shared memory (wgmma_3xtf32_fragments)
-// and issue Xs·Wb + Xb·Ws + Xb·Wb for each K slice. With the first-row shift (p.z0) the producer
+// 3xTF32: a stage holds X's tile as it is (map_a) and W's (map_b0), which the producer
+// warpgroup's other three warps split into Wb (in place) and Ws once it has landed
+// (split_w_tile; split[s]: done); the consumers split X into TF32 parts as they read it from
+// shared memory (wgmma_3xtf32_fragments) and issue Xs·Wb + Xb·Ws + Xb·Wb for each K slice. With the first-row shift (p.z0) the producer
 // also loads X's row 0 for each K step (map_row0).
 // PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each K
 // step's products (3 × 32) are accumulated from zero and then added into a separate fp32
@@ -256,8 +287,7 @@ __device__ __forceinline__ void held_until_here(uint32_t (&f)[4]) {
 template <int BN, bool PROMOTE, class Epi, bool SPLITK>
 __global__ void __launch_bounds__(kWgThreads, 1)
 wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorMap map_a,
-                   const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_row0,
-                   const __grid_constant__ CUtensorMap map_b1) {
+                   const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_row0) {
 #if FL_WGMMA_ENABLED
   using T = WgTile<BN, PROMOTE>;
   constexpr int ST = T::kStages, NACC = BN / 2;
@@ -268,7 +298,8 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   const bool shift = PROMOTE && p.z0;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarrierOffset);
   uint64_t* empty = full + ST;
-  int* tile_slot = reinterpret_cast<int*>(empty + ST);  // [2] the next unit's index
+  uint64_t* split = empty + ST;  // 3xTF32: W's tile of stage s split (split_w_tile)
+  int* tile_slot = reinterpret_cast<int*>(split + (PROMOTE ? ST : 0));  // [2] the next unit's index
   int* last_split = tile_slot + 2;
   const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN), tiles = row_tiles * col_tiles;
   const int KT = ceil_div(p.k, kWgBK), S = SPLITK ? p.splits : 1, units = tiles * S;
@@ -281,6 +312,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
     for (int s = 0; s < ST; ++s) {
       mbar_init(full + s, 1);
       mbar_init(empty + s, 2);
+      if (PROMOTE) mbar_init(split + s, kWgSplitThreads / 32);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -296,10 +328,9 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         const int s = it % ST, k0 = kt * kWgBK;
         if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
         uint8_t* st = smem + s * T::kStageBytes;
-        mbar_expect_tx(full + s, T::kStageBytes + (shift ? kWgBK * sizeof(float) : 0));
+        mbar_expect_tx(full + s, T::kLoadBytes + (shift ? kWgBK * sizeof(float) : 0));
         tma_load_2d(st, &map_a, full + s, k0, m0);
         tma_load_2d(st + T::kABytes, &map_b0, full + s, k0, n0);
-        if (PROMOTE) tma_load_2d(st + T::kABytes + T::kBBytes, &map_b1, full + s, k0, n0);
         if (shift) tma_load_2d(row0 + s * kWgBK, &map_row0, full + s, k0, 0);
         ++it;
       };
@@ -331,6 +362,16 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
           for (; kt < kt1; ++kt) load_step(kt, m0, n0);
         if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
         u = claim(f + 1);  // slot (f + 1) % 2: its last reads (unit f − 1) were before this hand-off
+      }
+    } else if constexpr (PROMOTE) {  // warps 1–3 (3xTF32, one tile a CTA): W's parts of each stage as it lands
+      const int kt0 = split_begin(blockIdx.x % S, S, KT), kt1 = split_begin(blockIdx.x % S + 1, S, KT);
+      for (int kt = kt0, it = 0; kt < kt1; ++kt, ++it) {
+        const int s = it % ST;
+        mbar_wait(full + s, (it / ST) & 1);
+        split_w_tile<T::kBBytes>(smem + s * T::kStageBytes + T::kABytes, threadIdx.x - 32);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the writes, before wgmma reads them
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) mbar_arrive(split + s);  // one arrival a warp
       }
     }
   } else {  // consumers: warpgroup 1 → rows 0..63, warpgroup 2 → rows 64..127
@@ -395,6 +436,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 #pragma unroll
             for (int j = 0; j < G; ++j)
               wgmma_3xtf32_fragments(xb[j], xs[j], a_u32, x0_u32, k0 + j, shift_lo, shift_hi);
+            if (k0 == 0) mbar_wait(split + s, (it / ST) & 1);  // W's parts of the stage are ready
             wgmma_fence();
 #pragma unroll
             for (int j = 0; j < G; ++j) {  // the small products first; the step's first from zero
@@ -447,19 +489,6 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 #endif
 }
 
-// W = Wb + Ws with Wb = rna_tf32(W), Ws = rna_tf32(W − Wb) (same rounding as algebra.round_tf32):
-// the B operands of 3xTF32 (wgmma reads B from shared memory only, so W's parts are made before
-// the GEMM, or cached by the caller while W does not change).
-__global__ void split_tf32_kernel(const float* __restrict__ x, float* __restrict__ big, float* __restrict__ small,
-                                  size_t count) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
-    const float v = x[i];
-    const float b = __uint_as_float(to_tf32(v));
-    big[i] = b;
-    small[i] = __uint_as_float(to_tf32(v - b));
-  }
-}
-
 // A (rows × k) row-major fp32 matrix read in boxes of box_rows × 32 (one 128-byte row each),
 // 128-byte swizzled for wgmma's descriptors (or not: X's row 0, which the consumers read by address).
 static const char* encode_map(CUtensorMap* map, const float* base, int rows, int k, int box_rows,
@@ -482,11 +511,11 @@ static const char* encode_map(CUtensorMap* map, const float* base, int rows, int
   return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled rejected a tensor map";
 }
 
-// The Hopper path can run when TMA can address the operands and, for 3xTF32, the host
-// supplied p.wsplit (W's parts [Wb; Ws], or the workspace the GEMM writes them into).
+// The Hopper path can run when TMA can address the operands (rows of 16-byte multiples, 16-byte
+// aligned bases) at a tensor-core precision.
 inline bool wgmma_applicable(const Problem& p, const float* x, const float* w) {
   const bool aligned = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
-  return aligned && (p.precision == TF32 || (p.precision == TF32X3 && p.wsplit));
+  return aligned && (p.precision == TF32 || p.precision == TF32X3);
 }
 
 // 3xTF32 tile width for an N×M output: of 192 and 168, the one whose rounds of one tile an SM
@@ -532,49 +561,43 @@ inline SplitK wg_split_k(int precision, int n, int k, int m) {
 // one compiles without the split bookkeeping), a CTA a unit (tf32: persistent, one an SM).
 template <int BN, bool PROMOTE, class Epi, bool SPLITK>
 const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const CUtensorMap& b0,
-                      const CUtensorMap& row0, const CUtensorMap& b1, cudaStream_t st) {
+                      const CUtensorMap& row0, cudaStream_t st) {
   auto kernel = wgmma_gemm_kernel<BN, PROMOTE, Epi, SPLITK>;
   FL_OPT_IN_SMEM(kernel, (WgTile<BN, PROMOTE>::kSmem));
   const int units = ceil_div(p.n, kWgBM) * ceil_div(p.m, BN) * p.splits;
   kernel<<<wg_persistent(PROMOTE) ? persistent_grid(units) : units, kWgThreads, WgTile<BN, PROMOTE>::kSmem, st>>>(
-      p, out, a, b0, row0, b1);
+      p, out, a, b0, row0);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
 template <int BN, bool PROMOTE, class Epi>
 const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const CUtensorMap& b0,
-                      const CUtensorMap& row0, const CUtensorMap& b1, cudaStream_t st) {
-  if constexpr (BN == kSplitWide) return launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, b1, st);
+                      const CUtensorMap& row0, cudaStream_t st) {
+  if constexpr (BN == kSplitWide) return launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, st);
   else
-    return p.splits > 1 ? launch_wg<BN, PROMOTE, Epi, true>(p, out, a, b0, row0, b1, st)
-                        : launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, b1, st);
+    return p.splits > 1 ? launch_wg<BN, PROMOTE, Epi, true>(p, out, a, b0, row0, st)
+                        : launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, st);
 }
 
 template <class Epi>
 const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
   if (p.splits > 1 && !(p.splitk && p.splitk_counters)) return "the split-K wgmma GEMM needs its workspace";
   if (!wgmma_applicable(p, x, w))
-    return "the wgmma GEMM needs in_features % 4 == 0, 16-byte aligned x and weight, a tensor-core "
-           "precision and (3xtf32) W's TF32 parts or their workspace";
-  CUtensorMap a, b0, row0, b1;
+    return "the wgmma GEMM needs in_features % 4 == 0, 16-byte aligned x and weight and a tensor-core "
+           "precision";
+  CUtensorMap a, b0, row0;
   const char* err;
   if ((err = encode_map(&a, x, p.n, p.k, kWgBM))) return err;
   if (p.precision == TF32) {
     if (p.z0) return "the tf32 wgmma GEMM reads X as it is (TMA): no first-row shift (z0 must be null)";
     if ((err = encode_map(&b0, w, p.m, p.k, 256))) return err;
-    return launch_wg<256, false, Epi>(p, out, a, b0, a, b0, st);
-  }
-  const size_t mk = (size_t)p.m * p.k;
-  if (p.split_w) {  // no cached [Wb; Ws] from the caller: split W first
-    split_tf32_kernel<<<132 * 8, 256, 0, st>>>(w, p.wsplit, p.wsplit + mk, mk);
-    FL_CHECK_LAUNCH();
+    return launch_wg<256, false, Epi>(p, out, a, b0, a, st);
   }
   const int bn = wg_split_width(p.n, p.m, p.splits);
-  if ((err = encode_map(&row0, x, 1, p.k, 1, CU_TENSOR_MAP_SWIZZLE_NONE)) ||
-      (err = encode_map(&b0, p.wsplit, p.m, p.k, bn)) || (err = encode_map(&b1, p.wsplit + mk, p.m, p.k, bn)))
+  if ((err = encode_map(&row0, x, 1, p.k, 1, CU_TENSOR_MAP_SWIZZLE_NONE)) || (err = encode_map(&b0, w, p.m, p.k, bn)))
     return err;
-  return bn == kSplitWide ? launch_wg<kSplitWide, true, Epi>(p, out, a, b0, row0, b1, st)
-                          : launch_wg<kSplitNarrow, true, Epi>(p, out, a, b0, row0, b1, st);
+  return bn == kSplitWide ? launch_wg<kSplitWide, true, Epi>(p, out, a, b0, row0, st)
+                          : launch_wg<kSplitNarrow, true, Epi>(p, out, a, b0, row0, st);
 }
 
 }  // namespace fl

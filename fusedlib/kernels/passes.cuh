@@ -52,22 +52,23 @@ __global__ void affine_kernel(const float* z, const float* __restrict__ coef, fl
   count_train_step(step);
   const size_t total = (size_t)n * m;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
+  const float* __restrict__ c = coef + m;  // c = coef[M:2M] (M + j may pass 2³¹ − 1)
   if ((m & 3) == 0) {  // 16-byte accesses
     const float4* z4 = reinterpret_cast<const float4*>(z);
     float4* y4 = reinterpret_cast<float4*>(y);
     for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total / 4; q += stride) {
       const int j = (int)((q * 4) % m);
       float4 v = z4[q];
-      v.x = coef[j] * v.x + coef[m + j];
-      v.y = coef[j + 1] * v.y + coef[m + j + 1];
-      v.z = coef[j + 2] * v.z + coef[m + j + 2];
-      v.w = coef[j + 3] * v.w + coef[m + j + 3];
+      v.x = coef[j] * v.x + c[j];
+      v.y = coef[j + 1] * v.y + c[j + 1];
+      v.z = coef[j + 2] * v.z + c[j + 2];
+      v.w = coef[j + 3] * v.w + c[j + 3];
       y4[q] = v;
     }
   } else {
     for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += stride) {
       const int j = (int)(q % m);
-      y[q] = coef[j] * z[q] + coef[m + j];
+      y[q] = coef[j] * z[q] + c[j];
     }
   }
 }
@@ -91,22 +92,23 @@ __global__ void affine_softmax_rows_kernel(const float* z, const float* __restri
   count_train_step(step);
   const float* zr = z + (size_t)blockIdx.x * m;
   float* yr = y + (size_t)blockIdx.x * m;
+  const float* __restrict__ c = coef + m;  // c = coef[M:2M] (M + j may pass 2³¹ − 1); read only with coef
   float mx = -INFINITY;
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
-    const float v = coef ? coef[j] * zr[j] + coef[m + j] : zr[j];
+    const float v = coef ? coef[j] * zr[j] + c[j] : zr[j];
     if (ROW_IN_SMEM) row[j] = v;
     mx = fmaxf(mx, v);
   }
   mx = block_reduce<true>(mx, red);
   float l = 0.f;
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
-    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + coef[m + j] : zr[j]);
+    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + c[j] : zr[j]);
     l += expf(v - mx);
   }
   l = block_reduce<false>(l, red);
   const float inv = 1.f / l;
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
-    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + coef[m + j] : zr[j]);
+    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + c[j] : zr[j]);
     yr[j] = expf(v - mx) * inv;
   }
 }
@@ -175,16 +177,17 @@ __global__ void online_softmax_rows_kernel(const float* z, const float* __restri
   count_train_step(step);
   const float* zr = z + (size_t)blockIdx.x * m;
   float* yr = y + (size_t)blockIdx.x * m;
+  const float* __restrict__ c = coef + m;  // c = coef[M:2M] (M + j may pass 2³¹ − 1); read only with coef
   float mx = -INFINITY, l = 0.f;
   const bool vec = ROW_IN_SMEM && (m & 3) == 0;  // 16-byte loads (rows then start 16-byte aligned)
   if (vec) {
     for (int j = 4 * threadIdx.x; j < m; j += 4 * blockDim.x) {
       float4 v = *reinterpret_cast<const float4*>(zr + j);
       if (coef) {
-        v.x = coef[j] * v.x + coef[m + j];
-        v.y = coef[j + 1] * v.y + coef[m + j + 1];
-        v.z = coef[j + 2] * v.z + coef[m + j + 2];
-        v.w = coef[j + 3] * v.w + coef[m + j + 3];
+        v.x = coef[j] * v.x + c[j];
+        v.y = coef[j + 1] * v.y + c[j + 1];
+        v.z = coef[j + 2] * v.z + c[j + 2];
+        v.w = coef[j + 3] * v.w + c[j + 3];
       }
       *reinterpret_cast<float4*>(row + j) = v;
       softmax_merge(mx, l, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)), 0.f);
@@ -192,7 +195,7 @@ __global__ void online_softmax_rows_kernel(const float* z, const float* __restri
     }
   } else {
     for (int j = threadIdx.x; j < m; j += blockDim.x) {
-      const float v = coef ? coef[j] * zr[j] + coef[m + j] : zr[j];
+      const float v = coef ? coef[j] * zr[j] + c[j] : zr[j];
       if (ROW_IN_SMEM) row[j] = v;
       softmax_merge(mx, l, v, 1.f);
     }
@@ -208,7 +211,7 @@ __global__ void online_softmax_rows_kernel(const float* z, const float* __restri
     return;
   }
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
-    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + coef[m + j] : zr[j]);
+    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + c[j] : zr[j]);
     yr[j] = expf(v - mx) * inv;
   }
 }

@@ -17,7 +17,7 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy_in, const at::Tenso
               "z: expected a contiguous float32 CUDA tensor (batch ≥ 2, out_features), got ", z.scalar_type(), " ",
               shape_str(z), " on ", z.device());
   const int64_t n = z.size(0), m = z.size(1);
-  TORCH_CHECK(n * m < INT32_MAX, "z: sizes beyond 32-bit indexing are not supported");
+  TORCH_CHECK(dims_fit({n, m}), "z: batch and out_features must each be ", dims_limit(), ", got ", shape_str(z));
   TORCH_CHECK(kind == "84" || kind == "33", "kind: expected '84' or '33', got '", std::string(kind), "'");
   for (const auto& [t, name] : {std::pair{&dy_in, "dy"}, std::pair{&y, "y"}})
     TORCH_CHECK(t->device() == z.device() && t->scalar_type() == at::kFloat && t->sizes() == z.sizes(), name,
@@ -34,7 +34,17 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy_in, const at::Tenso
   const c10::cuda::CUDAGuard guard(z.device());
   const at::Tensor dy = dy_in.contiguous();  // autograd may hand an expanded or strided gradient
   const int64_t planes = split ? 2 : 1;
-  at::Tensor dz = at::empty({planes, n, m}, z.options()), dzt = at::empty({planes, m, n}, z.options());
+  at::Tensor dz, dzt;  // (sizes in int64: N·M passes 2³¹ at 65537 × 32768)
+  explain_oom(
+      [&] {
+        dz = at::empty({planes, n, m}, z.options());
+        dzt = at::empty({planes, m, n}, z.options());
+      },
+      [&] {
+        return "z: this backward needs " + mib(2 * planes * n * m * (int64_t)sizeof(float)) +
+               " of GPU memory for dZ' and its transpose (" + std::to_string(2 * planes) + " x " +
+               float32_shape(n, m) + ")";
+      });
   at::Tensor dgamma = at::empty({m}, z.options()), dbeta = at::empty({m}, z.options()),
              dscale_cols = at::empty({m}, z.options());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(z.get_device()).stream();
@@ -85,12 +95,34 @@ at::Tensor centered_x(const at::Tensor& x, bool split) {
               "x: expected a contiguous float32 CUDA tensor (batch, in_features), got ", x.scalar_type(), " ",
               shape_str(x), " on ", x.device());
   const int64_t n = x.size(0), k = x.size(1);
-  TORCH_CHECK(n * k < INT32_MAX, "x: sizes beyond 32-bit indexing are not supported");
+  TORCH_CHECK(dims_fit({n, k}), "x: batch and in_features must each be ", dims_limit(), ", got ", shape_str(x));
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor out = at::empty({split ? 2 : 1, n, k}, x.options());
+  const int64_t planes = split ? 2 : 1;
+  at::Tensor out = explain_oom([&] { return at::empty({planes, n, k}, x.options()); }, [&] {
+    return "x: this backward needs " + mib(planes * n * k * (int64_t)sizeof(float)) +
+           " of GPU memory for X - mean(X) (" + std::to_string(planes) + " x " + float32_shape(n, k) + ")";
+  });
   at::Tensor scratch = at::empty({((n + 511) / 512 + 1) * k}, x.options());
   const char* err = fl_center_x(x.data_ptr<float>(), out.data_ptr<float>(), scratch.data_ptr<float>(), (int)n,
                                 (int)k, split, c10::cuda::getCurrentCUDAStream(x.get_device()).stream());
   TORCH_CHECK(err == nullptr, "fusedlib centered_x kernels: ", err ? err : "");
+  return out;
+}
+
+// W's TF32 parts (2, M, K) [rna(W); rna(W − rna(W))] (algebra.tf32_split), made from W as it is
+// at this call, on the current stream: 3xTF32's W operand of dX = dZ'·W in the backward.
+at::Tensor tf32_parts(const at::Tensor& w) {
+  using namespace fl;
+  TORCH_CHECK(w.is_cuda() && w.scalar_type() == at::kFloat && w.dim() == 2 && w.is_contiguous(),
+              "weight: expected a contiguous float32 CUDA tensor (out_features, in_features), got ", w.scalar_type(),
+              " ", shape_str(w), " on ", w.device());
+  TORCH_CHECK(dims_fit({w.size(0), w.size(1)}), "weight: out_features and in_features must each be ", dims_limit(), ", got ",
+              shape_str(w));
+  const c10::cuda::CUDAGuard guard(w.device());
+  at::Tensor out = at::empty({2, w.size(0), w.size(1)}, w.options());
+  if (w.numel() == 0) return out;
+  const char* err = fl_tf32_parts(w.data_ptr<float>(), out.data_ptr<float>(), (int)w.size(0), (int)w.size(1),
+                                  c10::cuda::getCurrentCUDAStream(w.get_device()).stream());
+  TORCH_CHECK(err == nullptr, "fusedlib tf32_parts kernel: ", err ? err : "");
   return out;
 }

@@ -9,7 +9,10 @@
 
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
+
+#include "common.cuh"
 
 namespace fl {
 
@@ -37,6 +40,42 @@ inline void check_vector(const at::Tensor& t, const char* name, int64_t m, const
 
 // A count of floats rounded up to 4 (16 bytes), so that every part starts TMA-aligned.
 inline int64_t aligned_floats(int64_t n) { return (n + 3) / 4 * 4; }
+
+// Sizes: each of N, K and M at most kMaxDim (common.cuh: the kernels keep a single dimension
+// in an int); their products (N·M outputs, N·K, M·K) are not limited, only by memory.
+inline bool dims_fit(std::initializer_list<int64_t> dims) {
+  return std::all_of(dims.begin(), dims.end(), [](int64_t d) { return d <= kMaxDim; });
+}
+inline std::string dims_limit() {
+  return "at most " + std::to_string(kMaxDim) +
+         " (2^31 - 2^16: the kernels index one dimension in 32 bits; products of them are not limited)";
+}
+
+// Bytes as whole MiB (rounded up), for messages; a float32 (rows, cols) tensor as "(rows, cols) float32".
+inline std::string mib(int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
+inline std::string float32_shape(int64_t rows, int64_t cols) {
+  return "(" + std::to_string(rows) + ", " + std::to_string(cols) + ") float32";
+}
+
+// alloc() (a function allocating a call's tensors), as it is; where the caching allocator cannot
+// find the memory, the same error type (torch.OutOfMemoryError) with what the call needs first:
+// need() (a message naming the tensors and bytes), then the device's free and total memory
+// (cudaMemGetInfo, asked on this failure path only: an allocation that succeeds costs nothing
+// more), then the allocator's own message.
+template <class Alloc, class Need>
+auto explain_oom(Alloc&& alloc, Need&& need) -> decltype(alloc()) {
+  try {
+    return alloc();
+  } catch (const c10::OutOfMemoryError& e) {
+    size_t free_bytes = 0, total_bytes = 0;
+    std::string device = "the device's free memory is unknown";
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+      device = "the device has " + mib((int64_t)free_bytes) + " free of " + mib((int64_t)total_bytes);
+    else
+      (void)cudaGetLastError();  // (clears it)
+    C10_THROW_ERROR(OutOfMemoryError, need() + "; " + device + ". " + e.what_without_backtrace());
+  }
+}
 
 // The scratch of a call (forward or backward): column-tile counters (zero between calls: the last tile of each
 // column block resets its own) and floats (tile partials, coefficients). Eager calls share

@@ -72,8 +72,8 @@ static std::optional<at::Tensor> forward_impl(
     const at::Tensor& x_in, const at::Tensor& weight_in, const at::Tensor& bias, const at::Tensor& scale,
     const at::Tensor& gamma, const at::Tensor& beta, at::Tensor& running_mean, at::Tensor& running_var,
     at::Tensor& num_batches_tracked, c10::string_view kind, c10::string_view precision, bool training, double eps,
-    std::optional<double> momentum, std::optional<c10::string_view> gemm_path,
-    const std::optional<at::Tensor>& weight_split, const std::optional<at::Tensor>& z_out, bool eager) {
+    std::optional<double> momentum, std::optional<c10::string_view> gemm_path, const std::optional<at::Tensor>& z_out,
+    bool eager) {
   using namespace fl;
   FL_ARG_CHECK(x_in.is_cuda(), "x: expected a CUDA tensor, got one on ", x_in.device());
   FL_ARG_CHECK(x_in.scalar_type() == at::kFloat, "x: the CUDA kernels take float32, got ", x_in.scalar_type());
@@ -89,7 +89,8 @@ static std::optional<at::Tensor> forward_impl(
   const int prec = precision == "fp32" ? FP32 : precision == "tf32" ? TF32 : precision == "3xtf32" ? TF32X3 : -1;
   FL_ARG_CHECK(prec >= 0, "precision: expected 'fp32', 'tf32' or '3xtf32', got '", std::string(precision), "'");
   const int64_t n = x_in.size(0), k = x_in.size(1), m = weight_in.size(0);
-  FL_ARG_CHECK(n * std::max(k, m) < INT32_MAX, "x, weight: sizes beyond 32-bit indexing are not supported");
+  FL_ARG_CHECK(dims_fit({n, k, m}), "x, weight: batch, in_features and out_features must each be ", dims_limit(),
+               ", got x ", shape_str(x_in), " and weight ", shape_str(weight_in));
   for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{bias, "bias"}, {gamma, "gamma"},
                                 {beta, "beta"}, {running_mean, "running_mean"}, {running_var, "running_var"}}) {
     if (eager && !is_vector(t, m, x_in)) return std::nullopt;
@@ -115,28 +116,30 @@ static std::optional<at::Tensor> forward_impl(
                  x_in.device(), " in train mode, got ", z_out->scalar_type(), " ", shape_str(*z_out),
                  training ? "" : " in eval mode");
   const c10::cuda::CUDAGuard guard(x_in.device());
-  // A CUDA graph being captured splits W itself (a given split would be read as it is now at
-  // every replay, missing optimizer steps between them): weight_split is ignored then.
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x_in.get_device()).stream();
   const bool capturing = is_capturing(stream);
   const at::Tensor x = x_in.contiguous(), w = weight_in.contiguous();
   const int path = parse_path(gemm_path, prec, x, w);
   FL_ARG_CHECK(path >= 0, "gemm_path: expected 'simt', 'mma', 'wgmma' or None, got '", std::string(*gemm_path), "'");
-  const bool split = path == PATH_WGMMA && prec == TF32X3;
-  const bool split_w = split && (capturing || !(weight_split && weight_split->defined()));
-  if (split && !split_w)
-    FL_ARG_CHECK(weight_split->device() == x.device() && weight_split->scalar_type() == at::kFloat &&
-                     weight_split->is_contiguous() && weight_split->numel() == 2 * m * k,
-                 "weight_split: expected a contiguous float32 (2, " + std::to_string(m) + ", " + std::to_string(k) +
-                     ") tensor on ",
-                 x.device());
 
   // Y, whose memory holds Z until the last pass overwrites it (unless z_out keeps Z); the stream's scratch:
   // counters, tile partials (the smallest statistics tile is 32 rows; naive keeps its row
-  // max and Σexp there), coefficients (4, M), split-K partial tiles, z₀ (M); for 3xTF32 on wgmma (unless cached by
-  // the caller) W's TF32 parts, in a workspace of this call.
-  at::Tensor y = at::detail::empty_cuda({n, m}, at::kFloat, x.device(), std::nullopt);  // no dispatcher
+  // max and Σexp there), coefficients (4, M), split-K partial tiles, z₀ (M). Nothing derived
+  // from the parameters is kept between calls (3xTF32 splits W inside the GEMM).
+  // Sizes in int64 (N·M, the partials' 2·⌈N/32⌉·M, pass 2³¹ at 65537 × 32768); where the GPU cannot
+  // hold Y or the scratch, torch.OutOfMemoryError says what this forward needs (explain_oom).
   const int64_t tiles = (n + 31) / 32, n_part = aligned_floats(std::max(2 * tiles * m, 2 * n));
+  const auto needs = [&] {
+    const int64_t y_bytes = n * m * (int64_t)sizeof(float), scratch_bytes = (n_part + 5 * m) * (int64_t)sizeof(float);
+    std::string msg = "x, weight: this forward needs " + mib(y_bytes + scratch_bytes) + " of GPU memory: " +
+                      mib(y_bytes) + " for Y " + float32_shape(n, m) + " and " + mib(scratch_bytes) + " of scratch";
+    if (keep_z)
+      msg += ", beside the " + mib(y_bytes) + " of Z " + float32_shape(n, m) + " kept for the backward (whose dZ' " +
+             "and its transpose then need " + mib((prec == TF32X3 ? 4 : 2) * y_bytes) + " more)";
+    return msg;
+  };
+  at::Tensor y = explain_oom(  // no dispatcher
+      [&] { return at::detail::empty_cuda({n, m}, at::kFloat, x.device(), std::nullopt); }, needs);
   // split-K where the tiles would leave SMs idle (its partial tiles and counters): wgmma, SIMT
   const SplitK sk = path == PATH_WGMMA  ? wg_split_k(prec, (int)n, (int)k, (int)m)
                     : path == PATH_SIMT ? simt_split_k((int)n, (int)k, (int)m)
@@ -145,10 +148,10 @@ static std::optional<at::Tensor> forward_impl(
   const bool shift = training && prec != TF32;
   const int64_t n_count = aligned_floats((m + 31) / 32), n_sk = aligned_floats((int64_t)sk.floats());
   const int64_t n_floats = n_part + 4 * m + n_sk + (shift ? m : 0);
-  at::Tensor captured, split_ws;
+  at::Tensor captured;
+  const int64_t n_counters = n_count + (sk.splits > 1 ? sk.tiles : 0) + 1;
   const Scratch scratch =
-      stream_scratch(x, stream, capturing, n_count + (sk.splits > 1 ? sk.tiles : 0) + 1, n_floats, captured);
-  if (split_w) split_ws = at::empty({2 * m * k}, x.options());
+      explain_oom([&] { return stream_scratch(x, stream, capturing, n_counters, n_floats, captured); }, needs);
 
   Problem p;
   p.x = x.data_ptr<float>();
@@ -165,8 +168,6 @@ static std::optional<at::Tensor> forward_impl(
   p.part = scratch.floats;
   p.coef = scratch.floats + n_part;
   p.counters = scratch.counters;
-  p.wsplit = !split ? nullptr : split_w ? split_ws.data_ptr<float>() : weight_split->data_ptr<float>();
-  p.split_w = split_w;
   p.splitk = sk.splits > 1 ? scratch.floats + n_part + 4 * m : nullptr;
   p.splitk_counters = sk.splits > 1 ? scratch.counters + n_count : nullptr;
   p.tile_counter = scratch.counters + n_count + (sk.splits > 1 ? sk.tiles : 0);
@@ -189,7 +190,6 @@ static std::optional<at::Tensor> forward_impl(
     C10_CUDA_CHECK(cudaMemsetAsync(scratch.floats, 0xFF, n_floats * sizeof(float), stream));
     C10_CUDA_CHECK(cudaMemsetAsync(p.y, 0xFF, y.nbytes(), stream));
     if (keep_z) C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, y.nbytes(), stream));
-    if (split_w) C10_CUDA_CHECK(cudaMemsetAsync(p.wsplit, 0xFF, split_ws.nbytes(), stream));
   }
   const char* err = FL_ENTRY(&p, stream);
   TORCH_CHECK(err == nullptr, "fusedlib " FL_STR(FL_STAGE) " kernels: ", err ? err : "");
@@ -204,16 +204,16 @@ at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const at::Tens
                    const at::Tensor& gamma, const at::Tensor& beta, at::Tensor& running_mean, at::Tensor& running_var,
                    at::Tensor& num_batches_tracked, c10::string_view kind, c10::string_view precision, bool training,
                    double eps, std::optional<double> momentum, std::optional<c10::string_view> gemm_path,
-                   const std::optional<at::Tensor>& weight_split, const std::optional<at::Tensor>& z_out) {
+                   const std::optional<at::Tensor>& z_out) {
   return *forward_impl(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind,
-                       precision, training, eps, momentum, gemm_path, weight_split, z_out, false);
+                       precision, training, eps, momentum, gemm_path, z_out, false);
 }
 
 TORCH_LIBRARY_IMPL(fusedlib, CUDA, m) { m.impl(FL_STR(FL_STAGE), &forward); }
 
 // The modules' eager call (fusedlib.cuda.eager_forward): eager_forward(x, weight, bias, scale,
 // gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision, training, eps,
-// momentum, weight_split) — the operator's arguments up to momentum, then weight_split — runs
+// momentum) — the operator's arguments up to momentum — runs
 // the forward on the device's default GEMM path and returns Y, or returns None where the call
 // must take the operator (torch.ops.fusedlib.<stage>, through the dispatcher) instead:
 // autograd needs the graph (grad mode on and x or a parameter requiring grad), a dispatch mode
@@ -224,7 +224,7 @@ TORCH_LIBRARY_IMPL(fusedlib, CUDA, m) { m.impl(FL_STR(FL_STAGE), &forward); }
 // own work before the launches.
 static PyObject* eager_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  constexpr int kTensors = 9, kArgs = 15;
+  constexpr int kTensors = 9, kArgs = 14;
   if (nargs != kArgs) Py_RETURN_NONE;
   at::Tensor t[kTensors];
   for (int i = 0; i < kTensors; ++i) {
@@ -241,17 +241,15 @@ static PyObject* eager_forward(PyObject*, PyObject* const* args, Py_ssize_t narg
   Py_ssize_t kind_len = 0, prec_len = 0;
   const char* kind = PyUnicode_Check(args[9]) ? PyUnicode_AsUTF8AndSize(args[9], &kind_len) : nullptr;
   const char* prec = PyUnicode_Check(args[10]) ? PyUnicode_AsUTF8AndSize(args[10], &prec_len) : nullptr;
-  PyObject *training = args[11], *momentum = args[13], *split = args[14];
+  PyObject *training = args[11], *momentum = args[13];
   if (!kind || !prec || !PyBool_Check(training) || !PyFloat_Check(args[12]) ||
-      !(momentum == Py_None || PyFloat_Check(momentum)) || !(split == Py_None || THPVariable_Check(split)))
+      !(momentum == Py_None || PyFloat_Check(momentum)))
     Py_RETURN_NONE;
-  const std::optional<at::Tensor> weight_split =
-      split == Py_None ? std::nullopt : std::optional<at::Tensor>(THPVariable_Unpack(split));
   std::optional<at::Tensor> y = forward_impl(
       t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], c10::string_view(kind, kind_len),
       c10::string_view(prec, prec_len), training == Py_True, PyFloat_AS_DOUBLE(args[12]),
       momentum == Py_None ? std::nullopt : std::optional<double>(PyFloat_AS_DOUBLE(momentum)), std::nullopt,
-      weight_split, std::nullopt, true);
+      std::nullopt, true);
   if (!y) Py_RETURN_NONE;
   return THPVariable_Wrap(std::move(*y));
   END_HANDLE_TH_ERRORS
