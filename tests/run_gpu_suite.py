@@ -30,8 +30,11 @@ PARTS = {"forward-84": ("84", "case_matches or offset_inputs"), "forward-33": ("
          "gradients": ("84,33,39", "gradients or bit_identical or non_finite"), "sanitizer": ("84", "sanitizer"),
          "training": ("84,33", "training"),  # every GPU test of tests/test_training.py
          # sizes beyond 32-bit indexing (N·M > 2³¹) and grids past 65535 row tiles, every stage and
-         # precision: up to ≈ 60 GB of GPU memory (the other parts stay well below the rest of 80), 3–5 min
+         # precision: up to ≈ 60 GB of GPU memory, so it runs alone after the others (ALONE), 4–5 min
          "large": ("84,33", "large")}
+#: Parts that run alone once the others have finished: beside them the large cases ran out of
+#: the H100's 80 GB.
+ALONE = ("large",)
 #: Parts that run another test module than tests/test_gpu.py (each writes its record to the
 #: part's file just the same, under keys of its own).
 PART_FILES = {"training": "tests/test_training.py", "large": "tests/test_gpu_large.py"}
@@ -40,7 +43,13 @@ PART_FILES = {"training": "tests/test_training.py", "large": "tests/test_gpu_lar
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "gpu-suite", help="folder for logs and parts")
+    parser.add_argument("--parts", help="comma list of the parts to run (default: all, and the operator tests); "
+                        "the record joins their files with the other parts' already in --out")
     args = parser.parse_args(argv)
+    chosen = list(PARTS) + ["operator"] if not args.parts else args.parts.split(",")
+    unknown = [p for p in chosen if p not in PARTS and p != "operator"]
+    if unknown:
+        parser.error(f"--parts: unknown {', '.join(unknown)}; expected some of {', '.join([*PARTS, 'operator'])}")
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
     if not torch.cuda.is_available():
@@ -55,26 +64,35 @@ def main(argv=None) -> int:
     build.load_backward()
     start = time.time()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    procs = {}
-    for part, (problems, select) in PARTS.items():
-        part_env = dict(env, FUSEDLIB_GPU_PROBLEMS=problems, FUSEDLIB_VALIDATION_OUT=str(args.out / f"{part}.json"))
-        cmd = [sys.executable, "-m", "pytest", "-m", "gpu", PART_FILES.get(part, "tests/test_gpu.py"), "-q", "-p",
-               "no:cacheprovider", "-k", select]
-        procs[part] = subprocess.Popen(cmd, cwd=ROOT, env=part_env, stdout=(args.out / f"{part}.log").open("w"),
-                                       stderr=subprocess.STDOUT)
-    procs["operator"] = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu_operator.py", "-q", "-p", "no:cacheprovider"],
-        cwd=ROOT, env=env, stdout=(args.out / "operator.log").open("w"), stderr=subprocess.STDOUT)
+    def launch(part: str) -> subprocess.Popen:
+        if part == "operator":
+            cmd, part_env = ["tests/test_gpu_operator.py"], env
+        else:
+            problems, select = PARTS[part]
+            cmd = [PART_FILES.get(part, "tests/test_gpu.py"), "-k", select]
+            part_env = dict(env, FUSEDLIB_GPU_PROBLEMS=problems,
+                            FUSEDLIB_VALIDATION_OUT=str(args.out / f"{part}.json"))
+        return subprocess.Popen([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *cmd],
+                                cwd=ROOT, env=part_env, stdout=(args.out / f"{part}.log").open("w"),
+                                stderr=subprocess.STDOUT)
+
     failed = []
-    for part, proc in procs.items():
+
+    def finish(part: str, proc: subprocess.Popen) -> None:
         rc = proc.wait()
         tail = (args.out / f"{part}.log").read_text().strip().splitlines()[-1:] or [""]
         print(f"{part}: rc={rc} {tail[0]} ({time.time() - start:.0f} s)", flush=True)
         if rc != 0:
             failed.append(part)
+
+    procs = {part: launch(part) for part in chosen if part not in ALONE}  # side by side
+    for part, proc in procs.items():
+        finish(part, proc)
+    for part in (p for p in chosen if p in ALONE):  # then one at a time
+        finish(part, launch(part))
     out = ROOT / "results" / _gpu_slug() / "validation.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    merge_files([args.out / f"{part}.json" for part in PARTS], out)
+    merge_files([args.out / f"{part}.json" for part in PARTS if (args.out / f"{part}.json").exists()], out)
     print(f"wrote {out.relative_to(ROOT)}" + (f"; failed parts: {', '.join(failed)} (logs in {args.out})"
                                               if failed else ""))
     return 1 if failed else 0
