@@ -8,7 +8,7 @@ merge operators applied in the same fixed order. Nothing here calls
 ``nn.BatchNorm1d`` or ``F.batch_norm``; the reference modules in :mod:`fusedlib.reference`
 are only used to check the results.
 
-Notation (DESIGN.md §3): X (N×K), W (M×K), b (M), Z' = X Wᵀ, Z = Z' + b; γ = bn.weight,
+Notation (docs/design.md §3): X (N×K), W (M×K), b (M), Z' = X Wᵀ, Z = Z' + b; γ = bn.weight,
 β = bn.bias; s = scale; μ, σ² are batch column mean and biased variance.
 Problem family ``"84"``: Y = softmax_row(s·BN(Z)). Family ``"33"`` (33 and 39): Y = BN(Z∘s).
 
@@ -31,7 +31,7 @@ __all__ = [
 
 #: The four optimisation stages, in teaching order.
 STAGES = ("naive", "fold", "sums", "fused")
-#: GEMM precision modes (DESIGN.md §4); every stage runs every one of them.
+#: GEMM precision modes (docs/design.md §4); every stage runs every one of them.
 PRECISIONS = ("fp32", "tf32", "3xtf32")
 #: Square tiles of the SIMT (FFMA) GEMM that runs fp32, largest first: it takes the largest
 #: whose grid has at least MIN_GRID tiles (the H100's SM count: fewer leave SMs idle, e.g. 4
@@ -97,7 +97,7 @@ class BNState:
     """BatchNorm parameters and running buffers, as tensors shared with a module.
 
     ``running_mean``, ``running_var`` and ``num_batches_tracked`` are updated in place by
-    train-mode forwards, exactly as ``nn.BatchNorm1d`` does (DESIGN.md §2).
+    train-mode forwards, exactly as ``nn.BatchNorm1d`` does (docs/design.md §2).
     """
 
     weight: torch.Tensor          # γ, (M,)
@@ -136,7 +136,7 @@ def truncate_tf32(t: torch.Tensor) -> torch.Tensor:
 
 
 def matmul_nt(x: torch.Tensor, w: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
-    """Z' = X Wᵀ for X (N×K), W (M×K) at a precision of DESIGN.md §4.
+    """Z' = X Wᵀ for X (N×K), W (M×K) at a precision of docs/design.md §4.
 
     ``fp32``: plain products. ``tf32``: both operands truncated to TF32 (the kernels hand
     float32 words to the tensor cores, as cuBLAS does). ``3xtf32``: each operand split
@@ -262,7 +262,7 @@ def train_coefficients(kind: str, mean: torch.Tensor, var: torch.Tensor, bn: BNS
 
     Family 84 (scalar s after BN): a = sγ/√(σ²+ε), c = sβ − a μ.
     Family 33 (vector s before BN): a = γ s/√(s²σ²+ε), c = β − a μ; s_j = 0 gives a_j = 0,
-    c_j = β_j exactly, and s_j < 0 flips the sign as BN(Z∘s) does (DESIGN.md §3).
+    c_j = β_j exactly, and s_j < 0 flips the sign as BN(Z∘s) does (docs/design.md §3).
     """
     dt = mean.dtype
     s = _scale_vector(scale, mean.shape[0], dt)
@@ -556,7 +556,7 @@ def scale_gradient(ds_cols: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def train_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch.Tensor, var: torch.Tensor,
                    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, gamma: torch.Tensor,
                    beta: torch.Tensor, eps: float):
-    """Gradients of a train-mode forward (batch statistics), DESIGN.md §10.
+    """Gradients of a train-mode forward (batch statistics), docs/design.md §10.
 
     Args:
         kind: "84" (Y = softmax_row(s·BN(Z))) or "33" (Y = BN(Z∘s)).
@@ -698,7 +698,7 @@ def train_backward_fused(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch
 def eval_backward(kind: str, dy: torch.Tensor, y: torch.Tensor, z: torch.Tensor, x: torch.Tensor,
                   weight: torch.Tensor, scale: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
                   running_mean: torch.Tensor, running_var: torch.Tensor, eps: float):
-    """Gradients of an eval-mode forward (running statistics: constants), DESIGN.md §10.
+    """Gradients of an eval-mode forward (running statistics: constants), docs/design.md §10.
 
     Args:
         kind, dy, y, x, weight, scale, gamma, beta, eps: as :func:`train_backward`.

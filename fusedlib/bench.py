@@ -1,6 +1,6 @@
 """``python -m fusedlib bench``: time every stage and peer in one process on the GPU.
 
-Method (DESIGN.md §6, as KernelBench times its models): for each table (problem, shape,
+Method (docs/design.md §6, as KernelBench times its models): for each table (problem, shape,
 mode, precision) every implementation is built in this process, its module state reset (the
 table's saved ``state_dict``) and one call compared with a float64 reference of the same
 model, input and mode: rel_err = ‖y − y64‖_F / ‖y64‖_F. Then the table's implementations are
@@ -73,7 +73,7 @@ COMPILE_MODES = {"compile": "default", "compile_max_autotune": "max-autotune-no-
 ROOT = Path(__file__).resolve().parent.parent
 #: H100 SXM datasheet: HBM3 bandwidth (GB/s), dense FP32 and TF32 rates (TFLOP/s).
 DATASHEET_H100 = {"device": "H100 SXM", "bandwidth_gbytes_per_s": 3350.0, "fp32_tflops": 67.0, "tf32_tflops": 495.0}
-#: The method's minimums (DESIGN.md §6) and the L2 flush size.
+#: The method's minimums (docs/design.md §6) and the L2 flush size.
 MIN_WARMUP, MIN_ITERS, FLUSH_MB = 10, 50, 256
 #: Rounds in which the implementations of a table are timed in turn (``--rounds``).
 ROUNDS = 5

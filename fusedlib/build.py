@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
-#: Shared headers, from the bottom layer up (DESIGN.md §8).
+#: Shared headers, from the bottom layer up (docs/design.md §8).
 HEADERS = ("common.cuh", "epilogue.cuh", "gemm_simt.cuh", "gemm_mma.cuh", "gemm_wgmma.cuh", "gemm.cuh",
            "passes.cuh")
 #: Compute capabilities every kernel source must compile for: Turing, Ampere (A100, RTX 30),

@@ -8,14 +8,14 @@ then runs three modules on the same fresh inputs: the module under test
 reference module and a float64 deep copy of it. Train mode: 3 train steps, then the output
 of the 3rd step and the running buffers (running_mean, running_var, num_batches_tracked)
 are compared with float64. Eval mode: the same 3 train steps, then all three switch to
-eval and one eval forward is compared (DESIGN.md §5).
+eval and one eval forward is compared (docs/design.md §5).
 
 Pass rule (per case). Everything finite (NaN or inf never passes), and the normwise
 relative error ‖y − y64‖_F / ‖y64‖_F at most ``max(BUDGET[precision], 2·fp32_noise)``:
 
 * ``BUDGET``: fp32 and 3xtf32 1e-5 (fp32-class GEMM: products and sums rounded to 24-bit
   mantissas); tf32 5e-3 (TF32 operands keep 10 mantissa bits, which gives ≈ 1e-3 relative
-  error in Z, DESIGN.md §4, and up to ≈ 2.3e-3 measured on normalized outputs of the
+  error in Z, docs/design.md §4, and up to ≈ 2.3e-3 measured on normalized outputs of the
   smallest shapes).
 * ``fp32_noise``: the error of PyTorch's own fp32 module on the same inputs, the larger of
   two equally valid evaluations (K summed in two orders). It only matters for
@@ -38,7 +38,7 @@ import torch
 from . import algebra
 from .reference import PRESETS, get_inputs, make_reference, parse_shape
 
-#: Normwise relative error budgets against float64 (DESIGN.md §4), see the module docstring.
+#: Normwise relative error budgets against float64 (docs/design.md §4), see the module docstring.
 BUDGET = {"fp32": 1e-5, "3xtf32": 1e-5, "tf32": 5e-3}
 #: Default shapes on the CPU: small and odd (no multiple of any tile), plus KernelBench v0.
 CPU_SHAPES = ("7x33->65", "2x64->3", "257x100->99", "v0")
@@ -186,7 +186,7 @@ GRAD_NAMES = ("x", "gemm.weight", "gemm.bias", "scale", "bn.weight", "bn.bias")
 
 def run_grad_case(problem: str, stage: str, mode: str, precision: str, shape: str, seed: int,
                   device: str = "cpu", input_kind: str = "rand") -> dict:
-    """Run one gradient case (the fused backward, DESIGN.md §10) and return its record.
+    """Run one gradient case (the fused backward, docs/design.md §10) and return its record.
 
     The case's model (:func:`case_model`: zero and negative scale entries for 33/39) takes
     two train steps without gradients (non-trivial running buffers; eval mode then

@@ -268,7 +268,7 @@ def _fused(b: _Builder) -> None:
     and writes a, c and the running buffers (reading s, γ, β, b and the buffers) — all inside
     the GEMM kernel. One row pass reads Z' once and writes Y: 84 the online softmax (row on
     chip), 33 the affine. Full-tensor passes: GEMM write, 1 read + 1 write: the floor of
-    DESIGN.md §3. Eval: GEMM with the folded W', b', then (84) the online softmax.
+    docs/design.md §3. Eval: GEMM with the folded W', b', then (84) the online softmax.
     """
     if not b.train:
         b.gemm_bias("GEMM with folded W', b'")

@@ -2,7 +2,7 @@
 
 Every stage (naive, fold, sums, fused) calls the same GEMM for a given GPU, precision and
 shape; the stages differ only in the epilogue they give it and the passes around it
-(DESIGN.md §8). Three mainloops, one CUDA header each in ``fusedlib/kernels``:
+(docs/design.md §8). Three mainloops, one CUDA header each in ``fusedlib/kernels``:
 
 ============  ==========================  ===========================  ===================
 path          header                      GPUs (compute capability)    precisions

@@ -181,7 +181,7 @@ def get_inputs(shape: Shape | str, kind: str = "rand", generator: torch.Generato
 
     ``kind``: ``"rand"`` (uniform [0, 1), KernelBench's ``get_inputs``), ``"randn"`` (standard
     normal, KernelBench v0), or ``"offset"`` (every row = one shared random vector plus small
-    noise, so the columns of X Wᵀ have |mean|/std ≈ 1e3: the cancellation test of DESIGN.md §5).
+    noise, so the columns of X Wᵀ have |mean|/std ≈ 1e3: the cancellation test of docs/design.md §5).
 
     Raises:
         ValueError: unknown ``kind``.

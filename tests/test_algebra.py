@@ -1,5 +1,5 @@
 """Every stage's CPU algebra against PyTorch's reference modules, and the identities of
-DESIGN.md §3 (bias cancellation, folds, Chan's merge, online softmax, cancellation)."""
+docs/design.md §3 (bias cancellation, folds, Chan's merge, online softmax, cancellation)."""
 import copy
 
 import pytest

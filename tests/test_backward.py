@@ -1,4 +1,4 @@
-"""The backward specification (algebra.train_backward and eval_backward, DESIGN.md §10),
+"""The backward specification (algebra.train_backward and eval_backward, docs/design.md §10),
 registered on the stage operators (fusedlib.ops) and used by the CPU path: gradcheck in
 float64, gradients equal to PyTorch's autograd through the reference model for every
 problem, stage, mode and precision, db = 0 in train mode (a zero gradient, not None), and a

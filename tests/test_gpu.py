@@ -1,4 +1,4 @@
-"""GPU validation of every stage's kernels (DESIGN.md §5); run with ``pytest -m gpu`` on a
+"""GPU validation of every stage's kernels (docs/design.md §5); run with ``pytest -m gpu`` on a
 machine with CUDA. Writes ``results/<gpu>/validation.json``: the environment, every case
 (forward and gradients), the compute-sanitizer runs, the reruns and the SHA-256 of each
 kernel source they were run on.
@@ -247,7 +247,7 @@ def _run_recorded(case: dict, monkeypatch, run, part: str) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(str(v) for k, v in c.items() if k != "device"))
 def test_case_matches_float64(case, monkeypatch):
-    """DESIGN.md §5 through check.run_case: float64 reference, fresh inputs, running buffers;
+    """docs/design.md §5 through check.run_case: float64 reference, fresh inputs, running buffers;
     the GEMM path forced through ``FUSEDLIB_GEMM_PATH``."""
     _run_recorded(case, monkeypatch, check.run_case, "cases")
 
@@ -322,7 +322,7 @@ def test_reruns_are_bit_identical(problem, preset, stage, precision):
 @pytest.mark.parametrize("stage,precision", list(check.combos(algebra.STAGES, algebra.PRECISIONS)))
 @pytest.mark.parametrize("path", ["default", *_other_tc_paths()])
 def test_non_finite_inputs_give_non_finite_rows(problem, stage, precision, path, monkeypatch):
-    """A NaN or an inf in x never comes out finite (DESIGN.md §5): the row that holds it is
+    """A NaN or an inf in x never comes out finite (docs/design.md §5): the row that holds it is
     non-finite in every column in eval mode while the other rows stay finite, and in train mode
     (the batch statistics of every column) the whole output is — whether it sits in row 0 (x₀ of
     the first-row shift) or another, on every GEMM path: the tensor cores read it, and the 3xTF32
