@@ -764,3 +764,23 @@ def pass_rule_lab(problem: str = "33", shape: str = "2x64->3", seeds=range(100),
             row[name + "_fails"] = row[name] > budget
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def show_figure(fig, alt: str) -> None:
+    """Display a matplotlib Figure in a notebook as a PNG carrying ``alt`` (alt text: what the
+    picture shows, for screen readers and slides), then close it.
+
+    Raises:
+        ValueError: ``alt`` is empty.
+    """
+    import io
+
+    import matplotlib.pyplot as plt
+    from IPython.display import Image, display
+
+    if not alt.strip():
+        raise ValueError("alt: expected a sentence saying what the figure shows, got an empty string")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight", dpi=110)
+    plt.close(fig)
+    display(Image(data=buf.getvalue(), format="png", alt=alt))
