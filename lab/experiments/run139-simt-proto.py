@@ -1,22 +1,31 @@
-"""run134 (from run128's prototype): the FFMA order (row by row against serpentine) of a SIMT mainloop in cuBLAS's configuration (KERNEL below: 128×128 tiles of 128 threads, 8×16
+"""run139 (from run135's prototype, whose Nsight Compute source counters (run138) put 35 % of its warp-stall samples on
+the K step's block of cp.async copies, issued apart from the FFMAs after a branch): the copies issued without a branch
+(lean) and spread two a column through the FFMAs (spread, 3 or 4 stages), and (run140) interior tiles
+copying with uniform row offsets (split), (run141) the same with two running pointers (split2), against run135's pipelined kernel (pipe), cuBLAS
+SGEMM and the engine. run135: CUTLASS's multistage order (fragments double-buffered in registers, the barrier at a K step's second-to-last column) in a SIMT mainloop of cuBLAS's configuration (KERNEL below: 128×128 tiles of 128 threads, 8×16
 outputs a thread, 4-byte cp.async stages, two blocks an SM, the outer sums of the two-level accumulation
 in shared memory) against cuBLAS SGEMM and the engine's SIMT GEMM (the naive stage's fp32 GEMM kernel,
 torch.profiler), in one process.
 
 Correctness first (normwise relative error against float64 on randn and offset inputs, odd shapes, an
 input not 16-byte aligned, the first-row shift, NaN-poisoned outputs), then time at the KernelBench
-shapes (fusedlib.bench.time_round_robin: L2 flush, CUDA events, 50 calls in 10 rounds). Prints a table;
+shapes (fusedlib.lab.bench.time_round_robin: L2 flush, CUDA events, 50 calls in 10 rounds). Prints a table;
 run from the repository root with PYTHONPATH=. and the engine's build cache in $FUSEDLIB_CACHE."""
+import os
 import statistics
 import sys
 
 import torch
 from torch.utils.cpp_extension import load_inline
 
-from fusedlib import bench
+from fusedlib.lab import bench
 
 # name → (template variant, flush K steps (0: ≈ √K products a partial; 1 << 30: one partial), shift)
-VARIANTS = {"bk8s3": (0, 0, False), "bk16s2": (1, 0, False), "bk8s3-serp": (2, 0, False), "bk16s2-serp": (3, 0, False)}
+VARIANTS = {"pipe-bk8s3": (0, 0, False), "lean-s3": (1, 0, False), "spread-s3": (2, 0, False), "spread-s4": (3, 0, False),
+            "spread-s3-shift": (2, 0, True), "split-s3": (4, 0, False), "split-s4": (5, 0, False), "split-s3-shift": (4, 0, True),
+            "split2-s3": (6, 0, False)}
+if os.environ.get("VARIANTS"):  # run141: a subset, e.g. VARIANTS=pipe-bk8s3,split-s3,split2-s3
+    VARIANTS = {name: VARIANTS[name] for name in os.environ["VARIANTS"].split(",")}
 
 KERNEL = r"""
 // run128: a prototype SIMT (FFMA) mainloop in cuBLAS's configuration, standalone: out(N×M) = X Wᵀ,
@@ -33,6 +42,7 @@ KERNEL = r"""
 #pragma once
 #include <cuda_runtime.h>
 #include <climits>
+#include <type_traits>
 
 namespace proto {
 
@@ -51,21 +61,38 @@ struct Tile {
   static constexpr size_t kSmem = ((size_t)BM * BN + (size_t)STAGES * kStageFloats) * sizeof(float);
 };
 
-template <int BK, int STAGES, bool SERP>
+// run139: LEAN = no branch between the K step's FFMAs and its copies (the copies of steps past
+// K issued anyway, zero-filled; the shift a template argument), so ptxas can schedule the
+// copies among the FFMAs; SPREAD = the copies of step t − 1 + STAGES issued two a column
+// through step t (A row group kk and B row group kk at column kk), as cuBLAS's kernel does.
+// SPLIT: tiles whose rows and columns are all in range (and K ≥ BK) copy without row predicates:
+// a copy's address is its thread's row pointer advanced a K step plus q·RS·K, the same for every
+// thread (uniform registers), as cuBLAS's kernel addresses its copies; other tiles as LEAN.
+// run141: SPLIT 2 = SPLIT with the interior copies' addresses kept as two running pointers (X's and W's, at
+// this thread's K offset of the next step to copy, stopped at its last in-range step) and the row groups
+// reached by adding RS·K floats from one to the next, so no per-row-group address lives across K steps.
+__device__ __forceinline__ const float* advance(const float* p, long long bytes) {
+  const float* r;
+  asm volatile("add.s64 %0, %1, %2;\n" : "=l"(r) : "l"(p), "l"(bytes));
+  return r;
+}
+
+template <int BK, int STAGES, bool LEAN, bool SPREAD, bool SHIFT, int SPLIT = 0>
 __global__ void __launch_bounds__(128, 2)
-sgemm_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int N, int K, int M,
-             int flush, bool shift) {
+sgemm_pipe_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int N, int K,
+                  int M, int flush, bool shift_arg) {
+  const bool shift = LEAN ? SHIFT : shift_arg;
+  static_assert(!SPREAD || (LEAN && STAGES >= 3), "spread copies: a free stage while step t runs");
   using T = Tile<BK, STAGES>;
-  constexpr int LD = T::LD, BM = T::BM, BN = T::BN, RS = 128 / BK;  // a thread's load rows: rq + q·RS
+  constexpr int LD = T::LD, BM = T::BM, BN = T::BN, RS = 128 / BK;
+  static_assert(BK >= 2, "the barrier sits at column BK - 2");
   extern __shared__ __align__(16) float smem[];
-  float* sacc = smem;                    // [32][128] float4: the outer sums
-  float* stages = smem + BM * BN;        // [STAGES][A | B | x0]
+  float* sacc = smem;
+  float* stages = smem + BM * BN;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wy = warp / 2, wx = warp % 2, ty = lane / 4, tx = lane % 4;
   const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
   const int kq = tid % BK, rq = tid / BK;
-
-  // the rows a thread copies (rq + q·RS, q < BK) that exist
   unsigned amask = 0, bmask = 0;
 #pragma unroll
   for (int q = 0; q < BK; ++q) {
@@ -75,81 +102,111 @@ sgemm_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __
   const float* xa = x + (size_t)(m0 + rq) * K;
   const float* wb = w + (size_t)(n0 + rq) * K;
   const int KT = (K + BK - 1) / BK;
-
-  auto issue = [&](int s, int t) {
-    float* as = stages + s * T::kStageFloats;
-    float* bs = as + BK * LD;
-    const int k = t * BK + kq;
-    const bool kin = k < K;
-#pragma unroll
-    for (int q = 0; q < BK; ++q) {
-      const bool in = kin && (amask >> q & 1);  // off: nothing read, zeros written; the address stays valid
-      cp_async4(as + kq * LD + rq + q * RS, in ? xa + (size_t)q * RS * K + k : x, in);
-    }
-#pragma unroll
-    for (int q = 0; q < BK; ++q) {
-      const bool in = kin && (bmask >> q & 1);
-      cp_async4(bs + kq * LD + rq + q * RS, in ? wb + (size_t)q * RS * K + k : w, in);
-    }
-    if (shift) cp_async4(bs + BK * LD + tid, kin ? x + k : x, kin);
-  };
-
+  static_assert(SPLIT < 2 || (!SHIFT && !SPREAD), "split 2: no shift, no spread");
+  const float* xnext = xa + kq;  // SPLIT 2: the next step's copy addresses (row group 0)
+  const float* wnext = wb + kq;
+  const bool last_ok = (KT - 1) * BK + kq < K;  // this thread's column of the last K step is in range
+  const long long rs_bytes = (long long)RS * K * sizeof(float);
+  auto stage = [&](int t) { return stages + (t % STAGES) * T::kStageFloats; };
   float part[8][16];
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
     for (int j = 0; j < 16; ++j) part[i][j] = 0.f;
   bool flushed = false;
-  int since = 0;
-
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < KT) issue(s, s);
-    cp_async_commit();
-  }
-  int s = 0;
-  for (int t = 0; t < KT; ++t) {
-    cp_async_wait<STAGES - 2>();
-    float* as = stages + s * T::kStageFloats;
-    const float* bs = as + BK * LD;
-    if (shift) {
-      const float x0 = bs[BK * LD + tid];
+  auto mainloop = [&](auto interior_tag) {
+  constexpr bool INT = decltype(interior_tag)::value;
+  auto issue_part = [&](int t, int q) {  // row group q of A and of B
+    float* as = stage(t);
+    float* bs = as + BK * LD;
+    const int k = t * BK + kq;
+    const bool kin = k < K;
+    if constexpr (INT) {
+      const size_t kofs = kin ? (size_t)t * BK + kq : kq;  // past K: nothing read, a valid address
+      cp_async4(as + kq * LD + rq + q * RS, xa + kofs + (size_t)q * RS * K, kin);
+      cp_async4(bs + kq * LD + rq + q * RS, wb + kofs + (size_t)q * RS * K, kin);
+      if (shift && q == 0) cp_async4(bs + BK * LD + tid, x + kofs, kin);
+      return;
+    }
+    const bool ina = kin && (amask >> q & 1), inb = kin && (bmask >> q & 1);
+    cp_async4(as + kq * LD + rq + q * RS, ina ? xa + (size_t)q * RS * K + k : x, ina);
+    cp_async4(bs + kq * LD + rq + q * RS, inb ? wb + (size_t)q * RS * K + k : w, inb);
+    if (shift && q == 0) cp_async4(bs + BK * LD + tid, kin ? x + k : x, kin);
+  };
+  auto issue = [&](int t) {
+    if constexpr (INT && SPLIT == 2) {  // called for t = 0, 1, 2, … in order
+      float* as = stage(t);
+      float* bs = as + BK * LD;
+      const bool kin = t < KT - 1 || (t == KT - 1 && last_ok);
+      const float *a = xnext, *b = wnext;
 #pragma unroll
       for (int q = 0; q < BK; ++q) {
-        const int row = m0 + rq + q * RS;
-        if (row > 0) as[kq * LD + rq + q * RS] -= x0;  // rows ≥ N are zeros and never stored
+        if (q) a = advance(a, rs_bytes), b = advance(b, rs_bytes);
+        cp_async4(as + kq * LD + rq + q * RS, a, kin);
+        cp_async4(bs + kq * LD + rq + q * RS, b, kin);
       }
+      if (t + 1 < KT - 1 || (t + 1 == KT - 1 && last_ok)) xnext += BK, wnext += BK;
+      return;
     }
-    __syncthreads();
-    {
-      const int tn = t + STAGES - 1;
-      if (tn < KT) issue((s + STAGES - 1) % STAGES, tn);
-      cp_async_commit();
+#pragma unroll
+    for (int q = 0; q < BK; ++q) issue_part(t, q);
+  };
+  auto fix = [&](int t) {  // the first-row shift on this thread's own copies of step t
+    if (!shift) return;
+    float* as = stage(t);
+    const float x0 = as[2 * BK * LD + tid];
+#pragma unroll
+    for (int q = 0; q < BK; ++q)
+      if (m0 + rq + q * RS > 0) as[kq * LD + rq + q * RS] -= x0;
+  };
+  int since = 0;
+  float av[2][8], bv[2][16];
+  auto frag = [&](int buf, const float* as, int kk) {
+    const float* a = as + wy * 64 + 4 * ty + kk * LD;
+    const float* b = as + BK * LD + wx * 64 + 4 * tx + kk * LD;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const float4 v = *reinterpret_cast<const float4*>(a + 32 * q);
+      av[buf][4 * q] = v.x, av[buf][4 * q + 1] = v.y, av[buf][4 * q + 2] = v.z, av[buf][4 * q + 3] = v.w;
     }
-    const float* a = as + wy * 64 + 4 * ty;
-    const float* b = bs + wx * 64 + 4 * tx;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float4 v = *reinterpret_cast<const float4*>(b + 16 * q);
+      bv[buf][4 * q] = v.x, bv[buf][4 * q + 1] = v.y, bv[buf][4 * q + 2] = v.z, bv[buf][4 * q + 3] = v.w;
+    }
+  };
+  constexpr int kAhead = SPREAD ? STAGES - 1 : STAGES;  // steps issued before the loop
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) {
+    if (LEAN || s < KT) issue(s);
+    cp_async_commit();
+  }
+  cp_async_wait<kAhead - 1>();
+  fix(0);
+  __syncthreads();
+  frag(0, stage(0), 0);
+  for (int t = 0; t < KT; ++t) {
+    const float* as = stage(t);
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
-      float av[8], bv[16];
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const float4 v = *reinterpret_cast<const float4*>(a + kk * LD + 32 * q);
-        av[4 * q] = v.x, av[4 * q + 1] = v.y, av[4 * q + 2] = v.z, av[4 * q + 3] = v.w;
-      }
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float4 v = *reinterpret_cast<const float4*>(b + kk * LD + 16 * q);
-        bv[4 * q] = v.x, bv[4 * q + 1] = v.y, bv[4 * q + 2] = v.z, bv[4 * q + 3] = v.w;
-      }
+      if (kk < BK - 1) frag((kk + 1) & 1, as, kk + 1);
+      else frag((kk + 1) & 1, stage(t + 1), 0);  // after the barrier below: the next step's first column
+      if (SPREAD) issue_part(t - 1 + STAGES, kk);  // into step t − 1's stage, free since its barrier
 #pragma unroll
       for (int i = 0; i < 8; ++i)
 #pragma unroll
-        for (int jj = 0; jj < 16; ++jj) {
-          const int j = SERP && (i & 1) ? 15 - jj : jj;  // serpentine: consecutive FFMAs share an operand
-          part[i][j] = fmaf(av[i], bv[j], part[i][j]);
+        for (int j = 0; j < 16; ++j) part[i][j] = fmaf(av[kk & 1][i], bv[kk & 1][j], part[i][j]);
+      if (kk == BK - 2) {
+        cp_async_wait<SPREAD ? STAGES - 3 : STAGES - 2>();  // step t + 1 copied (this thread's part)
+        if (LEAN || t + 1 < KT) fix(t + 1);
+        __syncthreads();  // step t + 1 visible; step t's stage no longer read
+        if (!SPREAD) {
+          if (LEAN || t + STAGES < KT) issue(t + STAGES);
+          cp_async_commit();
         }
+      }
+      if (SPREAD && kk == BK - 1) cp_async_commit();  // step t − 1 + STAGES
     }
-    s = s + 1 == STAGES ? 0 : s + 1;
     if (++since == flush && t + 1 < KT) {
       since = 0;
       float4* acc4 = reinterpret_cast<float4*>(sacc) + tid;
@@ -164,6 +221,9 @@ sgemm_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __
       flushed = true;
     }
   }
+  };
+  if (SPLIT > 0 && m0 + BM <= N && n0 + BN <= M && K >= BK) mainloop(std::true_type{});
+  else mainloop(std::false_type{});
   cp_async_wait<0>();
   if (flushed) {
     const float4* acc4 = reinterpret_cast<const float4*>(sacc) + tid;
@@ -174,7 +234,7 @@ sgemm_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __
       part[i][j] += v.x, part[i][j + 1] += v.y, part[i][j + 2] += v.z, part[i][j + 3] += v.w;
     }
   }
-  __syncthreads();  // every thread's outer sums read, every stage consumed: C may overwrite them
+  __syncthreads();
   constexpr int LDC = BN + 1;
   float* C = smem;
 #pragma unroll
@@ -189,14 +249,16 @@ sgemm_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __
   }
 }
 
-template <int BK, int STAGES, bool SERP>
-cudaError_t launch_sgemm(const float* x, const float* w, float* out, int N, int K, int M, int flush, bool shift,
-                         cudaStream_t st) {
+template <int BK, int STAGES, bool LEAN, bool SPREAD, int SPLIT = 0>
+cudaError_t launch_pipe(const float* x, const float* w, float* out, int N, int K, int M, int flush, bool shift,
+                        cudaStream_t st) {
   using T = Tile<BK, STAGES>;
-  auto kernel = sgemm_kernel<BK, STAGES, SERP>;
+  auto kernel = sgemm_pipe_kernel<BK, STAGES, LEAN, SPREAD, false, SPLIT>;
+  if constexpr (SPLIT < 2)  // (split2: no shift)
+    if (LEAN && shift) kernel = sgemm_pipe_kernel<BK, STAGES, LEAN, SPREAD, true, SPLIT>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)T::kSmem);
   if (err != cudaSuccess) return err;
-  if (flush <= 0) {  // ≈ √K products a partial
+  if (flush <= 0) {
     const double f = __builtin_sqrt((double)K) / BK;
     flush = f < 1.5 ? 1 : (int)(f + 0.5);
   }
@@ -206,6 +268,7 @@ cudaError_t launch_sgemm(const float* x, const float* w, float* out, int N, int 
 }
 
 }  // namespace proto
+
 """
 
 binding = r"""
@@ -224,17 +287,20 @@ torch::Tensor sgemm(torch::Tensor x, torch::Tensor w, int64_t variant, int64_t f
   float* op = out.data_ptr<float>();
   cudaError_t err;
   switch (variant) {
-    case 0: err = proto::launch_sgemm<8, 3, false>(xp, wp, op, N, K, M, flush, shift, st); break;
-    case 1: err = proto::launch_sgemm<16, 2, false>(xp, wp, op, N, K, M, flush, shift, st); break;
-    case 2: err = proto::launch_sgemm<8, 3, true>(xp, wp, op, N, K, M, flush, shift, st); break;
-    case 3: err = proto::launch_sgemm<16, 2, true>(xp, wp, op, N, K, M, flush, shift, st); break;
-    default: TORCH_CHECK(false, "variant: 0..3");
+    case 0: err = proto::launch_pipe<8, 3, false, false>(xp, wp, op, N, K, M, flush, shift, st); break;
+    case 1: err = proto::launch_pipe<8, 3, true, false>(xp, wp, op, N, K, M, flush, shift, st); break;
+    case 2: err = proto::launch_pipe<8, 3, true, true>(xp, wp, op, N, K, M, flush, shift, st); break;
+    case 3: err = proto::launch_pipe<8, 4, true, true>(xp, wp, op, N, K, M, flush, shift, st); break;
+    case 4: err = proto::launch_pipe<8, 3, true, false, true>(xp, wp, op, N, K, M, flush, shift, st); break;
+    case 5: err = proto::launch_pipe<8, 4, true, false, true>(xp, wp, op, N, K, M, flush, shift, st); break;
+    case 6: err = proto::launch_pipe<8, 3, true, false, 2>(xp, wp, op, N, K, M, flush, false, st); break;
+    default: TORCH_CHECK(false, "variant: 0..6");
   }
   TORCH_CHECK(err == cudaSuccess, cudaGetErrorString(err));
   return out;
 }
 """
-ext = load_inline("run134_simt_proto", cpp_sources="torch::Tensor sgemm(torch::Tensor x, torch::Tensor w, int64_t variant, int64_t flush, bool shift, bool poison);",
+ext = load_inline("run139_simt_proto", cpp_sources="torch::Tensor sgemm(torch::Tensor x, torch::Tensor w, int64_t variant, int64_t flush, bool shift, bool poison);",
                   cuda_sources=binding, functions=["sgemm"], extra_cuda_cflags=["-O3", "-Xptxas=-v", "-std=c++17"],
                   verbose=False)
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -289,7 +355,7 @@ for shape in [(7, 33, 65), (257, 1000, 999), (1000, 999, 1001), (129, 64, 130), 
 # an input not 16-B aligned (4-byte cp.async takes any float pointer)
 x, w = inputs(256, 515, 260, "randn")
 xs = torch.empty(256 * 515 + 1, device=dev)[1:].view(256, 515).copy_(x)
-for v in range(4):
+for v in sorted({v for v, _, _ in VARIANTS.values()}):
     e = rel(ext.sgemm(xs, w, v, 0, False, True), x.double() @ w.double().t())
     print(f"offset pointer, variant {v}: {e:.2e}")
     bad += not (e < 1e-6)

@@ -6,7 +6,7 @@ python3 -m ipykernel install --user --name python3 > /dev/null 2>&1
 for s in naive fold sums fused; do (python3 -c "from fusedlib.build import load_stage; load_stage('$s')" > /dev/null 2>&1 || echo "$s build FAILED") & done; wait
 timeout 100 python3 -m pytest -q -m gpu tests/test_gpu_operator.py -p no:cacheprovider -k compile 2>&1 | grep -E "^E  |passed|failed" | head -12
 if command -v gdb > /dev/null; then
-  timeout 60 gdb -batch -ex run -ex bt --args python3 results/h100/logs/run23-errors.py 2 2>&1 | grep -E "^#" | head -25
+  timeout 60 gdb -batch -ex run -ex bt --args python3 lab/experiments/run23-errors.py 2 2>&1 | grep -E "^#" | head -25
 else
   echo "no gdb"
 fi

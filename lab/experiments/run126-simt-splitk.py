@@ -3,7 +3,7 @@
 In one process: the fused forward of 84 and 33 (train, eval) at v0, fp32, with the split count
 forced through $FUSEDLIB_SIMT_SPLITK (1 = the previous kernel's schedule; the default plan picks
 8), against F.linear (cuBLAS SGEMM) and the eager reference, timed round-robin by the harness's
-protocol (fusedlib.bench.time_round_robin: L2 flush, CUDA events, 400 calls in 10 rounds), and
+protocol (fusedlib.lab.bench.time_round_robin: L2 flush, CUDA events, 400 calls in 10 rounds), and
 the GEMM kernel alone by torch.profiler. Before timing, each split count's output is compared
 with float64 (check.run_case's measure) and with S = 1's. Prints a table; writes run126.csv to $OUT.
 Run from the repository root with PYTHONPATH=. and the build cache in $FUSEDLIB_CACHE."""
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import fusedlib
-from fusedlib import bench
+from fusedlib.lab import bench
 from fusedlib.reference import PRESETS, make_reference
 
 SPLITS = ["1", "2", "4", "8", "16"]

@@ -5,7 +5,7 @@ of them alike), at the three KernelBench shapes, train mode."""
 import os, sys, time, subprocess, csv, statistics
 import torch
 from fusedlib import algebra, build
-from fusedlib.bench import build_impl, peer_precision, profile_kernels
+from fusedlib.lab.bench import build_impl, peer_precision, profile_kernels
 from fusedlib.reference import make_reference, parse_shape
 
 out = os.environ.get("OUT", "/tmp")

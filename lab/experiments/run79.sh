@@ -11,7 +11,7 @@ for s in naive sums fused; do
 done
 wait
 echo "built in $(( $(date +%s) - t0 )) s"
-L=$PWD/results/h100/logs/run79-time.py
+L=$PWD/lab/experiments/run79-time.py
 for rep in 1 2; do
   PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache timeout 90 python $L 168 2>&1 | grep -v -i warn
   (cd .cache/old && PYTHONPATH=$PWD FUSEDLIB_CACHE=/tmp/oldcache timeout 90 python $L 192) 2>&1 | grep -v -i warn

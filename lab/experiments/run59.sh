@@ -26,7 +26,7 @@ done
 python -m fusedlib check --device cuda --grad --problem 84,33 --stage fused --precision fp32 --seeds 2 >> $OUT/check.log 2>&1
 echo "check grad fp32: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -2 $OUT/check.log
 unset FUSEDLIB_POISON
-timeout 200 python results/h100/logs/run58-simt-proto.py > $OUT/simt-proto.log 2>&1
+timeout 200 python lab/experiments/run58-simt-proto.py > $OUT/simt-proto.log 2>&1
 echo "proto: rc=$? ($(( $(date +%s) - t0 )) s)"; grep -A12 "^| shape" $OUT/simt-proto.log; grep "correctness:" $OUT/simt-proto.log
 for p in 84 33 39; do
   python -m fusedlib bench --problem $p --shape $p --mode train --precision tf32,3xtf32 --impl sums,fused \

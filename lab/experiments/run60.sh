@@ -20,7 +20,7 @@ for s in sums fused; do
 done
 wait
 echo "built in $(( $(date +%s) - t0 )) s"; grep -il error $OUT/build-*.log
-for i in 0 1 2 3; do (cd /tmp/v$i && PYTHONPATH=/tmp/v$i FUSEDLIB_CACHE=/tmp/v$i/cache python $R/results/h100/logs/run60-simt-time.py "${variants[$i]}") 2>&1 | grep -v Warning; done
+for i in 0 1 2 3; do (cd /tmp/v$i && PYTHONPATH=/tmp/v$i FUSEDLIB_CACHE=/tmp/v$i/cache python $R/lab/experiments/run60-simt-time.py "${variants[$i]}") 2>&1 | grep -v Warning; done
 echo "simt: ($(( $(date +%s) - t0 )) s)"
 for rep in 1 2 3; do
   for v in new old; do

@@ -14,5 +14,5 @@ for i in 0 1 2; do
 done
 wait
 echo "built in $(( $(date +%s) - t0 )) s"; grep -il error $OUT/build-*.log
-for i in 0 1 2; do (cd /tmp/v$i && PYTHONPATH=/tmp/v$i FUSEDLIB_CACHE=/tmp/v$i/cache python $R/results/h100/logs/run60-simt-time.py "${variants[$i]}") 2>&1 | grep -v -i warn; done
+for i in 0 1 2; do (cd /tmp/v$i && PYTHONPATH=/tmp/v$i FUSEDLIB_CACHE=/tmp/v$i/cache python $R/lab/experiments/run60-simt-time.py "${variants[$i]}") 2>&1 | grep -v -i warn; done
 echo "simt: ($(( $(date +%s) - t0 )) s)"

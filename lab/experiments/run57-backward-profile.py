@@ -6,7 +6,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 import fusedlib
 from fusedlib.reference import PRESETS, make_reference
-from fusedlib.trainstep import train_step
+from fusedlib.lab.trainstep import train_step
 
 for problem, precision in [("84", "tf32"), ("84", "3xtf32"), ("39", "tf32"), ("39", "3xtf32")]:
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ import time
 import torch
 
 import fusedlib
-from fusedlib import bench
+from fusedlib.lab import bench
 from fusedlib.reference import PRESETS, make_reference
 
 out = os.environ.get("OUT", ".")

@@ -15,7 +15,7 @@ for s in naive sums fused; do
 done
 wait
 echo "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/b-*.log && tail -20 /tmp/b-*.log
-L=$PWD/results/h100/logs/run72-time.py
+L=$PWD/lab/experiments/run72-time.py
 for rep in 1 2 3; do
   PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache timeout 60 python $L persistent 2>&1 | grep -v Warn
   FUSEDLIB_WGMMA_GRID=100000 PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache timeout 60 python $L one-tile-a-CTA 2>&1 | grep -v Warn

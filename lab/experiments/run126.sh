@@ -26,5 +26,5 @@ for problem in ('84', '33'):
 torch.cuda.synchronize()" 2>&1 | grep -E "SUMMARY|Error" | head -5 | sed "s/^/$tool: /" | tee -a $OUT/sanitizer.log
 done
 echo "sanitizer: $(( $(date +%s) - t0 )) s"
-python results/h100/logs/run126-simt-splitk.py 2>&1 | tee $OUT/run126.log | tail -30
+python lab/experiments/run126-simt-splitk.py 2>&1 | tee $OUT/run126.log | tail -30
 echo "total $(( $(date +%s) - t0 )) s"

@@ -21,7 +21,7 @@ for s in naive sums fused; do
 done
 wait
 echo "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/b-*.log && tail -20 /tmp/b-*.log
-L=$PWD/results/h100/logs/run71-time.py
+L=$PWD/lab/experiments/run71-time.py
 PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache timeout 100 python $L persistent 2>&1 | grep -v Warn
 FUSEDLIB_WGMMA_GRID=100000 PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache timeout 100 python $L one-tile-a-CTA 2>&1 | grep -v Warn
 for v in c64 n192; do (cd /tmp/$v && PYTHONPATH=/tmp/$v FUSEDLIB_CACHE=/tmp/$v/cache timeout 100 python $L $v) 2>&1 | grep -v Warn; done

@@ -5,7 +5,7 @@ shapes) for every stage and precision beside eager and the GEMM alone. Writes a 
 import os, sys, time, subprocess, json, csv
 import torch
 from fusedlib import algebra, check, build, engine
-from fusedlib.bench import time_cuda, build_impl, peer_precision
+from fusedlib.lab.bench import time_cuda, build_impl, peer_precision
 from fusedlib.reference import make_reference, parse_shape
 
 out = os.environ.get("OUT", "/tmp")

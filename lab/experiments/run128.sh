@@ -4,4 +4,4 @@
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 python -c "from fusedlib.build import load_stage; load_stage('naive')" > $OUT/build-naive.log 2>&1 &
-python results/h100/logs/run128-simt-proto.py 2>&1 | tee $OUT/run128.log | grep -v "^ptxas\|^    0 bytes"
+python lab/experiments/run128-simt-proto.py 2>&1 | tee $OUT/run128.log | grep -v "^ptxas\|^    0 bytes"

@@ -6,9 +6,9 @@
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 [ -d build/flcache ] || tar xzf .cache/flcache.tgz
-P=results/h100/logs/run135-simt-proto.py
+P=lab/experiments/run135-simt-proto.py
 python $P ncu cublas > $OUT/proto-build.log 2>&1 &  # builds the prototype's extension beside run101's builds
-VARIANT=mbarslots timeout 420 bash results/h100/logs/run101.sh
+VARIANT=mbarslots timeout 420 bash lab/experiments/run101.sh
 wait
 for v in pipe-bk8s3 cublas; do
   timeout 150 ncu --clock-control none -k "regex:sgemm_pipe_kernel|sm80_xmma" --launch-skip 2 --launch-count 1 \

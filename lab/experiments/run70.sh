@@ -20,6 +20,6 @@ FUSEDLIB_GPU_PROBLEMS=84,33 FUSEDLIB_VALIDATION_OUT=/tmp/v2.json timeout 300 $T 
 wait
 for i in 1 2; do echo "tests$i: $(tail -1 $OUT/tests$i.log)"; grep -E "^FAILED|Error" $OUT/tests$i.log | head -10; done
 echo "($(( $(date +%s) - t0 )) s)"
-timeout 120 python results/h100/logs/run70-time.py new 2>&1 | tee $OUT/time.log
-(cd .cache/old && FUSEDLIB_CACHE=/tmp/oldcache PYTHONPATH=$PWD timeout 120 python $OLDPWD/results/h100/logs/run70-time.py old) 2>&1 | tee -a $OUT/time.log
+timeout 120 python lab/experiments/run70-time.py new 2>&1 | tee $OUT/time.log
+(cd .cache/old && FUSEDLIB_CACHE=/tmp/oldcache PYTHONPATH=$PWD timeout 120 python $OLDPWD/lab/experiments/run70-time.py old) 2>&1 | tee -a $OUT/time.log
 echo "done ($(( $(date +%s) - t0 )) s)"

@@ -2,7 +2,7 @@
 SGEMM_CUDA, commit 60cba6f; not part of this project: its checkout is carried to the device in
 $SGEMM_CUDA, .cache/sgemm_cuda) reaches ~94 % of cuBLAS on an A6000 with kernel 10 (warp tiling,
 float4 loads, register blocking). Here on the H100, in one process with the harness's protocol
-(fusedlib.bench.time_round_robin: L2 flush, CUDA events): kernel 10 in its A6000 and A100
+(fusedlib.lab.bench.time_round_robin: L2 flush, CUDA events): kernel 10 in its A6000 and A100
 configurations (runner.cu's), against cuBLAS SGEMM on the same row-major operands (torch.mm, NN)
 and on X Wᵀ (the bench's GEMM-only, TN), at 84's and 39's GEMM and 4096³. C = A·B with A (M×K),
 B (K×N) row-major (B = Wᵀ made contiguous once, outside the timing). Prints ptxas's report, the
@@ -13,7 +13,7 @@ import sys
 import torch
 from torch.utils.cpp_extension import load_inline
 
-from fusedlib import bench
+from fusedlib.lab import bench
 
 KDIR = os.path.join(os.environ.get("SGEMM_CUDA", ".cache/sgemm_cuda"), "src", "kernels")
 binding = r"""

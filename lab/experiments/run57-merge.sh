@@ -8,7 +8,7 @@ set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 [ -d build/flcache ] || tar xzf .cache/flcache.tgz
 t0=$(date +%s)
-python results/h100/logs/run57-backward-profile.py > $OUT/backward-profile.log 2>&1
+python lab/experiments/run57-backward-profile.py > $OUT/backward-profile.log 2>&1
 echo "profile: rc=$? ($(( $(date +%s) - t0 )) s)"
 for u in 4 16 32; do
   sed -i "s/constexpr int UNROLL = [0-9]*;/constexpr int UNROLL = $u;/" fusedlib/kernels/common.cuh

@@ -1,6 +1,6 @@
 """run58: what a centred train-mode forward (the GEMM on X − x̄, notebook 08 "The failing cases:
 offset inputs") would add on the H100, measured with the harness's protocol
-(fusedlib.bench.time_round_robin: L2 flush, CUDA events, rounds) at the KernelBench shapes:
+(fusedlib.lab.bench.time_round_robin: L2 flush, CUDA events, rounds) at the KernelBench shapes:
 
 * x̄, the column mean of X (one read of X), and X − x̄ written (the centring pass);
 * μ = x̄Wᵀ + b for the running mean: a matrix-vector product over W, alone, and on a second
@@ -9,7 +9,7 @@ offset inputs") would add on the H100, measured with the harness's protocol
 Run from the repository root with PYTHONPATH=. (no fusedlib kernels are built)."""
 import torch
 
-from fusedlib import bench
+from fusedlib.lab import bench
 
 dev = "cuda"
 side = torch.cuda.Stream()

@@ -8,7 +8,7 @@ python -c "from fusedlib.build import load_stage; load_stage('fused')"
 S="--section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis"
 run() {  # name, which, kernel regex
   timeout 120 ncu --clock-control none $S -k "regex:$3" --launch-skip 2 --launch-count 1 --csv --page details \
-    python results/h100/logs/run67-ncu.py $2 > $OUT/run77-ncu-$1.csv 2> /tmp/ncu-$1.err
+    python lab/experiments/run67-ncu.py $2 > $OUT/run77-ncu-$1.csv 2> /tmp/ncu-$1.err
   echo "$1: rc=$?"; tail -1 /tmp/ncu-$1.err
 }
 

@@ -5,7 +5,7 @@ in fp32 on odd shapes, per-kernel GEMM times at 84, and the fp32 ladder timed ro
 import os, sys, time, subprocess, statistics
 import torch
 from fusedlib import algebra, build, check
-from fusedlib.bench import build_impl, peer_precision, profile_kernels
+from fusedlib.lab.bench import build_impl, peer_precision, profile_kernels
 from fusedlib.reference import make_reference, parse_shape
 
 t0 = time.time()

@@ -12,7 +12,7 @@ S="--section SpeedOfLight --section Occupancy --section WarpStateStats --section
 for w in simt sgemm wgmma tf32; do
   case $w in simt) k="regex:simt_gemm";; wgmma) k="regex:wgmma_gemm";; *) k="regex:gemm|Kernel|cutlass|sm90";; esac
   timeout 150 ncu --clock-control none $S -k "$k" --launch-skip 2 --launch-count 1 --csv --page details \
-    python results/h100/logs/run67-ncu.py $w > /tmp/ncu-$w.csv 2> /tmp/ncu-$w.err
+    python lab/experiments/run67-ncu.py $w > /tmp/ncu-$w.csv 2> /tmp/ncu-$w.err
   echo "$w: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -2 /tmp/ncu-$w.err
 done
 mkdir -p $OUT/ncu; for w in simt sgemm wgmma tf32; do cp /tmp/ncu-$w.csv $OUT/ncu/; done

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# run134 (H100): the FFMA order of run128's SIMT prototype (run134-simt-proto.py: checks, then times against
-# cuBLAS SGEMM and the engine), then Nsight Compute's warp-stall and instruction counts of the prototype
-# (cuBLAS's configuration) against cuBLAS's own SGEMM kernel at 84's shape; one CSV per kernel, a table last.
+# run135 (H100): CUTLASS's multistage order in run128's SIMT prototype (run135-simt-proto.py: checks, then times against
+# cuBLAS SGEMM and the engine), then Nsight Compute's warp-stall and instruction counts of the pipelined
+# variant at 84's shape (cuBLAS's kernel: run134); one CSV, a table last.
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 [ -d build/flcache ] || tar xzf .cache/flcache.tgz
-P=results/h100/logs/run134-simt-proto.py
-python $P 2>&1 | tee $OUT/run134.log | grep -v "^ptxas\|^    0 bytes\|UserWarning\|_warn_once"
+P=lab/experiments/run135-simt-proto.py
+python $P 2>&1 | tee $OUT/run135.log | grep -v "^ptxas\|^    0 bytes\|UserWarning\|_warn_once"
 M="gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
-for v in cublas bk8s3 bk16s2 bk8s3-serp; do
-  timeout 120 ncu --clock-control none -k "regex:sgemm_kernel|sm80_xmma" --launch-skip 2 --launch-count 1 --csv --page raw \
+for v in pipe-bk8s3; do
+  timeout 120 ncu --clock-control none -k "regex:sgemm_pipe_kernel" --launch-skip 2 --launch-count 1 --csv --page raw \
     --metrics "$M" python $P ncu $v > $OUT/ncu-$v.csv 2> /tmp/ncu-$v.err
   echo "ncu $v: rc=$?"; tail -2 /tmp/ncu-$v.err
 done
@@ -17,7 +17,7 @@ python - <<'PY'
 import csv, io, os
 out = os.environ["OUT"]
 cols = {}
-for v in ("cublas", "bk8s3", "bk16s2", "bk8s3-serp"):
+for v in ("pipe-bk8s3",):
     text = open(f"{out}/ncu-{v}.csv").read()
     start = text.find('"ID"')
     rows = list(csv.reader(io.StringIO(text[start:]))) if start >= 0 else []

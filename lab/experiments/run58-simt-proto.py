@@ -3,7 +3,7 @@ SIMT GEMM (the naive stage's fp32 GEMM kernel, torch.profiler) in one process.
 
 For each variant (BM×BN tile, BK, FLUSH K steps a partial, VEC float4 loads): correctness first
 (normwise relative error against float64 on randn and offset inputs, odd shapes for the scalar-load
-path, NaN poisoned outputs), then time at the KernelBench shapes (fusedlib.bench.time_round_robin: L2 flush, CUDA events,
+path, NaN poisoned outputs), then time at the KernelBench shapes (fusedlib.lab.bench.time_round_robin: L2 flush, CUDA events,
 50 calls each in 10 rounds). Prints a table; run from the repository root with PYTHONPATH=. and the
 engine's build cache in $FUSEDLIB_CACHE."""
 import statistics
@@ -12,7 +12,7 @@ import sys
 import torch
 from torch.utils.cpp_extension import load_inline
 
-from fusedlib import bench
+from fusedlib.lab import bench
 
 # (BM, BN, BK, FLUSH); FLUSH 1 << 20: one partial for the whole K loop, i.e. single-level accumulation
 # (what the two-level scheme costs in FADDs and registers)

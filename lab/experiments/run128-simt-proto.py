@@ -1,11 +1,11 @@
-"""run135 (from run128's prototype): CUTLASS's multistage order (fragments double-buffered in registers, the barrier at a K step's second-to-last column) in a SIMT mainloop of cuBLAS's configuration (KERNEL below: 128×128 tiles of 128 threads, 8×16
+"""run128: a SIMT mainloop in cuBLAS's configuration (KERNEL below: 128×128 tiles of 128 threads, 8×16
 outputs a thread, 4-byte cp.async stages, two blocks an SM, the outer sums of the two-level accumulation
 in shared memory) against cuBLAS SGEMM and the engine's SIMT GEMM (the naive stage's fp32 GEMM kernel,
 torch.profiler), in one process.
 
 Correctness first (normwise relative error against float64 on randn and offset inputs, odd shapes, an
 input not 16-byte aligned, the first-row shift, NaN-poisoned outputs), then time at the KernelBench
-shapes (fusedlib.bench.time_round_robin: L2 flush, CUDA events, 50 calls in 10 rounds). Prints a table;
+shapes (fusedlib.lab.bench.time_round_robin: L2 flush, CUDA events, 50 calls in 10 rounds). Prints a table;
 run from the repository root with PYTHONPATH=. and the engine's build cache in $FUSEDLIB_CACHE."""
 import statistics
 import sys
@@ -13,11 +13,11 @@ import sys
 import torch
 from torch.utils.cpp_extension import load_inline
 
-from fusedlib import bench
+from fusedlib.lab import bench
 
 # name → (template variant, flush K steps (0: ≈ √K products a partial; 1 << 30: one partial), shift)
-VARIANTS = {"bk8s3": (0, 0, False), "bk16s2": (1, 0, False), "pipe-bk8s3": (4, 0, False), "pipe-bk16s2": (5, 0, False),
-            "pipe-bk8s4": (6, 0, False), "pipe-bk8s3-shift": (4, 0, True)}
+VARIANTS = {"bk8s3": (0, 0, False), "bk8s4": (1, 0, False), "bk16s2": (2, 0, False), "bk8s3-1lvl": (0, 1 << 30, False),
+            "bk8s3-shift": (0, 0, True)}
 
 KERNEL = r"""
 // run128: a prototype SIMT (FFMA) mainloop in cuBLAS's configuration, standalone: out(N×M) = X Wᵀ,
@@ -52,7 +52,7 @@ struct Tile {
   static constexpr size_t kSmem = ((size_t)BM * BN + (size_t)STAGES * kStageFloats) * sizeof(float);
 };
 
-template <int BK, int STAGES, bool SERP>
+template <int BK, int STAGES>
 __global__ void __launch_bounds__(128, 2)
 sgemm_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int N, int K, int M,
              int flush, bool shift) {
@@ -145,10 +145,7 @@ sgemm_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __
 #pragma unroll
       for (int i = 0; i < 8; ++i)
 #pragma unroll
-        for (int jj = 0; jj < 16; ++jj) {
-          const int j = SERP && (i & 1) ? 15 - jj : jj;  // serpentine: consecutive FFMAs share an operand
-          part[i][j] = fmaf(av[i], bv[j], part[i][j]);
-        }
+        for (int j = 0; j < 16; ++j) part[i][j] = fmaf(av[i], bv[j], part[i][j]);
     }
     s = s + 1 == STAGES ? 0 : s + 1;
     if (++since == flush && t + 1 < KT) {
@@ -190,11 +187,11 @@ sgemm_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __
   }
 }
 
-template <int BK, int STAGES, bool SERP>
+template <int BK, int STAGES>
 cudaError_t launch_sgemm(const float* x, const float* w, float* out, int N, int K, int M, int flush, bool shift,
                          cudaStream_t st) {
   using T = Tile<BK, STAGES>;
-  auto kernel = sgemm_kernel<BK, STAGES, SERP>;
+  auto kernel = sgemm_kernel<BK, STAGES>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)T::kSmem);
   if (err != cudaSuccess) return err;
   if (flush <= 0) {  // ≈ √K products a partial
@@ -206,161 +203,11 @@ cudaError_t launch_sgemm(const float* x, const float* w, float* out, int N, int 
   return cudaGetLastError();
 }
 
-template <int BK, int STAGES>
-__global__ void __launch_bounds__(128, 2)
-sgemm_pipe_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int N, int K,
-                  int M, int flush, bool shift) {
-  using T = Tile<BK, STAGES>;
-  constexpr int LD = T::LD, BM = T::BM, BN = T::BN, RS = 128 / BK;
-  static_assert(BK >= 2, "the barrier sits at column BK - 2");
-  extern __shared__ __align__(16) float smem[];
-  float* sacc = smem;
-  float* stages = smem + BM * BN;
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int wy = warp / 2, wx = warp % 2, ty = lane / 4, tx = lane % 4;
-  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
-  const int kq = tid % BK, rq = tid / BK;
-  unsigned amask = 0, bmask = 0;
-#pragma unroll
-  for (int q = 0; q < BK; ++q) {
-    amask |= (m0 + rq + q * RS < N) << q;
-    bmask |= (n0 + rq + q * RS < M) << q;
-  }
-  const float* xa = x + (size_t)(m0 + rq) * K;
-  const float* wb = w + (size_t)(n0 + rq) * K;
-  const int KT = (K + BK - 1) / BK;
-  auto stage = [&](int t) { return stages + (t % STAGES) * T::kStageFloats; };
-  auto issue = [&](int t) {
-    float* as = stage(t);
-    float* bs = as + BK * LD;
-    const int k = t * BK + kq;
-    const bool kin = k < K;
-#pragma unroll
-    for (int q = 0; q < BK; ++q) {
-      const bool in = kin && (amask >> q & 1);
-      cp_async4(as + kq * LD + rq + q * RS, in ? xa + (size_t)q * RS * K + k : x, in);
-    }
-#pragma unroll
-    for (int q = 0; q < BK; ++q) {
-      const bool in = kin && (bmask >> q & 1);
-      cp_async4(bs + kq * LD + rq + q * RS, in ? wb + (size_t)q * RS * K + k : w, in);
-    }
-    if (shift) cp_async4(bs + BK * LD + tid, kin ? x + k : x, kin);
-  };
-  auto fix = [&](int t) {  // the first-row shift on this thread's own copies of step t
-    if (!shift) return;
-    float* as = stage(t);
-    const float x0 = as[2 * BK * LD + tid];
-#pragma unroll
-    for (int q = 0; q < BK; ++q)
-      if (m0 + rq + q * RS > 0) as[kq * LD + rq + q * RS] -= x0;
-  };
-  float part[8][16];
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int j = 0; j < 16; ++j) part[i][j] = 0.f;
-  bool flushed = false;
-  int since = 0;
-  float av[2][8], bv[2][16];
-  auto frag = [&](int buf, const float* as, int kk) {
-    const float* a = as + wy * 64 + 4 * ty + kk * LD;
-    const float* b = as + BK * LD + wx * 64 + 4 * tx + kk * LD;
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const float4 v = *reinterpret_cast<const float4*>(a + 32 * q);
-      av[buf][4 * q] = v.x, av[buf][4 * q + 1] = v.y, av[buf][4 * q + 2] = v.z, av[buf][4 * q + 3] = v.w;
-    }
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float4 v = *reinterpret_cast<const float4*>(b + 16 * q);
-      bv[buf][4 * q] = v.x, bv[buf][4 * q + 1] = v.y, bv[buf][4 * q + 2] = v.z, bv[buf][4 * q + 3] = v.w;
-    }
-  };
-#pragma unroll
-  for (int s = 0; s < STAGES; ++s) {
-    if (s < KT) issue(s);
-    cp_async_commit();
-  }
-  cp_async_wait<STAGES - 1>();
-  fix(0);
-  __syncthreads();
-  frag(0, stage(0), 0);
-  for (int t = 0; t < KT; ++t) {
-    const float* as = stage(t);
-#pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {
-      if (kk < BK - 1) frag((kk + 1) & 1, as, kk + 1);
-      else frag((kk + 1) & 1, stage(t + 1), 0);  // after the barrier below: the next step's first column
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 16; ++j) part[i][j] = fmaf(av[kk & 1][i], bv[kk & 1][j], part[i][j]);
-      if (kk == BK - 2) {
-        cp_async_wait<STAGES - 2>();  // step t + 1 copied (this thread's part)
-        if (t + 1 < KT) fix(t + 1);
-        __syncthreads();  // step t + 1 visible; step t's stage no longer read
-        if (t + STAGES < KT) issue(t + STAGES);
-        cp_async_commit();
-      }
-    }
-    if (++since == flush && t + 1 < KT) {
-      since = 0;
-      float4* acc4 = reinterpret_cast<float4*>(sacc) + tid;
-#pragma unroll
-      for (int e = 0; e < 32; ++e) {
-        const int i = e / 4, j = 4 * (e % 4);
-        float4 v = flushed ? acc4[e * 128] : make_float4(0.f, 0.f, 0.f, 0.f);
-        v.x += part[i][j], v.y += part[i][j + 1], v.z += part[i][j + 2], v.w += part[i][j + 3];
-        acc4[e * 128] = v;
-        part[i][j] = part[i][j + 1] = part[i][j + 2] = part[i][j + 3] = 0.f;
-      }
-      flushed = true;
-    }
-  }
-  cp_async_wait<0>();
-  if (flushed) {
-    const float4* acc4 = reinterpret_cast<const float4*>(sacc) + tid;
-#pragma unroll
-    for (int e = 0; e < 32; ++e) {
-      const int i = e / 4, j = 4 * (e % 4);
-      const float4 v = acc4[e * 128];
-      part[i][j] += v.x, part[i][j + 1] += v.y, part[i][j + 2] += v.z, part[i][j + 3] += v.w;
-    }
-  }
-  __syncthreads();
-  constexpr int LDC = BN + 1;
-  float* C = smem;
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-      C[(wy * 64 + 32 * (i / 4) + 4 * ty + i % 4) * LDC + wx * 64 + 16 * (j / 4) + 4 * tx + j % 4] = part[i][j];
-  __syncthreads();
-  for (int e = tid; e < BM * BN; e += 128) {
-    const int r = e / BN, c = e % BN;
-    if (m0 + r < N && n0 + c < M) out[(size_t)(m0 + r) * M + n0 + c] = C[r * LDC + c];
-  }
-}
-
-template <int BK, int STAGES>
-cudaError_t launch_pipe(const float* x, const float* w, float* out, int N, int K, int M, int flush, bool shift,
-                        cudaStream_t st) {
-  using T = Tile<BK, STAGES>;
-  auto kernel = sgemm_pipe_kernel<BK, STAGES>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)T::kSmem);
-  if (err != cudaSuccess) return err;
-  if (flush <= 0) {
-    const double f = __builtin_sqrt((double)K) / BK;
-    flush = f < 1.5 ? 1 : (int)(f + 0.5);
-  }
-  const dim3 grid((M + T::BN - 1) / T::BN, (N + T::BM - 1) / T::BM);
-  kernel<<<grid, T::THREADS, T::kSmem, st>>>(x, w, out, N, K, M, flush, shift);
-  return cudaGetLastError();
-}
+template cudaError_t launch_sgemm<8, 3>(const float*, const float*, float*, int, int, int, int, bool, cudaStream_t);
+template cudaError_t launch_sgemm<8, 4>(const float*, const float*, float*, int, int, int, int, bool, cudaStream_t);
+template cudaError_t launch_sgemm<16, 2>(const float*, const float*, float*, int, int, int, int, bool, cudaStream_t);
 
 }  // namespace proto
-
 """
 
 binding = r"""
@@ -379,31 +226,20 @@ torch::Tensor sgemm(torch::Tensor x, torch::Tensor w, int64_t variant, int64_t f
   float* op = out.data_ptr<float>();
   cudaError_t err;
   switch (variant) {
-    case 0: err = proto::launch_sgemm<8, 3, false>(xp, wp, op, N, K, M, flush, shift, st); break;
-    case 1: err = proto::launch_sgemm<16, 2, false>(xp, wp, op, N, K, M, flush, shift, st); break;
-    case 2: err = proto::launch_sgemm<8, 3, true>(xp, wp, op, N, K, M, flush, shift, st); break;
-    case 3: err = proto::launch_sgemm<16, 2, true>(xp, wp, op, N, K, M, flush, shift, st); break;
-    case 4: err = proto::launch_pipe<8, 3>(xp, wp, op, N, K, M, flush, shift, st); break;
-    case 5: err = proto::launch_pipe<16, 2>(xp, wp, op, N, K, M, flush, shift, st); break;
-    case 6: err = proto::launch_pipe<8, 4>(xp, wp, op, N, K, M, flush, shift, st); break;
-    default: TORCH_CHECK(false, "variant: 0..6");
+    case 0: err = proto::launch_sgemm<8, 3>(xp, wp, op, N, K, M, flush, shift, st); break;
+    case 1: err = proto::launch_sgemm<8, 4>(xp, wp, op, N, K, M, flush, shift, st); break;
+    case 2: err = proto::launch_sgemm<16, 2>(xp, wp, op, N, K, M, flush, shift, st); break;
+    default: TORCH_CHECK(false, "variant: 0..2");
   }
   TORCH_CHECK(err == cudaSuccess, cudaGetErrorString(err));
   return out;
 }
 """
-ext = load_inline("run135_simt_proto", cpp_sources="torch::Tensor sgemm(torch::Tensor x, torch::Tensor w, int64_t variant, int64_t flush, bool shift, bool poison);",
+ext = load_inline("run128_simt_proto", cpp_sources="torch::Tensor sgemm(torch::Tensor x, torch::Tensor w, int64_t variant, int64_t flush, bool shift, bool poison);",
                   cuda_sources=binding, functions=["sgemm"], extra_cuda_cflags=["-O3", "-Xptxas=-v", "-std=c++17"],
                   verbose=False)
 torch.backends.cuda.matmul.allow_tf32 = False
 dev = "cuda"
-if len(sys.argv) > 2 and sys.argv[1] == "ncu":
-    g = torch.Generator(device="cpu").manual_seed(0)
-    x, w = torch.randn(1024, 8192, generator=g).to(dev), torch.randn(8192, 8192, generator=g).to(dev)
-    for _ in range(3):
-        y = x @ w.t() if sys.argv[2] == "cublas" else ext.sgemm(x, w, VARIANTS[sys.argv[2]][0], 0, False, False)
-    torch.cuda.synchronize()
-    sys.exit(0)
 
 
 def rel(a, b):
@@ -447,7 +283,7 @@ for shape in [(7, 33, 65), (257, 1000, 999), (1000, 999, 1001), (129, 64, 130), 
 # an input not 16-B aligned (4-byte cp.async takes any float pointer)
 x, w = inputs(256, 515, 260, "randn")
 xs = torch.empty(256 * 515 + 1, device=dev)[1:].view(256, 515).copy_(x)
-for v in range(7):
+for v in range(3):
     e = rel(ext.sgemm(xs, w, v, 0, False, True), x.double() @ w.double().t())
     print(f"offset pointer, variant {v}: {e:.2e}")
     bad += not (e < 1e-6)
@@ -479,7 +315,7 @@ def engine_simt_ms(n, k, m):
 
 print("\n== time (ms, median of 50 in 10 rounds, L2 flushed); TFLOP/s in brackets")
 rows = []
-for n, k, m in [(1024, 8192, 8192), (16384, 4096, 4096)]:
+for n, k, m in [(1024, 8192, 8192), (16384, 4096, 4096), (4096, 4096, 4096)]:
     x, w = inputs(n, k, m, "randn")
     flops = 2 * n * k * m
     fns = {"cublas": (lambda x: x @ w.t(), "fp32")}
