@@ -1,5 +1,6 @@
-# fusedlib: `make demo` runs the main job, `make test` the test suite, `make lab` opens the course in
-# JupyterLab; all set up .venv first.
+# fusedlib: `make demo` runs the main job, `make test` the test suite (minutes), `make test-kernels`
+# the nvcc compile matrix of the kernels, `make lab` opens the course in JupyterLab, `make results`
+# regenerates every committed GPU result (on a GPU machine); all set up .venv first.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,7 +8,7 @@ STAMP := $(VENV)/.installed
 PIPQ ?= -q
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: venv test demo notebooks lab figures slides check-gpu results kernels clean
+.PHONY: venv test test-kernels demo notebooks lab figures slides check-gpu results kernels clean
 
 venv: $(STAMP)
 
@@ -28,24 +29,41 @@ else
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install $(PIPQ) "torch==2.13.0"
 endif
-	$(BIN)/python -m pip install $(PIPQ) -e ".[dev,notebooks]"
+	$(BIN)/python -m pip install $(PIPQ) -e ".[lab,dev,notebooks]"
 	touch $(STAMP)
 
 # The unit tests, then every notebook under nbval (cells tagged gpu are skipped without CUDA).
+# The kernels' nvcc compile matrix is `make test-kernels`.
 test: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --ignore=tests/test_kernels_compile.py
 	$(BIN)/python -m pytest -q --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 
+# Every kernel source compiled with nvcc for every architecture of fusedlib.build.ARCHS (no GPU
+# needed), one nvcc per core; prints ptxas's registers and spills, fails on a spill. Without
+# nvcc the tests skip (in CI, with CI set, they fail).
+test-kernels: venv
+	$(BIN)/python -m pytest -q -s tests/test_kernels_compile.py
+
+# Compile every kernel and print ptxas's registers and spills (the same as test-kernels).
+kernels: test-kernels
+
 # Compare every stage with a float64 reference (the CPU algebra here, the CUDA kernels on a
-# GPU machine, built on first use), then execute every notebook headless.
+# GPU machine, built on first use), then execute every notebook headless; ends with a summary.
+DEMO_DEVICE := $(if $(HAS_GPU),cuda,cpu)
+DEMO_NOTEBOOKS := $(if $(HAS_GPU),notebooks/ (in place: the gpu cells ran the kernels),build/notebooks/ (the committed notebooks are left as they are))
 demo: venv
 	$(BIN)/python -m fusedlib info
-ifeq ($(HAS_GPU),1)
-	$(BIN)/python -m fusedlib check --device cuda --problem all --stage all --mode all
-else
-	$(BIN)/python -m fusedlib check --device cpu --problem all --stage all --mode all
-endif
-	$(MAKE) notebooks
+	mkdir -p build
+	$(BIN)/python -m fusedlib check --device $(DEMO_DEVICE) --problem all --stage all --mode all > build/demo-check.txt \
+		|| { tail -n 40 build/demo-check.txt; exit 1; }
+	tail -n 1 build/demo-check.txt
+	$(MAKE) --no-print-directory notebooks
+	@echo
+	@echo "demo done:"
+	@echo "  checked: every stage (naive, fold, sums, fused) x precision (fp32, tf32, 3xtf32) x mode (train, eval)"
+	@echo "           of problems 84, 33 and 39 against a float64 reference on $(DEMO_DEVICE): $$(tail -n 1 build/demo-check.txt)"
+	@echo "           (the full table: build/demo-check.txt)"
+	@echo "  executed: every notebook of the course, written to $(DEMO_NOTEBOOKS)"
 
 # Execute every notebook headless. With a GPU: in place (the gpu cells run the kernels; commit
 # the outputs). Without one: into build/notebooks/, so the committed GPU outputs stay as they
@@ -59,8 +77,12 @@ endif
 
 # The course in JupyterLab, with the project's environment (.venv; jupyterlab comes with the
 # notebooks extra's `jupyter`). Extra options: make lab LAB_ARGS="--no-browser --port 8890".
+# Jupyter refuses to run as root (e.g. in a container) unless given --allow-root.
 LAB_ARGS ?=
 lab: venv
+	@if [ "$$(id -u)" = 0 ] && ! echo "$(LAB_ARGS)" | grep -q -- --allow-root; then \
+		echo "make lab: running as root, which JupyterLab refuses without --allow-root;" \
+		     "run as a normal user, or: make lab LAB_ARGS=--allow-root" >&2; exit 2; fi
 	$(BIN)/python -m jupyter lab notebooks/ $(LAB_ARGS)
 
 # Figures (PNG, SVG, PDF) into figures/ and the README tables, from the committed results.
@@ -78,20 +100,18 @@ slides: venv
 check-gpu: venv
 	$(BIN)/python tests/run_gpu_suite.py
 
-# Every GPU result the project shows, on a GPU machine (about 23 min on an H100): the
-# validation, then one bench process for all tables (KernelBench shapes with ceilings and
-# per-kernel profile, then the size sweeps appended), the train steps (forward + backward),
-# the README tables, the figures and the notebooks executed with the kernels. Commit results/, figures/, notebooks/ and README.md.
+# The one command that regenerates every committed GPU result, on a GPU machine (about 23 min on
+# an H100), from the repository root: the validation, then one bench process for all tables
+# (KernelBench shapes with ceilings and per-kernel profile, then the size sweeps appended), the
+# train steps (forward + backward), the README tables, the figures and the notebooks executed
+# with the kernels. Commit results/, figures/, notebooks/ and README.md. (The one-off experiments
+# that NOTES.md cites are lab/experiments/, not part of it.)
 results: check-gpu
 	$(BIN)/python -m fusedlib bench --fresh --ceilings --profile
 	$(BIN)/python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
 		--impl stages,eager,compile,gemm_only
 	$(BIN)/python -m fusedlib train-step --fresh
 	$(MAKE) figures notebooks
-
-# Compile every kernel for sm_90a with nvcc and print ptxas's registers and spills.
-kernels: venv
-	$(BIN)/python -m pytest -q -s tests/test_kernels_compile.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

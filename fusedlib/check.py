@@ -318,12 +318,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", default="all", help="train, eval or all")
     p.add_argument("--precision", default="all",
                    help="fp32, tf32, 3xtf32, a comma list or all (every stage runs each)")
-    p.add_argument("--shape", action="append", help="preset (84, 33, 39, v0) or NxK->M; repeatable")
+    p.add_argument("--shape", action="append", help="preset (84, 33, 39, v0) or NxK:M (batch x in_features : out_features, e.g. 64x256:128); repeatable")
     p.add_argument("--inputs", help="comma list of input kinds cycled over seeds: rand, randn, offset")
     p.add_argument("--seeds", type=int, help="seeds per case (default 2 on cpu, 5 on cuda)")
     p.add_argument("--grad", action="store_true",
                    help="check the gradients (forward + backward) instead of the forward's output")
     p.add_argument("--json", action="store_true", help='print {"cases": [...]} instead of a table')
+
+
+def format_table(records: list[dict], columns: list[str]) -> str:
+    """``records`` as a plain-text table: a header of ``columns``, one line per record,
+    columns right-aligned, floats as ``%.2e``."""
+    def cell(value) -> str:
+        return f"{value:.2e}" if isinstance(value, float) else str(value)
+    rows = [columns] + [[cell(r.get(c, "")) for c in columns] for r in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    return "\n".join(" ".join(v.rjust(w) for v, w in zip(row, widths)) for row in rows)
+
+
+def _progress(cases: list):
+    """``cases``, behind a progress bar on a terminal for 20 cases or more when tqdm is
+    installed (it comes with the lab extra; the check needs only torch)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return cases
+    return tqdm(cases, desc="check", unit="case", file=sys.stderr, disable=len(cases) < 20 or not sys.stderr.isatty())
 
 
 def main(args) -> int:
@@ -344,17 +364,14 @@ def main(args) -> int:
     seeds = args.seeds if args.seeds is not None else (5 if args.device == "cuda" else 2)
     cases = list((iter_grad_cases if args.grad else iter_cases)(problems, stages, modes, precisions, shapes, seeds,
                                                                  args.device, kinds))
-    from tqdm import tqdm
     run = run_grad_case if args.grad else run_case
-    records = [run(**c) for c in tqdm(cases, desc="check", unit="case", file=sys.stderr,
-                                            disable=len(cases) < 20 or not sys.stderr.isatty())]
+    records = [run(**c) for c in _progress(cases)]
     failed = sum(not r["passed"] for r in records)
     if args.json:
         print(json.dumps({"cases": records}, indent=1))
     else:
-        import pandas as pd
         cols = ["problem", "stage", "mode", "precision", "shape", "seed", "input_kind"]
         cols += ["worst_ratio", "passed"] if args.grad else ["max_abs_err", "rel_err", "budget", "passed"]
-        print(pd.DataFrame(records, columns=cols).to_string(index=False, float_format="%.2e"))
+        print(format_table(records, cols))
         print(f"{len(records) - failed} passed, {failed} failed")
     return 1 if failed else 0

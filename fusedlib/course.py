@@ -36,7 +36,7 @@ def env(gpu: str = "h100") -> dict | None:
 def ceilings(gpu: str = "h100") -> dict:
     """Bandwidth (GB/s) and GEMM rates (TFLOP/s, fp32 and tf32) to predict with: measured on
     the GPU (results/<gpu>/env.json) when committed, else the H100 SXM datasheet."""
-    from .bench import DATASHEET_H100
+    from .lab.bench import DATASHEET_H100
     e = env(gpu)
     if e is not None and "measured" in e:
         m = e["measured"]
@@ -60,7 +60,7 @@ def prediction(impl: str, problem: str, shape: str | None = None, mode: str = "t
     the predicted time is the sum."""
     import pandas as pd
 
-    from .costmodel import cost
+    from .lab.costmodel import cost
     from .reference import parse_shape, problem_kind
     s = parse_shape(shape or problem)
     c = cost(problem_kind(problem), impl, s.batch, s.in_features, s.out_features, mode, precision)
@@ -307,7 +307,7 @@ def profile_table(stage: str, precisions=("fp32",), mode: str = "train", gpu: st
     prof = profile(gpu)
     if prof is None:
         return None
-    from .bench import kernel_base
+    from .lab.bench import kernel_base
     from .reference import PRESETS
     rows = []
     for problem in PROBLEMS:
@@ -336,7 +336,7 @@ def stage_roofline(stage: str, precisions=("fp32",), gpu: str = "h100"):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from .costmodel import cost
+    from .lab.costmodel import cost
     from .reference import PRESETS, problem_kind
     ceil = ceilings(gpu)
     kb = at_presets(bench)

@@ -23,8 +23,8 @@ import functools
 
 import torch
 
-from . import engine, ops
-from .build import load_stage
+from . import algebra, engine, ops
+from .build import load_backward, load_stage
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,3 +92,19 @@ def stage_forward(module, args: tuple) -> torch.Tensor:
     path = gemm_path(precision, x.device, x.shape[1], x, weight)
     load_stage(module._stage, x.get_device())  # registers the operator's CUDA kernel
     return ops.OPS[module._stage](*args, path)
+
+
+@ops.train_backward.register_kernel("cuda")
+def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx=True):
+    """The CUDA kernel of ``torch.ops.fusedlib.train_backward`` (schema and CPU kernel in
+    :mod:`fusedlib.ops`): the backward extension's fused passes, then the two GEMMs
+    (:func:`fusedlib.ops.backward_gemms`). Registered here, beside the forward's use of the
+    build, so that :mod:`fusedlib.ops` does not import :mod:`fusedlib.build` (which imports it)."""
+    ext = load_backward(z.device.index if z.device.index is not None else torch.cuda.current_device())
+    split = precision == "3xtf32"
+    dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, z if y is None else y, z, scale, gamma, beta, kind,
+                                                          eps, split)
+    # dX's W operand; 3xtf32: W's TF32 parts, split from W as it is now (one pass, nothing kept)
+    w_operand = weight if precision != "3xtf32" else ext.tf32_parts(weight.contiguous()) if need_dx else None
+    dx, dweight = ops.backward_gemms(dz, dzt, ops.x_operand(ext, x, precision), w_operand, precision, need_dx)
+    return dx, dweight, torch.zeros_like(dgamma), algebra.scale_gradient(ds_cols, scale), dgamma, dbeta

@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from .bench import COLUMNS, PEER_IMPLS, PROFILE_COLUMNS, STAGE_IMPLS
-from .costmodel import PRECISIONS
+from .lab.bench import COLUMNS, PEER_IMPLS, PROFILE_COLUMNS, STAGE_IMPLS
+from .lab.costmodel import PRECISIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 FORMATS = ("png", "svg", "pdf")
@@ -69,7 +69,7 @@ def _ceilings(env: dict) -> dict:
 
 
 def predicted_ms(problem: str, impl: str, precision: str, env: dict, mode: str = "train", shape=None) -> float:
-    """The cost model's time of one call in ms (:meth:`fusedlib.costmodel.Cost.time_ms`):
+    """The cost model's time of one call in ms (:meth:`fusedlib.lab.costmodel.Cost.time_ms`):
     each pass at its own roof, the GEMM's rate of ``precision`` (measured cuBLAS fp32 or
     tf32 rate, 3xtf32 a third of tf32's: :func:`fusedlib.course.gemm_rate`) or the measured
     copy bandwidth, the passes added up. ``shape``: a :class:`~fusedlib.reference.Shape`
@@ -78,7 +78,7 @@ def predicted_ms(problem: str, impl: str, precision: str, env: dict, mode: str =
     Raises:
         KeyError: env.json lacks its ``measured`` ceilings.
     """
-    from .costmodel import cost
+    from .lab.costmodel import cost
     from .course import gemm_rate
     from .reference import parse_shape, problem_kind
     s = parse_shape(shape if shape is not None else problem)
@@ -101,7 +101,7 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
     """
     import numpy as np
 
-    from .costmodel import cost
+    from .lab.costmodel import cost
     from .reference import PRESETS, problem_kind
     plt = _plt()
     measured, sheet = env["measured"], env["datasheet"]
@@ -157,7 +157,7 @@ def throughput(bench, outdir: Path) -> list[Path]:
     4096→4096) and against the features (K = M at batch 1024), for problem 84 and problems
     33/39 (one model), every stage and peer and precision, train mode. Rows of other
     shapes are ignored; a panel without sweep rows says so."""
-    from .bench import BATCH_SWEEP_FEATURES, FEATURE_SWEEP_BATCH
+    from .lab.bench import BATCH_SWEEP_FEATURES, FEATURE_SWEEP_BATCH
     plt = _plt()
     train = bench[bench["mode"] == "train"].copy()
     train["family"] = train.problem.astype(str).map({"84": "84", "33": "33/39", "39": "33/39"})
@@ -202,7 +202,7 @@ def throughput(bench, outdir: Path) -> list[Path]:
 
 def _short_kernel(name: str) -> str:
     """Legend label of a kernel: its bare function name, cut to 40 characters."""
-    from .bench import kernel_base
+    from .lab.bench import kernel_base
     base = kernel_base(name)
     return base if len(base) <= 40 else base[:37] + "..."
 
@@ -219,7 +219,7 @@ def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
     Raises:
         KeyError: the fallback needs env.json's ``measured`` values.
     """
-    from .costmodel import cost
+    from .lab.costmodel import cost
     from .course import gemm_rate
     from .reference import PRESETS, problem_kind
     plt = _plt()
@@ -416,14 +416,17 @@ def make_all(results: Path, outdir: Path) -> list[Path]:
 def add_arguments(parser) -> None:
     parser.add_argument("--gpu", default="h100", help="read results/<gpu>/ (default h100)")
     parser.add_argument("--results", type=Path, help="results folder to read instead of results/<gpu>/")
-    parser.add_argument("--out", type=Path, default=ROOT / "figures", help="output folder (default figures/)")
-    parser.add_argument("--readme", type=Path, default=ROOT / "README.md", help="README whose results table to regenerate")
+    parser.add_argument("--out", type=Path, default=Path("figures"), help="output folder (default figures/)")
+    parser.add_argument("--readme", type=Path, default=Path("README.md"), help="README whose results table to regenerate")
     parser.add_argument("--no-readme", action="store_true", help="do not touch the README's results table")
 
 
 def main(args) -> int:
-    from . import report
-    results = args.results or ROOT / "results" / args.gpu
+    from .lab import report
+    results = args.results or Path("results") / args.gpu
+    if args.results is not None and not results.is_dir():
+        print(f"error: --results {results}: no such folder", file=sys.stderr)
+        return 2
     if not args.no_readme:  # fail before drawing if the table has nowhere to go
         try:
             report.render_readme(args.readme.read_text(), "", report.TABLE_BEGIN, report.TABLE_END)

@@ -26,7 +26,7 @@ first-row shift of :func:`fusedlib.algebra.train_gemm`; the backward reads only 
 eps) -> (dx, dweight, dbias, dscale, dgamma, dbeta)``: the train-mode
 gradients (batch statistics) of every stage, from dY (N, M), the forward's Y (84; None for
 33, whose backward does not read it) and its saved Z. CPU kernel:
-:func:`fusedlib.algebra.train_backward_fused`; CUDA kernel: the fused backward
+:func:`fusedlib.algebra.train_backward_fused`; CUDA kernel (registered by :mod:`fusedlib.cuda`): the fused backward
 (``fusedlib/kernels/backward.cu``: row terms, one pass of column partials with an in-order
 merge, one elementwise dZ' written row-major and transposed) and the two GEMMs
 dX = dZ'·W, dW = dZ'ᵀ·X on cuBLAS at the forward's precision (:func:`backward_gemms`).
@@ -160,18 +160,6 @@ def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x:
     dx, *grads = algebra.train_backward_fused(kind, dy, y, z - mean, var, x, weight, scale, gamma, beta, eps)
     return (dx if need_dx else x.new_empty(0), *grads)
 
-
-@train_backward.register_kernel("cuda")
-def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx=True):
-    from .build import load_backward
-    ext = load_backward(z.device.index if z.device.index is not None else torch.cuda.current_device())
-    split = precision == "3xtf32"
-    dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, z if y is None else y, z, scale, gamma, beta, kind,
-                                                          eps, split)
-    # dX's W operand; 3xtf32: W's TF32 parts, split from W as it is now (one pass, nothing kept)
-    w_operand = weight if precision != "3xtf32" else ext.tf32_parts(weight.contiguous()) if need_dx else None
-    dx, dweight = backward_gemms(dz, dzt, x_operand(ext, x, precision), w_operand, precision, need_dx)
-    return dx, dweight, torch.zeros_like(dgamma), algebra.scale_gradient(ds_cols, scale), dgamma, dbeta
 
 
 @train_backward.register_fake

@@ -109,14 +109,16 @@ PRESETS = {
 #: Problem id -> model family ("84": BN then scalar scale then softmax; "33": vector scale then BN).
 PROBLEMS = {"84": "84", "33": "33", "39": "33"}
 
-_SHAPE_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*(?:->|→|x|X)\s*(\d+)\s*$")
+_SHAPE_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*(?::|->|→|x|X)\s*(\d+)\s*$")
 
 
 def parse_shape(text: str | Shape) -> Shape:
-    """Parse a preset name (``84``, ``33``, ``39``, ``v0``) or ``NxK->M`` into a :class:`Shape`.
+    """Parse a preset name (``84``, ``33``, ``39``, ``v0``) or ``NxK:M`` (batch N, in_features K,
+    out_features M; ``NxK->M``, as :class:`Shape` prints it, is read too, but the shell takes
+    an unquoted ``>`` for a redirection) into a :class:`Shape`.
 
     Raises:
-        ValueError: the text is neither a preset nor ``NxK->M`` with positive integers.
+        ValueError: the text is neither a preset nor ``NxK:M`` with positive integers.
     """
     if isinstance(text, Shape):
         return text
@@ -126,7 +128,7 @@ def parse_shape(text: str | Shape) -> Shape:
     m = _SHAPE_RE.match(key)
     if not m:
         raise ValueError(
-            f"shape: expected a preset {sorted(PRESETS)} or 'NxK->M' (e.g. 257x1000->999), got {text!r}")
+            f"shape: expected a preset {sorted(PRESETS)} or 'NxK:M' (e.g. 257x1000:999), got {text!r}")
     n, k, mm = (int(g) for g in m.groups())
     if min(n, k, mm) < 1:
         raise ValueError(f"shape: every dimension must be >= 1, got {text!r}")

@@ -7,7 +7,8 @@ import csv
 import pytest
 import torch
 
-from fusedlib import bench, cli
+from fusedlib import cli
+from fusedlib.lab import bench
 from fusedlib.reference import PRESETS, Shape, parse_shape
 
 ENV = {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0", "cuda": "13.0", "commit": "abc1234"}
@@ -34,7 +35,7 @@ def test_gpu_slug():
 
 
 def test_row_follows_contract_and_cost_model(tmp_path):
-    from fusedlib.costmodel import cost
+    from fusedlib.lab.costmodel import cost
     shape = parse_shape("84")
     row = bench.make_row("84", shape, "train", "tf32", "fused", (0.5, 0.45, 0.6), 50, 3e-4, ENV)
     assert list(row) == bench.COLUMNS
@@ -213,7 +214,7 @@ def test_bench_without_gpu_exits_2(capsys):
 def test_readme_results_table(tmp_path):
     import pandas as pd
 
-    from fusedlib import report
+    from fusedlib.lab import report
     shape = parse_shape("84")
     path = tmp_path / "bench.csv"
     for impl, ms in (("eager", 2.0), ("compile", 1.6), ("gemm_only", 0.8), ("fused", 1.0)):
@@ -234,7 +235,7 @@ def test_readme_ladder_check(tmp_path):
     and names the ones over it; without all four stages in any table it is empty."""
     import pandas as pd
 
-    from fusedlib import report
+    from fusedlib.lab import report
     shape, path = parse_shape("84"), tmp_path / "bench.csv"
     for impl, ms in (("naive", 1.0), ("fold", 0.9), ("sums", 0.8), ("fused", 0.84), ("eager", 0.7)):
         bench.append_row(path, bench.make_row("84", shape, "train", "tf32", impl, (ms,) * 3, 50, 1e-4, ENV))
@@ -452,7 +453,7 @@ def test_host_time_section_medians_ranges_and_row_by_row():
     """report.host_time_section: medians and ranges of host_us per implementation over the latest
     rows at the KernelBench shapes and at v0, and fused over F.linear row by row."""
     import pandas as pd
-    from fusedlib import report
+    from fusedlib.lab import report
     rows = []
     for problem, (n, k, m) in (("84", (1024, 8192, 8192)), ("39", (16384, 4096, 4096)), ("84", (128, 1024, 512))):
         for impl, us in (("fused", 40.0), ("gemm_only", 80.0), ("eager", 200.0), ("compile", 300.0)):

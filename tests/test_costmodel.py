@@ -2,7 +2,7 @@
 import pytest
 
 from fusedlib import algebra
-from fusedlib.costmodel import IMPLS, cost
+from fusedlib.lab.costmodel import EVAL_GEMM, IMPLS, cost
 
 N, K, M = 8, 16, 4          # small shape for hand counts
 NK, MK, NM = N * K, M * K, N * M
@@ -131,7 +131,7 @@ def test_peers_do_not_change_with_precision(peer):
 def test_eval_has_no_statistics():
     train = cost("33", "fused", 256, 512, 128, "train")
     evals = cost("33", "fused", 256, 512, 128, "eval")
-    assert [p.name for p in evals.passes] == ["GEMM with folded W', b'"]
+    assert [p.name for p in evals.passes] == [EVAL_GEMM]
     assert evals.bytes == cost("33", "gemm_only", 256, 512, 128).bytes    # Y straight from the GEMM
     assert evals.bytes < train.bytes
 

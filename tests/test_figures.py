@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from fusedlib import bench, cli, figures
+from fusedlib import cli, figures
+from fusedlib.lab import bench
 from fusedlib.reference import PRESETS, parse_shape
 
 ENV = {"gpu": "synthetic", "torch": "x", "cuda": "x", "commit": "x"}
@@ -105,7 +106,7 @@ def test_ladder_skips_missing_rows(tmp_path):
 
 
 def test_predicted_ms_is_the_cost_model_at_the_ceilings():
-    from fusedlib.costmodel import cost
+    from fusedlib.lab.costmodel import cost
     env = {"measured": {"copy_gbytes_per_s": 3000, "gemm_fp32_tflops": 50, "gemm_tf32_tflops": 400}}
     s = PRESETS["84"]
     for prec, rate in (("fp32", 50), ("tf32", 400), ("3xtf32", 400 / 3)):
@@ -162,7 +163,7 @@ def test_figures_command_regenerates_the_readme_table(tmp_path, capsys):
     assert [line.split("|")[4].strip() for line in lines] == list(bench.IMPLS)
     import pandas as pd
 
-    from fusedlib import report
+    from fusedlib.lab import report
     assert not report.update_results_table(readme, pd.read_csv(tmp_path / "bench.csv", dtype={"problem": str}))
     readme.write_text("no markers here\n")
     capsys.readouterr()
@@ -173,7 +174,7 @@ def test_figures_command_regenerates_the_readme_table(tmp_path, capsys):
 def test_speedups_against_hand_made_rows(tmp_path):
     import pandas as pd
 
-    from fusedlib import report
+    from fusedlib.lab import report
     path = tmp_path / "bench.csv"
     shape = parse_shape("39")
     for impl, ms, prec in (("eager", 11.5, "fp32"), ("compile", 11.4, "fp32"), ("gemm_only", 10.8, "fp32"),

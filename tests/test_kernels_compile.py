@@ -1,8 +1,14 @@
 """Every kernel source compiles with nvcc for every GPU generation of ``build.ARCHS``
 (sm_75, 80, 86, 89, 90a, 100, 120), without torch headers, and no kernel spills registers
-to local memory. Runs on machines without a GPU (compile only); in CI a missing nvcc fails."""
+to local memory. Runs on machines without a GPU (compile only); in CI a missing nvcc fails.
+
+``make test-kernels`` runs this file (``make test`` leaves it out: the matrix is minutes of
+nvcc). The compiles of the whole matrix run side by side, one nvcc per core
+(:func:`reports`, ``$FUSEDLIB_COMPILE_JOBS`` sets the number), the tests then read their
+results."""
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -16,11 +22,43 @@ def _arch(cap):
     return f"sm_{cap[0]}{cap[1]}" + ("a" if cap == (9, 0) else "")
 
 
+def _compile(stage, capability):
+    """ptxas's report of one stage file for one architecture, or the exception raised."""
+    try:
+        return build.compile_check(build.KERNEL_DIR / build.STAGE_FILES[stage], capability)
+    except Exception as exc:  # re-raised by the test of this pair
+        return exc
+
+
+def _selected_pairs(items) -> list:
+    """The (stage, capability) pairs the selected tests of this file read (``-k`` narrows them)."""
+    pairs = []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "stage" in params and "capability" in params:
+            pairs.append((params["stage"], params["capability"]))
+        elif item.name == "test_every_stage_instantiates_every_mainloop":
+            pairs += [(stage, (9, 0)) for stage in build.STAGE_FILES]
+    return list(dict.fromkeys(pairs))
+
+
+@pytest.fixture(scope="module")
+def reports(request):
+    """(stage, capability) -> ptxas report (or the exception) for the selected pairs of the
+    matrix, compiled in threads that each wait on one nvcc process."""
+    pairs = _selected_pairs(request.session.items)
+    jobs = int(os.environ.get("FUSEDLIB_COMPILE_JOBS") or os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return dict(zip(pairs, pool.map(lambda pair: _compile(*pair), pairs)))
+
+
 @needs_nvcc
 @pytest.mark.parametrize("capability", build.ARCHS, ids=_arch)
 @pytest.mark.parametrize("stage", list(build.STAGE_FILES))
-def test_stage_compiles_without_spills(stage, capability):
-    report = build.compile_check(build.KERNEL_DIR / build.STAGE_FILES[stage], capability)
+def test_stage_compiles_without_spills(stage, capability, reports):
+    report = reports[(stage, capability)]
+    if isinstance(report, Exception):
+        raise report
     assert report, f"ptxas reported no kernels for {stage} on {_arch(capability)}"
     for k in report:
         print(f"{stage:6s} {_arch(capability):7s} {k['registers']:4d} regs  "
@@ -30,11 +68,14 @@ def test_stage_compiles_without_spills(stage, capability):
 
 
 @needs_nvcc
-def test_every_stage_instantiates_every_mainloop():
+def test_every_stage_instantiates_every_mainloop(reports):
     """On sm_90a each stage file holds the three mainloops (one GEMM engine under every
     stage); on sm_80 the wgmma kernels exist with empty bodies, on sm_75 the mma ones too."""
-    for stage, path in build.STAGE_FILES.items():
-        names = " ".join(k["kernel"] for k in build.compile_check(build.KERNEL_DIR / path, (9, 0)))
+    for stage in build.STAGE_FILES:
+        report = reports[(stage, (9, 0))]
+        if isinstance(report, Exception):
+            raise report
+        names = " ".join(k["kernel"] for k in report)
         for mainloop in ("simt_gemm_kernel", "mma_gemm_kernel", "wgmma_gemm_kernel"):
             assert mainloop in names, f"{stage}: no {mainloop}"
 

@@ -1,11 +1,12 @@
-"""fusedlib.trainstep (``python -m fusedlib train-step``): the step, the gradient error and
+"""fusedlib.lab.trainstep (``python -m fusedlib train-step``): the step, the gradient error and
 the command's argument checks, on the CPU (the timings themselves need the GPU)."""
 import copy
 
 import torch
 
 import fusedlib
-from fusedlib import cli, trainstep
+from fusedlib import cli
+from fusedlib.lab import trainstep
 from fusedlib.reference import make_reference
 
 

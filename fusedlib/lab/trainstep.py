@@ -6,7 +6,7 @@ One table per problem (its KernelBench shape, train mode) and precision; the mod
 KernelBench one, so x is the input data (it needs no gradient: neither PyTorch nor the
 fused backward computes dX) and dY a fixed ``randn``. Each implementation's step sets the
 parameters' gradients to None, runs the forward and ``backward(dY)``. Timing: the bench's
-method (:func:`fusedlib.bench.time_round_robin`: L2 flush, CUDA events, rounds). Beside
+method (:func:`fusedlib.lab.bench.time_round_robin`: L2 flush, CUDA events, rounds). Beside
 the time, each row has the forward alone (ms, same method, grad enabled as in the step),
 the peak memory the step allocates above what was allocated before it (MiB: saved
 activations, gradients, workspaces) and the largest normwise relative error among the
@@ -16,7 +16,7 @@ in exact arithmetic, in train mode).
 Columns (:data:`COLUMNS`): problem, batch, in_features, out_features, precision, impl,
 median_ms, min_ms, max_ms, iters, forward_ms, peak_mib, grad_rel_err, gpu, torch, cuda,
 commit, timestamp. The kernel sources the rows were measured on are recorded beside, in
-``train_step.sources.json`` (:func:`fusedlib.bench.stamp_sources`): ``--fresh`` starts a
+``train_step.sources.json`` (:func:`fusedlib.lab.bench.stamp_sources`): ``--fresh`` starts a
 new file.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from . import bench
-from .reference import PRESETS, PROBLEMS
+from ..reference import PRESETS, PROBLEMS
 
 COLUMNS = ["problem", "batch", "in_features", "out_features", "precision", "impl", "median_ms", "min_ms", "max_ms",
            "iters", "forward_ms", "peak_mib", "grad_rel_err", "gpu", "torch", "cuda", "commit", "timestamp"]
@@ -77,7 +77,7 @@ def measure(problem: str, precisions, impls, args, env: dict) -> list[dict]:
     """The rows of one problem at its KernelBench shape, a table per precision."""
     import torch
 
-    from .reference import make_reference
+    from ..reference import make_reference
     shape = PRESETS[problem]
     ref = make_reference(problem, shape.in_features, shape.out_features, seed=args.seed).cuda().train()
     state0 = copy.deepcopy(ref.state_dict())
@@ -144,7 +144,7 @@ def main(args) -> int:
         print("error: train-step needs a CUDA device", file=sys.stderr)
         return 2
     env = bench._environment()
-    out = args.out or bench.ROOT / "results" / bench.gpu_slug(env["gpu"]) / "train_step.csv"
+    out = args.out or Path("results") / bench.gpu_slug(env["gpu"]) / "train_step.csv"
     if args.fresh:
         out.unlink(missing_ok=True)
     try:

@@ -43,16 +43,20 @@ the online softmax; PyTorch's softmax kernel) read each row of Z once: they hold
 shared memory (rows up to 200 KiB, M ≤ 51200, in this project's kernels) and otherwise
 re-read it from L2, which the per-kernel count above does not charge.
 
-Nothing derived from the parameters is kept between calls: eval mode folds the running
-statistics into (a, c) in the GEMM's epilogue (M-vectors, charged with it) and 3xtf32 splits W
-inside the GEMM, so every call's bytes are charged to it.
+Nothing derived from the parameters is kept between calls: in eval mode the GEMM's epilogue
+computes BatchNorm's coefficients (a, c) from the running statistics, γ, β, s and b at each
+call and writes a∘(XWᵀ) + (a∘b + c) (no folded weight exists; of the M-vectors it reads only
+the bias is charged, the others are a few M floats against N·M), and 3xtf32 splits W inside
+the GEMM, so every call's bytes are charged to it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .algebra import PRECISIONS, tile_rows
+from ..algebra import PRECISIONS, tile_rows
 
+#: The eval-mode GEMM of sums and fused: BatchNorm's coefficients computed in its epilogue.
+EVAL_GEMM = "GEMM + eval epilogue a∘(XWᵀ) + a∘b + c"
 #: Every implementation the benchmark times: the four stages, then the peers.
 IMPLS = ("naive", "fold", "sums", "fused", "eager", "compile", "compile_max_autotune", "gemm_only")
 KINDS = ("84", "33")
@@ -241,11 +245,12 @@ def _sums(b: _Builder) -> None:
     the partials (merging them with Chan's formula in a fixed order), s, γ, β, b and the running
     buffers, and writes a, c and the buffers. One row pass reads Z' once and writes Y
     (84: the single-kernel row softmax, row kept in shared memory; 33: the affine).
-    Full-tensor passes (train): GEMM write, 1 read + 1 write. Eval: GEMM with the folded
-    W', b' writing Z (84, then the row softmax: 1 read, 1 write) or Y (33).
+    Full-tensor passes (train): GEMM write, 1 read + 1 write. Eval: the GEMM with the eval
+    epilogue, a∘(XWᵀ) + (a∘b + c), (a, c) computed in the epilogue from the running
+    statistics, writing V (84, then the row softmax: 1 read, 1 write) or Y (33).
     """
     if not b.train:
-        b.gemm_bias("GEMM with folded W', b'")
+        b.gemm_bias(EVAL_GEMM)
         if b.kind == "84":
             b.row_softmax_one_kernel("row softmax", affine=False)
         return
@@ -268,10 +273,11 @@ def _fused(b: _Builder) -> None:
     and writes a, c and the running buffers (reading s, γ, β, b and the buffers) — all inside
     the GEMM kernel. One row pass reads Z' once and writes Y: 84 the online softmax (row on
     chip), 33 the affine. Full-tensor passes: GEMM write, 1 read + 1 write: the floor of
-    docs/design.md §3. Eval: GEMM with the folded W', b', then (84) the online softmax.
+    docs/design.md §3. Eval: the GEMM with the eval epilogue, a∘(XWᵀ) + (a∘b + c), then
+    (84) the online softmax.
     """
     if not b.train:
-        b.gemm_bias("GEMM with folded W', b'")
+        b.gemm_bias(EVAL_GEMM)
         if b.kind == "84":
             b.online_softmax("row softmax (online)", affine=False)
         return

@@ -19,7 +19,7 @@ one after the other an implementation late in a table looked 2-3 % slower on the
 an equal one early in it; interleaved, the drift falls on all implementations alike and
 the order effect disappears.
 
-Implementations (the ``impl`` column, :data:`fusedlib.costmodel.IMPLS`): the stages
+Implementations (the ``impl`` column, :data:`fusedlib.lab.costmodel.IMPLS`): the stages
 ``naive``, ``fold``, ``sums``, ``fused`` (:func:`fusedlib.from_reference`; CUDA kernels on
 CUDA tensors); the peers ``eager`` (the reference module), ``compile``
 (``torch.compile`` mode "default"), ``compile_max_autotune`` (mode
@@ -36,70 +36,45 @@ datasheet values) and ``profile.csv`` (``--profile``: per-kernel device time fro
 torch.profiler, :data:`PROFILE_COLUMNS`; with ``--ncu`` also DRAM bytes and SM throughput
 measured by Nsight Compute), and ``sources.json`` (the SHA-256 of the kernel sources the rows
 were measured on, :func:`stamp_sources`). ``tflops`` and ``gbytes_per_s`` divide the cost model's FLOPs
-and compulsory bytes (:mod:`fusedlib.costmodel`) by the median time.
+and compulsory bytes (:mod:`fusedlib.lab.costmodel`) by the median time.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
-import csv
 import datetime
 import json
-import math
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import engine
+from ..reference import PRESETS, PROBLEMS, Shape, parse_shape, problem_kind
 from .costmodel import IMPLS, MODES, PRECISIONS
-from .reference import PRESETS, PROBLEMS, Shape, parse_shape, problem_kind
+# The timing protocol, the records and the profiles live in their own modules; their names are
+# also reachable from here, where the benchmark's callers have always found them.
+from .profiling import (NCU_METRICS, kernel_base, ncu_command, parse_ncu_csv, profile_kernels,  # noqa: F401
+                        profile_rows, run_ncu)
+from .records import (COLUMNS, PACKAGE_PARENT, PROFILE_COLUMNS, _environment, _sig, append_row,  # noqa: F401
+                      append_rows, check_header, gpu_slug, make_row, stamp_sources)
+from .timing import (CALLS_PER_ROUND, FLUSH_MB, MAX_ITERS, MIN_ITERS, MIN_TIMED_MS, MIN_WARMUP,  # noqa: F401
+                     ROUNDS, TimingError, _summary, _timed_call, iters_for, peer_precision, round_calls,
+                     table_iters, time_cuda, time_round_robin)
 
-#: The bench.csv contract, in order.
-COLUMNS = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl", "median_ms",
-           "min_ms", "max_ms", "iters", "tflops", "gbytes_per_s", "rel_err", "gpu", "torch", "cuda", "commit",
-           "timestamp", "host_us"]
-#: The profile.csv contract: torch.profiler's device time per kernel and call; the last two
-#: columns are Nsight Compute's DRAM bytes per call and SM throughput (% of peak), empty
-#: unless measured (``--ncu``).
-PROFILE_COLUMNS = ["problem", "shape", "mode", "precision", "impl", "kernel", "calls", "cuda_time_us_per_call",
-                   "dram_bytes_per_call", "sm_throughput_pct"]
 STAGE_IMPLS, PEER_IMPLS = IMPLS[:4], IMPLS[4:]
 COMPILE_MODES = {"compile": "default", "compile_max_autotune": "max-autotune-no-cudagraphs"}
-ROOT = Path(__file__).resolve().parent.parent
 #: H100 SXM datasheet: HBM3 bandwidth (GB/s), dense FP32 and TF32 rates (TFLOP/s).
 DATASHEET_H100 = {"device": "H100 SXM", "bandwidth_gbytes_per_s": 3350.0, "fp32_tflops": 67.0, "tf32_tflops": 495.0}
-#: The method's minimums (docs/design.md §6) and the L2 flush size.
-MIN_WARMUP, MIN_ITERS, FLUSH_MB = 10, 50, 256
-#: Rounds in which the implementations of a table are timed in turn (``--rounds``).
-ROUNDS = 5
-#: Short calls get more timed calls (:func:`table_iters`): until each implementation's timed
-#: calls add up to MIN_TIMED_MS (``--min-time-ms``), at most MAX_ITERS, in rounds of at
-#: least CALLS_PER_ROUND calls.
-MIN_TIMED_MS, MAX_ITERS, CALLS_PER_ROUND = 500.0, 1000, 10
 #: Size sweeps: batch at BATCH_SWEEP_FEATURES→BATCH_SWEEP_FEATURES, and features (K = M) at
 #: FEATURE_SWEEP_BATCH rows; the sizes are overridable (--batches, --features).
 SWEEP_BATCHES = (256, 1024, 4096)
 SWEEP_FEATURES = (1024, 2048, 4096, 8192)
 BATCH_SWEEP_FEATURES, FEATURE_SWEEP_BATCH = 4096, 1024
-NCU_METRICS = ("dram__bytes.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed")
 
 
 # --------------------------------------------------------------------------- selection
-
-def gpu_slug(name: str) -> str:
-    """Results folder name of a device: ``h100`` if the name contains H100, ``h200`` for H200,
-    ``a100`` for A100, else its lower-case letters and digits (``gpu`` if none)."""
-    low = name.lower()
-    for slug in ("h100", "h200", "a100"):
-        if slug in low:
-            return slug
-    return "".join(ch for ch in low if ch.isalnum()) or "gpu"
-
 
 def parse_list(text: str, choices, groups: dict | None = None, what: str = "value") -> list[str]:
     """Split a comma list, expand ``all`` and the named groups, keep the order of ``choices``.
@@ -180,210 +155,6 @@ def plan_tables(problems, shapes, modes, precisions, impls) -> list[Table]:
     return tables
 
 
-# --------------------------------------------------------------------------- timing
-
-#: The peers' scoped TF32 switch (the fused backward's GEMMs use the same one).
-peer_precision = engine.cublas_precision
-
-
-def _flush_buffer(x, flush_mb: int):
-    """The L2 flush buffer of the timed calls on ``x``'s device: ``flush_mb`` MiB of float32
-    on a CUDA device; None on the CPU or for ``flush_mb`` 0 (no flush)."""
-    import torch
-    if not x.is_cuda or not flush_mb:
-        return None
-    return torch.empty(flush_mb * (1 << 20) // 4, device=x.device, dtype=torch.float32)
-
-
-def _timed_call(fn, x, flush) -> tuple[float, float]:
-    """One timed call of ``fn(x)``, the protocol of :func:`time_cuda` and
-    :func:`time_round_robin`: (time in ms, host time in µs). CUDA tensor: ``flush.zero_()``
-    (the L2 flush, unless ``flush`` is None), a CUDA event before and after the call, a device
-    synchronize; the host time is the host clock around the call alone: the CPU time to
-    enqueue one forward (the GPU is still busy with the flush, so no launch waits for it).
-    CPU tensor: the host clock around the call, for both."""
-    import time
-
-    import torch
-    if not x.is_cuda:
-        start = time.perf_counter()
-        fn(x)
-        ms = (time.perf_counter() - start) * 1e3
-        return ms, ms * 1e3
-    if flush is not None:
-        flush.zero_()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    host = time.perf_counter()
-    fn(x)
-    host = time.perf_counter() - host
-    end.record()
-    torch.cuda.synchronize(x.device)
-    return start.elapsed_time(end), host * 1e6
-
-
-def _summary(times: list[float]) -> tuple[float, float, float]:
-    """(median, min, max) of a list of times (the median: the upper middle element)."""
-    times = sorted(times)
-    return times[len(times) // 2], times[0], times[-1]
-
-
-def time_cuda(fn, x, warmup: int = MIN_WARMUP, iters: int = MIN_ITERS, flush_mb: int = FLUSH_MB
-              ) -> tuple[float, float, float]:
-    """Time ``fn(x)``: (median, min, max) in ms over ``iters`` calls.
-
-    CUDA tensor: ``warmup`` untimed calls, then for each timed call a ``flush_mb`` MiB
-    ``zero_()`` (L2 flush; 0 skips it), a CUDA event before and after the call and a device
-    synchronize (KernelBench's timing loop). CPU tensor (a dry run of the harness): the host
-    clock around each call, no flush. To time several implementations against each other,
-    :func:`time_round_robin` interleaves them.
-
-    Raises:
-        ValueError: ``iters`` < 1.
-    """
-    import torch
-    if iters < 1:
-        raise ValueError(f"iters: expected >= 1, got {iters}")
-    for _ in range(warmup):
-        fn(x)
-    flush = _flush_buffer(x, flush_mb)
-    if x.is_cuda:
-        torch.cuda.synchronize(x.device)
-    return _summary([_timed_call(fn, x, flush)[0] for _ in range(iters)])
-
-
-class TimingError(RuntimeError):
-    """A call of one implementation failed inside :func:`time_round_robin`; ``impl`` names it
-    (the cause is chained), so that the caller can drop it and time the others."""
-
-    def __init__(self, impl: str, exc: BaseException):
-        super().__init__(f"{impl}: {type(exc).__name__}: {exc}")
-        self.impl = impl
-
-
-def round_calls(iters: int, rounds: int) -> list[int]:
-    """Timed calls of one implementation in each round: ``iters // rounds``, one more in the
-    first ``iters % rounds`` rounds (7 over 3 rounds: 3, 2, 2); they add up to ``iters``.
-
-    Raises:
-        ValueError: ``rounds`` < 1, or ``iters`` < ``rounds`` (a round without calls).
-    """
-    if rounds < 1:
-        raise ValueError(f"rounds: expected >= 1, got {rounds}")
-    if iters < rounds:
-        raise ValueError(f"iters: expected >= rounds ({rounds}) so that every round times each "
-                         f"implementation at least once, got {iters}")
-    return [iters // rounds + (r < iters % rounds) for r in range(rounds)]
-
-
-def _precision_context(precision):
-    """A context manager factory: ``peer_precision(precision)`` for a string, the factory
-    itself for a callable, no-op for None."""
-    if precision is None:
-        return contextlib.nullcontext
-    if isinstance(precision, str):
-        return lambda: peer_precision(precision)
-    if callable(precision):
-        return precision
-    raise TypeError(f"precision: expected a precision string, a context manager factory or None, "
-                    f"got {precision!r}")
-
-
-def time_round_robin(fns: dict, x, warmup: int = MIN_WARMUP, iters: int = MIN_ITERS, rounds: int = ROUNDS,
-                     flush_mb: int = FLUSH_MB) -> dict[str, tuple[float, float, float, float]]:
-    """Time several implementations of one computation against each other, interleaved:
-    impl → (median, min, max) in ms over ``iters`` calls each, and the median host time in µs
-    (the CPU time to enqueue one call, :func:`_timed_call`).
-
-    Args:
-        fns: impl name → (callable, precision): a precision string (the calls run under
-            :func:`peer_precision` of it), a context manager factory, or None. The impls are
-            timed in this order.
-        x: the input of every call.
-        warmup: untimed calls of each impl, all before the first round.
-        iters: timed calls of each impl, spread over the rounds (:func:`round_calls`).
-        rounds: each round times every impl in turn, for its share of ``iters`` calls in a
-            row; the impl's precision context is entered and left around each such block.
-        flush_mb: the L2 flush before each timed call (0: none).
-
-    Each timed call follows :func:`time_cuda`'s protocol (:func:`_timed_call`): on a CUDA
-    tensor an L2 flush, CUDA events and a synchronize; on a CPU tensor the host clock, no
-    flush. Timed one after the other, an implementation later in a table runs after the GPU's
-    clocks and temperature have drifted (on the H100 an equal implementation looked 2-3 %
-    slower there); in rounds, the drift falls on every implementation alike.
-
-    Raises:
-        ValueError: ``rounds`` < 1 or ``iters`` < ``rounds``.
-        TimingError: a call of one impl raised (its ``impl`` attribute names it).
-    """
-    import torch
-    counts = round_calls(iters, rounds)
-    contexts = {name: _precision_context(precision) for name, (_, precision) in fns.items()}
-
-    def calls(name, fn, n, timed, flush=None) -> list[float]:
-        try:
-            with contexts[name]():
-                if timed:
-                    return [_timed_call(fn, x, flush) for _ in range(n)]
-                for _ in range(n):
-                    fn(x)
-                return []
-        except Exception as exc:
-            raise TimingError(name, exc) from exc
-
-    for name, (fn, _) in fns.items():
-        calls(name, fn, warmup, timed=False)
-    flush = _flush_buffer(x, flush_mb)
-    if x.is_cuda:
-        torch.cuda.synchronize(x.device)
-    times = {name: [] for name in fns}
-    for n in counts:
-        for name, (fn, _) in fns.items():
-            times[name] += calls(name, fn, n, timed=True, flush=flush)
-    return {name: (*_summary([ms for ms, _ in t]), _summary([us for _, us in t])[0]) for name, t in times.items()}
-
-
-def table_iters(fns: dict, x, iters: int, rounds: int, min_ms: float = MIN_TIMED_MS,
-                max_iters: int = MAX_ITERS) -> tuple[int, int]:
-    """(timed calls per implementation, rounds) for one table, like triton.testing.do_bench's
-    ``rep``: at least ``iters``, and for short calls enough that the slowest implementation's
-    timed calls add up to ``min_ms`` ms (at most ``max_iters``), so that a median of calls of
-    a fraction of a millisecond is as steady as one of long calls; ``rounds`` at least
-    ``rounds`` and one per :data:`CALLS_PER_ROUND` calls. The call time is the median of
-    three timed calls of each implementation (:func:`_timed_call`, no flush); on the CPU
-    (a dry run) ``(iters, rounds)`` as given.
-
-    Args:
-        fns: impl name → (callable, precision), as :func:`time_round_robin`.
-        x: the input of every call.
-        iters, rounds: the minimums (``--iters``, ``--rounds``).
-        min_ms: timed milliseconds per implementation to reach (0: ``iters``).
-        max_iters: the most timed calls.
-
-    Raises:
-        TimingError: a call of one impl raised (its ``impl`` attribute names it).
-    """
-    if not x.is_cuda or min_ms <= 0:
-        return iters, rounds
-    slowest = 0.0
-    for name, (fn, precision) in fns.items():
-        try:
-            with _precision_context(precision)():
-                slowest = max(slowest, _summary([_timed_call(fn, x, None)[0] for _ in range(3)])[0])
-        except Exception as exc:
-            raise TimingError(name, exc) from exc
-    return iters_for(slowest, iters, rounds, min_ms, max_iters)
-
-
-def iters_for(call_ms: float, iters: int, rounds: int, min_ms: float = MIN_TIMED_MS,
-              max_iters: int = MAX_ITERS) -> tuple[int, int]:
-    """(timed calls, rounds) of :func:`table_iters` for a slowest call of ``call_ms`` ms:
-    n = max(iters, min(max_iters, ⌈min_ms / call_ms⌉)) (``iters`` for ``min_ms`` 0) and
-    rounds = min(n, max(rounds, n // :data:`CALLS_PER_ROUND`))."""
-    n = max(iters, min(max_iters, math.ceil(min_ms / max(call_ms, 1e-3)))) if min_ms > 0 else iters
-    return n, min(n, max(rounds, n // CALLS_PER_ROUND))
-
-
 def rel_err(y, y64) -> float:
     """Normwise relative error ‖y − y64‖_F / ‖y64‖_F in float64 (NaN if y has NaN/inf)."""
     import torch
@@ -404,7 +175,7 @@ def build_impl(impl: str, ref, precision: str, reset: bool = True):
     """
     import torch
 
-    from .modules import from_reference
+    from ..modules import from_reference
     if impl in STAGE_IMPLS:
         module = from_reference(ref, stage=impl, precision=precision)
         return module, module
@@ -417,110 +188,6 @@ def build_impl(impl: str, ref, precision: str, reset: bool = True):
     if reset:
         torch._dynamo.reset()
     return torch.compile(module, mode=COMPILE_MODES[impl], dynamic=False), module
-
-
-# --------------------------------------------------------------------------- CSV
-
-def _environment(device: str = "cuda") -> dict:
-    """gpu (device name), torch, cuda (torch's CUDA version) and commit (the ``FUSEDLIB_COMMIT``
-    environment variable when set — for copies of the tree whose ``.git`` is not the one the
-    code was committed in, such as a remote GPU machine's —, else the short HEAD, else "unknown")."""
-    import os
-    import platform
-
-    import torch
-    try:
-        proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-        commit = proc.stdout.strip() if proc.returncode == 0 else ""
-    except OSError:
-        commit = ""
-    name = torch.cuda.get_device_name() if device == "cuda" else f"cpu {platform.machine()}"
-    return {"gpu": name, "torch": torch.__version__, "cuda": torch.version.cuda or "none",
-            "commit": os.environ.get("FUSEDLIB_COMMIT") or commit or "unknown"}
-
-
-def make_row(problem: str, shape: Shape, mode: str, precision: str, impl: str, times, iters: int,
-             rel_error: float, env: dict) -> dict:
-    """One bench.csv row (:data:`COLUMNS`). ``times`` = (median, min, max) in ms, optionally
-    followed by the median host time per call in µs (``host_us``, empty without it); ``tflops``
-    (TFLOP/s) and ``gbytes_per_s`` (GB/s) are the cost model's FLOPs and compulsory bytes of
-    ``impl`` divided by the median; ``timestamp`` is ISO-8601 UTC."""
-    from .costmodel import cost
-    median, lo, hi, *host = times
-    c = cost(problem_kind(problem), impl, shape.batch, shape.in_features, shape.out_features, mode, precision)
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    return {"problem": str(problem), "batch": shape.batch, "in_features": shape.in_features,
-            "out_features": shape.out_features, "mode": mode, "precision": precision, "impl": impl,
-            "median_ms": _sig(median), "min_ms": _sig(lo), "max_ms": _sig(hi), "iters": iters,
-            "tflops": _sig(c.flops / (median * 1e-3) / 1e12), "gbytes_per_s": _sig(c.bytes / (median * 1e-3) / 1e9),
-            "rel_err": _sig(rel_error, 3), "gpu": env["gpu"], "torch": env["torch"], "cuda": env["cuda"],
-            "commit": env["commit"], "timestamp": now, "host_us": _sig(host[0], 4) if host else ""}
-
-
-def _sig(value: float, digits: int = 6) -> float:
-    """``value`` rounded to ``digits`` significant digits (keeps the CSV readable)."""
-    return float(f"{value:.{digits}g}")
-
-
-def stamp_sources(out: Path, name: str = "sources.json") -> Path:
-    """Write ``name`` beside ``out`` (bench.csv; train_step.csv has its own record): the
-    SHA-256 of every kernel source the rows are measured on
-    (:func:`fusedlib.build.sources_sha256`), so that a test can tell when committed timings
-    are stale. Returns its path.
-
-    Raises:
-        ValueError: ``out`` already holds rows measured on other kernel sources (or on
-            sources not recorded): one bench.csv holds one version of the kernels.
-    """
-    from .build import sources_sha256, stale_sources
-    path = out.parent / name
-    if out.exists() and out.stat().st_size > 0:
-        if not path.exists():
-            raise ValueError(f"{out} has rows but no {path.name} beside it: the kernel sources they were measured "
-                             "on are unknown; start a new file with --fresh")
-        changed = stale_sources(json.loads(path.read_text())["sources_sha256"])
-        if changed:
-            raise ValueError(f"{out} was measured on other kernel sources (changed since: {', '.join(changed)}); "
-                             "start a new file with --fresh")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"sources_sha256": sources_sha256()}, indent=1) + "\n")
-    return path
-
-
-def check_header(path: Path, columns=COLUMNS) -> None:
-    """Raise ValueError if ``path`` exists, is not empty and its header is not ``columns``."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    with path.open(newline="") as f:
-        header = next(csv.reader(f), [])
-    if header != list(columns):
-        raise ValueError(f"{path}: has the columns {header}, expected {list(columns)}; "
-                         "start a new file with --fresh or write elsewhere with --out")
-
-
-def append_rows(path: Path, rows: list[dict], columns=COLUMNS) -> None:
-    """Append rows to the CSV at ``path``, writing the header first if the file is new.
-
-    Raises:
-        ValueError: a row's keys are not exactly ``columns`` (in order), or the file's
-        header differs (:func:`check_header`).
-    """
-    for row in rows:
-        if list(row) != list(columns):
-            raise ValueError(f"row: expected the columns {list(columns)}, got {list(row)}")
-    check_header(path, columns)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists() or path.stat().st_size == 0
-    with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(columns))
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
-
-
-def append_row(path: Path, row: dict) -> None:
-    """Append one bench.csv row (:data:`COLUMNS`); see :func:`append_rows`."""
-    append_rows(path, [row], COLUMNS)
 
 
 # --------------------------------------------------------------------------- ceilings
@@ -585,158 +252,6 @@ def write_env(path: Path, ceilings: dict) -> dict:
     return env
 
 
-# --------------------------------------------------------------------------- profiles
-
-def profile_kernels(fn, x, calls: int = 5, flush_mb: int = FLUSH_MB) -> list[tuple[str, int, float]]:
-    """Device kernels of one call of ``fn(x)``: (kernel name, launches per call, device µs
-    per call), from ``torch.profiler`` over ``calls`` calls, each after the same L2 flush as
-    :func:`time_cuda`. The flush's own kernels are left out (found by profiling the flush
-    alone; the models launch no fill kernels), and CPU-side operator entries are skipped
-    so that no kernel is counted twice."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    flush = torch.empty(flush_mb * (1 << 20) // 4, device=x.device, dtype=torch.float32)
-
-    def device_events(prof):
-        for evt in prof.key_averages():
-            if str(getattr(evt, "device_type", "")).endswith("CUDA") and evt.count:
-                yield evt
-
-    fn(x)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        flush.zero_()
-        torch.cuda.synchronize()
-    flush_names = {evt.key for evt in device_events(prof)}
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            flush.zero_()
-            fn(x)
-        torch.cuda.synchronize()
-    rows = []
-    for evt in device_events(prof):
-        device_us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
-        if evt.key not in flush_names and device_us > 0:
-            rows.append((evt.key, max(1, round(evt.count / calls)), device_us / calls))
-    return rows
-
-
-def kernel_base(name: str) -> str:
-    """A kernel's bare function name, as both torch.profiler's demangled names and Nsight
-    Compute's ``function`` names reduce to it: no return type, template arguments,
-    parameter list or namespaces (``void fl::k<64>(fl::Problem)`` → ``k``)."""
-    text = name.replace("(anonymous namespace)", "")
-    depth, out = 0, []
-    for ch in text:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth = max(0, depth - 1)
-        elif depth == 0:
-            if ch == "(":
-                break
-            out.append(ch)
-    words = "".join(out).split()
-    return words[-1].split("::")[-1] if words else name
-
-
-def parse_ncu_csv(text: str) -> dict[str, dict]:
-    """Per kernel base name (:func:`kernel_base`): ``dram_bytes`` summed over its launches
-    and ``sm_throughput_pct`` averaged, from Nsight Compute's ``--csv --print-units base``
-    output (a header with "ID", "Kernel Name", "Metric Name", "Metric Value"; lines before
-    it, such as ``==PROF==`` messages, are skipped; thousands separators are removed)."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"') and "Metric Name" in line), None)
-    if start is None:
-        return {}
-    per_kernel: dict[str, dict] = {}
-    for rec in csv.DictReader(lines[start:]):
-        try:
-            value = float(rec["Metric Value"].replace(",", ""))
-        except (KeyError, ValueError, AttributeError):
-            continue
-        entry = per_kernel.setdefault(kernel_base(rec.get("Kernel Name", "")), {"dram_bytes": 0.0, "sm": []})
-        if rec.get("Metric Name") == NCU_METRICS[0]:
-            entry["dram_bytes"] += value
-        elif rec.get("Metric Name") == NCU_METRICS[1]:
-            entry["sm"].append(value)
-    return {k: {"dram_bytes": v["dram_bytes"], "sm_throughput_pct": sum(v["sm"]) / len(v["sm"]) if v["sm"] else None}
-            for k, v in per_kernel.items()}
-
-
-def profile_rows(table: Table, impl: str, kernels, ncu: dict | None = None) -> list[dict]:
-    """profile.csv rows (:data:`PROFILE_COLUMNS`) of one implementation. Nsight Compute's
-    numbers (``ncu``, from :func:`parse_ncu_csv`) go to the first kernel with the same base
-    name; the ncu columns stay empty elsewhere."""
-    used, rows = set(), []
-    for name, calls, us in kernels:
-        base = kernel_base(name)
-        hit = (ncu or {}).get(base) if base not in used else None
-        used.add(base)
-        rows.append({"problem": table.problem, "shape": str(table.shape), "mode": table.mode,
-                     "precision": table.precision, "impl": impl, "kernel": name, "calls": calls,
-                     "cuda_time_us_per_call": round(us, 3),
-                     "dram_bytes_per_call": "" if hit is None else round(hit["dram_bytes"]),
-                     "sm_throughput_pct": "" if hit is None or hit["sm_throughput_pct"] is None
-                     else round(hit["sm_throughput_pct"], 1)})
-    return rows
-
-
-def ncu_command(ncu: str, log: Path, table: Table, impl: str, seed: int = 0) -> list[str]:
-    """Nsight Compute command that profiles one call of ``impl`` (:func:`_ncu_target`):
-    clocks left alone (``--clock-control none``), profiling only between
-    cudaProfilerStart/Stop, the two metrics of :data:`NCU_METRICS`, CSV in base units."""
-    code = (f"from fusedlib.bench import _ncu_target; _ncu_target({table.problem!r}, {str(table.shape)!r}, "
-            f"{table.mode!r}, {table.precision!r}, {impl!r}, {seed})")
-    return [ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(NCU_METRICS),
-            "--csv", "--print-units", "base", "--log-file", str(log), sys.executable, "-c", code]
-
-
-def run_ncu(table: Table, impl: str, seed: int = 0, timeout_s: int = 600) -> dict:
-    """Run :func:`ncu_command` in a child process; returns :func:`parse_ncu_csv`'s dict.
-
-    Raises:
-        RuntimeError: ncu is not on PATH, failed, or timed out (message holds its output's end).
-    """
-    ncu = shutil.which("ncu")
-    if ncu is None:
-        raise RuntimeError("ncu (Nsight Compute) is not on PATH")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "ncu.csv"
-        try:
-            proc = subprocess.run(ncu_command(ncu, log, table, impl, seed), capture_output=True, text=True,
-                                  cwd=ROOT, env=env, timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            raise RuntimeError(f"ncu timed out after {timeout_s} s") from exc
-        text = log.read_text() if log.exists() else ""
-    result = parse_ncu_csv(text)
-    if proc.returncode != 0 or not result:
-        tail = (text + proc.stdout + proc.stderr)[-1500:]
-        raise RuntimeError(f"ncu returned {proc.returncode} with no metrics:\n{tail}")
-    return result
-
-
-def _ncu_target(problem: str, shape: str, mode: str, precision: str, impl: str, seed: int = 0) -> None:
-    """The child process of :func:`run_ncu`: build ``impl`` as the benchmark does, warm it up
-    (build, compile, caches), then run one call between cudaProfilerStart and Stop."""
-    import torch
-
-    from .reference import make_reference
-    s = parse_shape(shape)
-    ref = make_reference(problem, s.in_features, s.out_features, seed=seed).cuda().train(mode == "train")
-    x = bench_input(s, seed).cuda()
-    fn, _ = build_impl(impl, ref, precision)
-    with peer_precision(precision if impl in PEER_IMPLS else "fp32"), torch.no_grad():
-        for _ in range(3):
-            fn(x)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
-        fn(x)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
-
-
 # --------------------------------------------------------------------------- the run
 
 def estimate_seconds(tables: list[Table], warmup: int, iters: int, profile: bool,
@@ -778,7 +293,7 @@ def estimate_seconds(tables: list[Table], warmup: int, iters: int, profile: bool
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problem", default="all", help="comma list of 84, 33, 39, or all (default)")
     p.add_argument("--shape", action="append", metavar="SHAPE",
-                   help="preset (84, 33, 39, v0) or NxK->M; repeatable. Default: each problem's "
+                   help="preset (84, 33, 39, v0) or NxK:M (batch x in_features : out_features, e.g. 64x256:128); repeatable. Default: each problem's "
                         "KernelBench shape and v0 (unless --sweep is given)")
     p.add_argument("--sweep", action="append", choices=("batch", "features"),
                    help="size sweep (repeatable): batch N at 4096->4096, or features K = M at batch 1024")
@@ -880,7 +395,7 @@ def main(args) -> int:
         print(f"warning: --warmup {args.warmup} --iters {args.iters} is below the method's "
               f"{MIN_WARMUP} warm-ups and {MIN_ITERS} timed calls", file=sys.stderr)
     env = _environment(args.device)
-    out = args.out or ROOT / "results" / gpu_slug(env["gpu"]) / "bench.csv"
+    out = args.out or Path("results") / gpu_slug(env["gpu"]) / "bench.csv"
     profile_csv = out.parent / "profile.csv"
     if args.fresh:
         for path in [out] + ([profile_csv] if args.profile else []):
@@ -916,9 +431,9 @@ def _prebuild(stages) -> set[str]:
     the cache. Returns the stages whose build failed (reported here)."""
     if not stages:
         return set()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")])))
     procs = {s: subprocess.Popen([sys.executable, "-c", f"from fusedlib.build import load_stage; load_stage({s!r})"],
-                                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for s in sorted(stages)}
     failed = set()
     for stage, proc in procs.items():
@@ -939,7 +454,7 @@ def bench_input(shape, seed: int = 0):
     rows collapse onto one column each, which hides every error.)"""
     import torch
 
-    from .reference import get_inputs
+    from ..reference import get_inputs
     return get_inputs(shape, "randn" if shape == PRESETS["v0"] else "rand", torch.Generator().manual_seed(1000 + seed))
 
 
@@ -951,7 +466,7 @@ def _run(tables: list[Table], args, env: dict, out: Path, profile_csv: Path) -> 
     import torch
     from tqdm import tqdm
 
-    from .reference import make_reference
+    from ..reference import make_reference
     failures = 0
     ref = state0 = x = y64 = z64 = None
     ref_key = x_key = y_key = None

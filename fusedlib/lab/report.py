@@ -16,11 +16,20 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- validation:begin -->", "<!-- validation:end -->"
 TABLE_BEGIN, TABLE_END = "<!-- results-table:begin -->", "<!-- results-table:end -->"
 STEP_BEGIN, STEP_END = "<!-- train-step:begin -->", "<!-- train-step:end -->"
 HOST_BEGIN, HOST_END = "<!-- host-time:begin -->", "<!-- host-time:end -->"
+
+
+def _shown(path: Path) -> str:
+    """``path`` as the README shows it: relative to the working directory where it lies below
+    it (``results/h100/validation.json``), else as given; with forward slashes."""
+    path = Path(path)
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
 
 
 def validation_summary(path: Path) -> str:
@@ -44,7 +53,7 @@ def validation_summary(path: Path) -> str:
                   max_budget=("budget", "max")).reset_index())
     lines = [f"GPU validation on {env['gpu']} (driver {env['driver']}, torch {env['torch']}, CUDA {env['cuda']}): "
              f"{int(cases['passed'].sum())} of {len(cases)} cases pass "
-             f"(`{Path(path).relative_to(ROOT).as_posix()}`).", "",
+             f"(`{_shown(path)}`).", "",
              "| GEMM path | precision | inputs | cases | passed | max normwise rel. error | max budget |",
              "|---|---|---|---|---|---|---|"]
     for row in table.itertuples(index=False):
@@ -73,7 +82,7 @@ def validation_summary(path: Path) -> str:
 
 def train_step_section(gpu: str = "h100") -> str:
     """Markdown table of the committed train steps (:func:`fusedlib.course.train_step_table`)."""
-    from .course import train_step_table
+    from ..course import train_step_table
     table = train_step_table(gpu)
     header = "| " + " | ".join(table.columns) + " |"
     def cell(v) -> str:  # times with their three decimals (1.020, not 1.02)
@@ -101,7 +110,7 @@ def host_time_section(bench) -> str:
     """
     import pandas as pd
 
-    from .reference import presets_of
+    from ..reference import presets_of
     rows = _latest(bench).dropna(subset=["host_us"])
     rows = rows.assign(preset=presets_of(rows))
     kb = rows[rows.preset.notna() & (rows.preset != "v0")]
@@ -132,7 +141,7 @@ _PROBLEM_ORDER, _MODE_ORDER = ("84", "33", "39"), ("train", "eval")
 
 
 def results_table(bench, presets_only: bool = True) -> str:
-    """Markdown timing table from a bench.csv DataFrame (:data:`fusedlib.bench.COLUMNS`).
+    """Markdown timing table from a bench.csv DataFrame (:data:`fusedlib.lab.bench.COLUMNS`).
 
     One row per problem@shape, mode, precision and implementation (the latest measurement
     of each): median ms; speedup against PyTorch eager and against torch.compile (default)
@@ -146,7 +155,7 @@ def results_table(bench, presets_only: bool = True) -> str:
     """
     from .bench import COLUMNS
     from .costmodel import IMPLS, PRECISIONS
-    from .reference import presets_of
+    from ..reference import presets_of
     missing = [c for c in COLUMNS if c not in bench.columns]
     if missing:
         raise ValueError(f"bench.csv: missing columns {missing}")
@@ -194,7 +203,7 @@ def ladder_check(bench, tolerance: float = LADDER_TOLERANCE) -> str:
     DataFrame, the latest row of each implementation), which pairs do not (with the excess in
     %), and 84's tf32 fused / naive time per mode. Empty when no table has all four stages.
     """
-    from .reference import presets_of
+    from ..reference import presets_of
     stages = ("naive", "fold", "sums", "fused")
     df = _latest(bench)
     df = df.assign(_preset=presets_of(df))
@@ -252,25 +261,36 @@ def render_readme(readme: str, summary: str, begin: str = BEGIN, end: str = END)
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--gpu", default="h100", help="results/<gpu>/validation.json to summarise")
+    parser.add_argument("--gpu", default="h100", help="read results/<gpu>/ (default h100)")
+    parser.add_argument("--results", type=Path, help="results folder to read instead of results/<gpu>/")
+    parser.add_argument("--readme", type=Path, default=Path("README.md"),
+                        help="README whose generated sections to rewrite (default README.md)")
 
 
 def main(args) -> int:
-    readme = ROOT / "README.md"
-    results = ROOT / "results" / args.gpu
+    """Rewrite the README's generated sections from the results folder (paths relative to the
+    working directory unless absolute); exit status 2, with one line, when a file or a
+    marker is missing."""
+    import os
+    readme = args.readme
+    results = args.results or Path("results") / args.gpu
+    if not results.is_dir():
+        print(f"error: {results}: no such results folder (give --results DIR or --gpu NAME)", file=sys.stderr)
+        return 2
+    os.environ["FUSEDLIB_RESULTS"] = str(results)  # fusedlib.course reads the train steps from there
     try:
         text = render_readme(readme.read_text(), validation_summary(results / "validation.json"))
-        print(f"README.md: validation summary from results/{args.gpu}/validation.json")
+        print(f"{readme}: validation summary from {results / 'validation.json'}")
         if (results / "bench.csv").exists():
             import pandas as pd
             bench = pd.read_csv(results / "bench.csv", dtype={"problem": str})
             text = render_readme(text, results_table(bench), TABLE_BEGIN, TABLE_END)
-            print(f"README.md: results table from results/{args.gpu}/bench.csv")
+            print(f"{readme}: results table from {results / 'bench.csv'}")
             text = render_readme(text, host_time_section(bench), HOST_BEGIN, HOST_END)
-            print(f"README.md: host times from results/{args.gpu}/bench.csv")
+            print(f"{readme}: host times from {results / 'bench.csv'}")
         if (results / "train_step.csv").exists():
             text = render_readme(text, train_step_section(args.gpu), STEP_BEGIN, STEP_END)
-            print(f"README.md: train steps from results/{args.gpu}/train_step.csv")
+            print(f"{readme}: train steps from {results / 'train_step.csv'}")
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
