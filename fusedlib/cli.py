@@ -24,7 +24,7 @@ COMMANDS = {
     "bench": ("fusedlib.lab.bench", "(lab) time stages and peers on the GPU into results/<gpu>/bench.csv"),
     "train-step": ("fusedlib.lab.trainstep", "(lab) time forward + backward (a train step) of stages and peers, "
                    "with peak memory and gradient error, into results/<gpu>/train_step.csv"),
-    "figures": ("fusedlib.figures", "(lab) draw the roofline, throughput, breakdown and ladder figures "
+    "figures": ("fusedlib.lab.figures", "(lab) draw the roofline, throughput, breakdown and ladder figures "
                 "from committed CSVs"),
     "report": ("fusedlib.lab.report", "(lab) regenerate the README's result sections from committed results"),
 }

@@ -1,11 +1,11 @@
-"""The notebooks' helpers (fusedlib.course): summation-order and accumulation emulation, kernel
+"""The notebooks' helpers (fusedlib.lab.course): summation-order and accumulation emulation, kernel
 sources (every call in the notebooks resolves), the engine's path table, predictions and measurements."""
 from pathlib import Path
 
 import pytest
 import torch
 
-from fusedlib import course
+from fusedlib.lab import course
 
 
 def _xw(n=5, k=37, m=4, seed=0):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fusedlib.exercises import ExerciseError, all_exercises
+from fusedlib.lab.exercises import ExerciseError, all_exercises
 
 EXERCISES = all_exercises()
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"

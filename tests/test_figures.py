@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from fusedlib import cli, figures
+from fusedlib import cli
+from fusedlib.lab import figures
 from fusedlib.lab import bench
 from fusedlib.reference import PRESETS, parse_shape
 
@@ -187,7 +188,7 @@ def test_speedups_against_hand_made_rows(tmp_path):
 
 
 def test_cancellation_lab_shows_the_textbook_failure():
-    from fusedlib.course import cancellation_lab
+    from fusedlib.lab.course import cancellation_lab
     lab = cancellation_lab(ratios=(1, 1000))
     err = lab.set_index(["|mean|/std", "method"])["max relative error"]
     assert err[1000, "textbook Σz, Σz²"] > 0.1 > 1e-5 > err[1000, "Chan merge"]

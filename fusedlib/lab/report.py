@@ -81,8 +81,8 @@ def validation_summary(path: Path) -> str:
 
 
 def train_step_section(gpu: str = "h100") -> str:
-    """Markdown table of the committed train steps (:func:`fusedlib.course.train_step_table`)."""
-    from ..course import train_step_table
+    """Markdown table of the committed train steps (:func:`fusedlib.lab.course.train_step_table`)."""
+    from .course import train_step_table
     table = train_step_table(gpu)
     header = "| " + " | ".join(table.columns) + " |"
     def cell(v) -> str:  # times with their three decimals (1.020, not 1.02)
@@ -277,7 +277,7 @@ def main(args) -> int:
     if not results.is_dir():
         print(f"error: {results}: no such results folder (give --results DIR or --gpu NAME)", file=sys.stderr)
         return 2
-    os.environ["FUSEDLIB_RESULTS"] = str(results)  # fusedlib.course reads the train steps from there
+    os.environ["FUSEDLIB_RESULTS"] = str(results)  # fusedlib.lab.course reads the train steps from there
     try:
         text = render_readme(readme.read_text(), validation_summary(results / "validation.json"))
         print(f"{readme}: validation summary from {results / 'validation.json'}")

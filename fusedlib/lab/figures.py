@@ -12,10 +12,10 @@ import json
 import sys
 from pathlib import Path
 
-from .lab.bench import COLUMNS, PEER_IMPLS, PROFILE_COLUMNS, STAGE_IMPLS
-from .lab.costmodel import PRECISIONS
+from .bench import COLUMNS, PEER_IMPLS, PROFILE_COLUMNS, STAGE_IMPLS
+from .costmodel import PRECISIONS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 FORMATS = ("png", "svg", "pdf")
 #: Kept for callers that name them so.
 STAGE_ORDER, PEERS = STAGE_IMPLS, PEER_IMPLS
@@ -49,7 +49,7 @@ def _save(fig, outdir: Path, name: str) -> list[Path]:
 
 def _preset_rows(df, problem: str):
     """Rows of ``problem`` at its KernelBench shape."""
-    from .reference import presets_of
+    from ..reference import presets_of
     return df[[p == problem for p in presets_of(df)]]
 
 
@@ -58,7 +58,7 @@ def _no_data(ax, text: str) -> None:
 
 
 def _ceilings(env: dict) -> dict:
-    """The measured ceilings of env.json in :func:`fusedlib.course.gemm_rate`'s form:
+    """The measured ceilings of env.json in :func:`fusedlib.lab.course.gemm_rate`'s form:
     bandwidth (GB/s), fp32 and tf32 (TFLOP/s).
 
     Raises:
@@ -71,16 +71,16 @@ def _ceilings(env: dict) -> dict:
 def predicted_ms(problem: str, impl: str, precision: str, env: dict, mode: str = "train", shape=None) -> float:
     """The cost model's time of one call in ms (:meth:`fusedlib.lab.costmodel.Cost.time_ms`):
     each pass at its own roof, the GEMM's rate of ``precision`` (measured cuBLAS fp32 or
-    tf32 rate, 3xtf32 a third of tf32's: :func:`fusedlib.course.gemm_rate`) or the measured
+    tf32 rate, 3xtf32 a third of tf32's: :func:`fusedlib.lab.course.gemm_rate`) or the measured
     copy bandwidth, the passes added up. ``shape``: a :class:`~fusedlib.reference.Shape`
     or preset name, default the problem's KernelBench shape.
 
     Raises:
         KeyError: env.json lacks its ``measured`` ceilings.
     """
-    from .lab.costmodel import cost
+    from .costmodel import cost
     from .course import gemm_rate
-    from .reference import parse_shape, problem_kind
+    from ..reference import parse_shape, problem_kind
     s = parse_shape(shape if shape is not None else problem)
     ceil = _ceilings(env)
     c = cost(problem_kind(problem), impl, s.batch, s.in_features, s.out_features, mode, precision)
@@ -101,8 +101,8 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
     """
     import numpy as np
 
-    from .lab.costmodel import cost
-    from .reference import PRESETS, problem_kind
+    from .costmodel import cost
+    from ..reference import PRESETS, problem_kind
     plt = _plt()
     measured, sheet = env["measured"], env["datasheet"]
     fig, axes = plt.subplots(1, 3, figsize=(17, 5.5), sharey=True, layout="constrained")
@@ -157,7 +157,7 @@ def throughput(bench, outdir: Path) -> list[Path]:
     4096→4096) and against the features (K = M at batch 1024), for problem 84 and problems
     33/39 (one model), every stage and peer and precision, train mode. Rows of other
     shapes are ignored; a panel without sweep rows says so."""
-    from .lab.bench import BATCH_SWEEP_FEATURES, FEATURE_SWEEP_BATCH
+    from .bench import BATCH_SWEEP_FEATURES, FEATURE_SWEEP_BATCH
     plt = _plt()
     train = bench[bench["mode"] == "train"].copy()
     train["family"] = train.problem.astype(str).map({"84": "84", "33": "33/39", "39": "33/39"})
@@ -202,7 +202,7 @@ def throughput(bench, outdir: Path) -> list[Path]:
 
 def _short_kernel(name: str) -> str:
     """Legend label of a kernel: its bare function name, cut to 40 characters."""
-    from .lab.bench import kernel_base
+    from .bench import kernel_base
     base = kernel_base(name)
     return base if len(base) <= 40 else base[:37] + "..."
 
@@ -219,9 +219,9 @@ def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
     Raises:
         KeyError: the fallback needs env.json's ``measured`` values.
     """
-    from .lab.costmodel import cost
+    from .costmodel import cost
     from .course import gemm_rate
-    from .reference import PRESETS, problem_kind
+    from ..reference import PRESETS, problem_kind
     plt = _plt()
     present = {(r.impl, r.precision) for r in bench[bench["mode"] == "train"].itertuples(index=False)}
     if profile is not None:
@@ -299,7 +299,7 @@ def ladder(bench, env: dict, outdir: Path) -> list[Path]:
     """
     from matplotlib.patches import Patch
 
-    from .reference import PRESETS
+    from ..reference import PRESETS
     plt = _plt()
     _ceilings(env)  # fail early, before drawing, on an env.json without ceilings
     fig, axes = plt.subplots(1, 3, figsize=(18, 6), sharey=True, layout="constrained")
@@ -422,7 +422,7 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from .lab import report
+    from . import report
     results = args.results or Path("results") / args.gpu
     if args.results is not None and not results.is_dir():
         print(f"error: --results {results}: no such folder", file=sys.stderr)

@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 #: What the notebooks print where a committed GPU result is missing.
 NO_RESULTS = "no committed H100 results yet"
 #: The problems at their KernelBench shapes, in the order the notebooks show them.
@@ -36,7 +36,7 @@ def env(gpu: str = "h100") -> dict | None:
 def ceilings(gpu: str = "h100") -> dict:
     """Bandwidth (GB/s) and GEMM rates (TFLOP/s, fp32 and tf32) to predict with: measured on
     the GPU (results/<gpu>/env.json) when committed, else the H100 SXM datasheet."""
-    from .lab.bench import DATASHEET_H100
+    from .bench import DATASHEET_H100
     e = env(gpu)
     if e is not None and "measured" in e:
         m = e["measured"]
@@ -60,8 +60,8 @@ def prediction(impl: str, problem: str, shape: str | None = None, mode: str = "t
     the predicted time is the sum."""
     import pandas as pd
 
-    from .lab.costmodel import cost
-    from .reference import parse_shape, problem_kind
+    from .costmodel import cost
+    from ..reference import parse_shape, problem_kind
     s = parse_shape(shape or problem)
     c = cost(problem_kind(problem), impl, s.batch, s.in_features, s.out_features, mode, precision)
     ceil = ceilings(gpu)
@@ -86,7 +86,7 @@ def kernel_source(stage: str, start: str | None = None, end: str | None = None, 
         FileNotFoundError: no such stage or kernel file.
         ValueError: ``start`` or ``end`` is given and no line (after ``start``) contains it.
     """
-    from .build import KERNEL_DIR, STAGE_FILES
+    from ..build import KERNEL_DIR, STAGE_FILES
     name = STAGE_FILES.get(stage, stage)
     text = (KERNEL_DIR / name).read_text()
     lines = text.splitlines()
@@ -118,8 +118,8 @@ def gemm_paths_table(capabilities=tuple(GPU_EXAMPLES), k: int | None = None):
     multiple of 4; the wgmma path needs K % 4 == 0)."""
     import pandas as pd
 
-    from . import engine
-    from .algebra import PRECISIONS
+    from .. import engine
+    from ..algebra import PRECISIONS
     rows = []
     for cap in capabilities:
         row = {"arch": f"sm_{cap[0]}{cap[1]}{'a' if cap == (9, 0) else ''}", "GPUs": GPU_EXAMPLES.get(tuple(cap), "")}
@@ -177,7 +177,7 @@ def profile(gpu: str = "h100"):
 
 def at_presets(df, mode: str = "train"):
     """The latest row of each (problem, precision, impl) at the problem's KernelBench shape."""
-    from .reference import presets_of
+    from ..reference import presets_of
     sel = df[[p not in (None, "v0") for p in presets_of(df)]]
     sel = sel[sel["mode"] == mode]
     return sel.drop_duplicates(["problem", "precision", "impl"], keep="last")
@@ -238,7 +238,7 @@ def measurement_md(stage: str, precisions=("fp32",), mode: str = "train", gpu: s
     """Sentences (Markdown) about ``stage``'s committed timings: against the prediction, the
     previous stage at the same precision, eager PyTorch, torch.compile and the GEMM alone. All
     numbers from bench.csv."""
-    from .algebra import STAGES
+    from ..algebra import STAGES
     table = measurement_table(stage, precisions, mode, gpu)
     if table is None:
         return f"*{NO_RESULTS} (results/{gpu}/bench.csv): the prediction above stands alone.*"
@@ -278,7 +278,7 @@ def ladder_md(precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: s
     has none), then eager PyTorch and the GEMM alone at the peers' precision (fp32 for 3xtf32).
     A line for a problem and precision without any stage row says so; without bench.csv, one
     sentence saying that."""
-    from .algebra import STAGES
+    from ..algebra import STAGES
     bench = measured(gpu=gpu)
     if bench is None:
         return f"*{NO_RESULTS} (results/{gpu}/bench.csv).*"
@@ -307,8 +307,8 @@ def profile_table(stage: str, precisions=("fp32",), mode: str = "train", gpu: st
     prof = profile(gpu)
     if prof is None:
         return None
-    from .lab.bench import kernel_base
-    from .reference import PRESETS
+    from .bench import kernel_base
+    from ..reference import PRESETS
     rows = []
     for problem in PROBLEMS:
         sel = prof[(prof.problem == problem) & (prof["shape"] == str(PRESETS[problem])) & (prof["mode"] == mode)
@@ -336,8 +336,8 @@ def stage_roofline(stage: str, precisions=("fp32",), gpu: str = "h100"):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from .lab.costmodel import cost
-    from .reference import PRESETS, problem_kind
+    from .costmodel import cost
+    from ..reference import PRESETS, problem_kind
     ceil = ceilings(gpu)
     kb = at_presets(bench)
     colors = {"fp32": "tab:blue", "tf32": "tab:orange", "3xtf32": "tab:green"}
@@ -471,7 +471,7 @@ def versions_plot(gpu: str = "h100"):
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    from .reference import PRESETS
+    from ..reference import PRESETS
     bench = measured(gpu=gpu)
     kb = at_presets(bench) if bench is not None else None
     colors = {"tf32": "tab:orange", "3xtf32": "tab:green"}
@@ -584,7 +584,7 @@ def cancellation_lab(ratios=(1, 3, 10, 30, 100, 300, 1000, 3000, 10000), rows: i
     import pandas as pd
     import torch
 
-    from . import algebra
+    from .. import algebra
     g = torch.Generator().manual_seed(seed)
     out = []
     for ratio in ratios:
@@ -676,8 +676,8 @@ def _offset_case(problem: str, sh, seed: int):
 
     import torch
 
-    from .check import case_model
-    from .reference import get_inputs
+    from ..check import case_model
+    from ..reference import get_inputs
     ref, gen = case_model(problem, sh, seed)
     ref64 = copy.deepcopy(ref).double()
     perm = torch.randperm(sh.in_features, generator=gen)
@@ -693,7 +693,7 @@ def _emulated_output(kind: str, ref, ref64, x, step):
     and everything after the GEMM is computed in float64 from ref64's BatchNorm state."""
     import torch
 
-    from . import algebra
+    from .. import algebra
     bn = ref64.bn
     state = algebra.BNState(bn.weight.detach(), bn.bias.detach(), bn.running_mean.clone(),
                             bn.running_var.clone(), bn.num_batches_tracked.clone(), bn.momentum, bn.eps)
@@ -714,8 +714,8 @@ def summation_order_lab(problem: str = "84", shapes=("2x64->3", "7x33->65", "257
     (normwise)."""
     import pandas as pd
 
-    from .check import _relerr
-    from .reference import parse_shape, problem_kind
+    from ..check import _relerr
+    from ..reference import parse_shape, problem_kind
     kind = problem_kind(problem)
     rows = []
     for shape in shapes:
@@ -748,8 +748,8 @@ def pass_rule_lab(problem: str = "33", shape: str = "2x64->3", seeds=range(100),
     import pandas as pd
     import torch
 
-    from .check import _relerr, case_budget, in_k_order
-    from .reference import parse_shape, problem_kind
+    from ..check import _relerr, case_budget, in_k_order
+    from ..reference import parse_shape, problem_kind
     kind, sh = problem_kind(problem), parse_shape(shape)
     rows = []
     for seed in seeds:

@@ -1,10 +1,10 @@
 """The course's exercises: for each, a check that fails on a wrong answer, a solution the
-learner opens when stuck (``fusedlib/exercises/solutions/nbXX.py``) and a known-wrong answer
+learner opens when stuck (``fusedlib/lab/exercises/solutions/nbXX.py``) and a known-wrong answer
 the tests use to show that the check can fail.
 
 In a notebook::
 
-    from fusedlib.exercises import nb07
+    from fusedlib.lab.exercises import nb07
     nb07.check_fresh_split(FreshSplit)      # raises ExerciseError naming what is wrong,
                                             # or prints one line saying what it verified
 
