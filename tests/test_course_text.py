@@ -110,17 +110,20 @@ def test_every_term_is_defined_in_bold_before_its_first_use(term):
     if not any(p.name.startswith(t.notebook + "_") for p in NOTEBOOKS):
         pytest.skip(f"notebook {t.notebook} is not in this checkout")
     where = _definition_position(term)
-    assert where is not None, f"{term!r}: no bold definition (**{term}**) in a Markdown cell of notebook {t.notebook}"
+    # without a definition, every use up to the end of the defining notebook is reported
+    limit = where or (next(k for k, p in enumerate(NOTEBOOKS) if p.name.startswith(t.notebook + "_")), 10 ** 9)
     rx = t.regex()
     early = []
-    for k, path in enumerate(NOTEBOOKS[:where[0] + 1]):
+    for k, path in enumerate(NOTEBOOKS[:limit[0] + 1]):
         for i, cell in enumerate(notebook(path).cells):
-            if (k, i) >= where:
+            if (k, i) >= limit:
                 break
             if cell.cell_type == "markdown":
                 m = rx.search(prose(cell.source))
                 if m:
                     early.append(f"{path.name} cell {i}: …{prose(cell.source)[max(0, m.start() - 40):m.end() + 40]!r}…")
+    assert where is not None, (f"{term!r}: no bold definition (**{term}**) in a Markdown cell of notebook {t.notebook}"
+                               + "".join(f"\n  used in {e}" for e in early))
     assert not early, f"{term!r} is used before its definition in {NOTEBOOKS[where[0]].name} cell {where[1]}:\n" + \
         "\n".join(early)
 
