@@ -63,3 +63,15 @@ def test_the_glossary_table_lists_every_term():
     t = glossary.table()
     assert list(t.index) == list(glossary.TERMS) and set(t["introduced in"]) == {"notebook 00", "notebook 02", "notebook 05"}
     assert glossary.bold_definition("TF32", "**TF32** (TensorFloat-32) is …") and not glossary.bold_definition("TF32", "TF32")
+
+
+def test_the_roofline_sketch_places_the_gemm_right_of_the_ridge():
+    from fusedlib.diagrams import basics
+    fig = basics.roofline_sketch("84")
+    ax = fig.axes[0]
+    ceil = course.ceilings()
+    ridge = ceil["fp32"] * 1e3 / ceil["bandwidth"]
+    points = [line.get_xdata()[0] for line in ax.get_lines() if line.get_marker() in ("o", "s") and len(line.get_xdata())]
+    gemm = [line.get_xdata()[0] for line in ax.get_lines() if line.get_marker() == "o" and len(line.get_xdata())]
+    assert len(points) == 9 and len(gemm) == 1 and gemm[0] > ridge
+    assert all(x < 1 for x in points if x not in gemm)
