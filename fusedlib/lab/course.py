@@ -784,3 +784,80 @@ def show_figure(fig, alt: str) -> None:
     fig.savefig(buf, format="png", bbox_inches="tight", dpi=110)
     plt.close(fig)
     display(Image(data=buf.getvalue(), format="png", alt=alt))
+
+
+# ---------------------------------------------------------------- notebooks 00–02: take-aways
+def stage_savings(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100"):
+    """What ``stage`` saves, from the committed bench.csv at the KernelBench shapes: one row
+    per problem and precision with the stage's median ms, the previous stage's (same
+    precision) and eager PyTorch's (its precision: fp32 for 3xtf32), and the % of their time
+    the stage saves, ``100·(other − stage)/other`` (negative: the stage is slower). NaN where
+    the committed run has no row; no previous-stage columns for the first stage. None without
+    bench.csv."""
+    import pandas as pd
+
+    from .algebra import STAGES
+    bench = measured(gpu=gpu)
+    if bench is None:
+        return None
+    kb = at_presets(bench, mode)
+    previous = STAGES[STAGES.index(stage) - 1] if stage in STAGES and STAGES.index(stage) > 0 else None
+
+    def ms(problem, impl, precision):
+        sel = kb[(kb.problem == problem) & (kb.impl == impl) & (kb.precision == precision)].median_ms
+        return float(sel.iloc[0]) if len(sel) else float("nan")
+
+    rows = []
+    for problem in PROBLEMS:
+        for precision in precisions:
+            t = ms(problem, stage, precision)
+            row = {"problem": problem, "precision": precision, f"{stage} ms": t}
+            if previous is not None:
+                p = ms(problem, previous, precision)
+                row.update({f"{previous} ms": p, f"% saved vs {previous}": 100 * (p - t) / p})
+            e = ms(problem, "eager", _peer_precision(precision))
+            row.update({"eager ms": e, "% saved vs eager": 100 * (e - t) / e})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def gemm_share(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100"):
+    """The GEMM's part of ``stage``'s device time, from the committed profile.csv at the
+    KernelBench shapes: one row per problem and precision with the µs per call of the GEMM
+    kernels (names containing "gemm"), of all other kernels, and the % of the time outside
+    the GEMM. None without profile.csv or rows for the stage."""
+    import pandas as pd
+    table = profile_table(stage, precisions, mode, gpu)
+    if table is None:
+        return None
+    is_gemm = table.kernel.str.contains("gemm")
+    gemm = table[is_gemm].groupby(["problem", "precision"], sort=False)["µs per call"].sum()
+    rest = table[~is_gemm].groupby(["problem", "precision"], sort=False)["µs per call"].sum()
+    out = pd.DataFrame({"GEMM µs": gemm, "other kernels µs": rest}).fillna(0.0)
+    out["% outside the GEMM"] = 100 * out["other kernels µs"] / (out["GEMM µs"] + out["other kernels µs"])
+    return out.reset_index()
+
+
+#: An experiment ID of the lab's history ("run80"), which the course's listings leave out.
+RUN_ID = r"\brun\d+\b"
+
+
+def without_history(listing: str) -> str:
+    """A kernel listing (:func:`kernel_source`) without the lab's history in its comments: a
+    parenthesis naming an experiment ID (``(variants timed: run59–run61)``) is removed; a
+    ``//`` comment still naming one, or NOTES.md, is removed whole, and so is a line left
+    empty by that. Code is never changed."""
+    import re
+    out = []
+    for line in listing.splitlines():
+        at = line.find("//")
+        if at < 0 or not re.search(RUN_ID + r"|NOTES\.md", line[at:]):
+            out.append(line)
+            continue
+        comment = re.sub(r"\s*\([^()]*" + RUN_ID + r"[^()]*\)", "", line[at:])
+        if re.search(RUN_ID + r"|NOTES\.md", comment):
+            comment = ""
+        code = line[:at].rstrip()
+        if code or comment:
+            out.append((line[:at] + comment).rstrip() if comment else code)
+    return "\n".join(out)

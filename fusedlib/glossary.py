@@ -1,0 +1,127 @@
+"""The course's glossary: every technical term a learner meets, with the notebook that defines
+it (in a Markdown cell holding the term in bold, ``**TF32**``, and a one-sentence definition
+there) and the regular expression that finds a use of it in a notebook's Markdown.
+
+The audience knows PyTorch and CUDA threads and blocks, not Hopper. ``tests/test_course_text.py``
+reads the notebooks 00 → 08 in order and fails where a term is used before its definition.
+Notebook 00 renders the table (:func:`table`).
+
+Patterns are case-sensitive (acronyms must not match inside other words: ``TMA`` is not in
+``TMAX``); words add ``(?i)`` themselves, match plurals, and stop at word boundaries (``warp``
+does not match ``warpgroup``).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Term:
+    """One glossary entry.
+
+    Attributes:
+        definition: one plain-language sentence for a learner who knows PyTorch and CUDA
+            threads and blocks.
+        notebook: the two-digit number of the notebook that defines the term in bold ("00").
+        pattern: a regular expression (``re`` syntax) matching a use of the term in Markdown.
+    """
+
+    definition: str
+    notebook: str
+    pattern: str
+
+    def regex(self) -> re.Pattern:
+        """The compiled :attr:`pattern`."""
+        return re.compile(self.pattern)
+
+
+TERMS: dict[str, Term] = {
+    # ------------------------------------------------------------------ 00: the problem and the set-up
+    "DRAM": Term("The GPU's main memory (HBM on an H100): every tensor lives there between kernels, and it is the "
+                 "slowest place a kernel reads from or writes to.", "00", r"\bDRAM\b"),
+    "L2": Term("The cache between DRAM and the SMs, shared by the whole GPU: data read again soon after may come "
+               "from it instead of DRAM.", "00", r"\bL2\b"),
+    "SM": Term("A streaming multiprocessor, one of the GPU's processors (132 on an H100 SXM): it runs several thread "
+               "blocks at once and has its own registers and shared memory.", "00", r"\bSMs?\b"),
+    "register": Term("A thread's private storage inside the SM, the fastest there is: values kept in registers cost "
+                     "no memory traffic to reuse.", "00", r"(?i)\bregisters?\b"),
+    "kernel launch": Term("Starting a kernel from the host: every launch costs a few microseconds of overhead, and "
+                          "a kernel's results reach the next one only through memory.", "00",
+                          r"(?i)\blaunch(es|ed|ing)?\b"),
+    "fusion": Term("Doing in one kernel what several kernels did, so that intermediate results stay in registers "
+                   "or shared memory instead of travelling through DRAM.", "00", r"(?i)\bfusion\b"),
+    "GEMM": Term("General matrix multiply: here Z' = X Wᵀ, the Linear layer's product, 2·N·K·M floating-point "
+                 "operations.", "00", r"\bGEMMs?\b"),
+    "tile": Term("A rectangular block of a matrix that one thread block loads or computes at a time (128×128 "
+                 "elements of Z, for instance).", "00", r"(?i)\btiles?\b"),
+    "CTA": Term("Cooperative thread array: NVIDIA's name for a CUDA thread block, the unit that runs on one SM and "
+                "computes one tile.", "00", r"\bCTAs?\b"),
+    "warp": Term("32 threads of a block that execute each instruction together; a block of 256 threads is 8 "
+                 "warps.", "00", r"(?i)\bwarps?\b"),
+    "mainloop": Term("The loop over K in which a GEMM's thread block loads tiles of X and W and multiply-adds them "
+                     "into its tile of Z, held in registers.", "00", r"(?i)\bmain ?loops?\b"),
+    "epilogue": Term("What a GEMM's thread block does with its finished tile after the mainloop: add the bias and "
+                     "store it, and anything else computable from values already on chip.", "00",
+                     r"(?i)\bepilogues?\b"),
+    "tensor core": Term("A unit of each SM that multiplies small matrix tiles in one instruction, many times "
+                        "faster than the ordinary fp32 units.", "00", r"(?i)\btensor[- ]cores?\b"),
+    "TF32": Term("TensorFloat-32: an fp32 number with its mantissa cut to 10 bits, the format tensor cores multiply "
+                 "fp32 inputs in; products are accurate to about one part in a thousand.", "00",
+                 r"\b(?:TF32|tf32)\b"),
+    "3xTF32": Term("Each fp32 operand split into a TF32 part and a TF32 remainder, and three TF32 products summed: "
+                   "nearly fp32's accuracy on tensor cores, for three times their work.", "00",
+                   r"\b3[x×](?:TF32|tf32)\b"),
+    "arithmetic intensity": Term("The FLOPs a kernel performs per byte it moves to or from DRAM.", "00",
+                                 r"(?i)\barithmetic intensit(y|ies)\b"),
+    "roofline": Term("A kernel's time is at least the larger of its FLOPs over the peak FLOP rate and its bytes "
+                     "over the DRAM bandwidth: below an arithmetic intensity the bandwidth bounds it, above it the "
+                     "compute.", "00", r"(?i)\brooflines?\b"),
+    # ------------------------------------------------------------------ 02: the naive stage and the GEMM engine
+    "SIMT": Term("Single instruction, multiple threads: the ordinary CUDA cores, each thread computing its own "
+                 "fp32 fused multiply-adds; the fp32 GEMM runs this way.", "02", r"\bSIMT\b"),
+    "mma.sync": Term("The tensor-core instruction of Ampere GPUs (sm_80 on): one warp multiplies a 16×8 tile by an "
+                     "8×8 tile and waits for the result.", "02", r"\bmma\.sync\b"),
+    "warpgroup": Term("Four consecutive warps (128 threads) that Hopper's wgmma instruction treats as one.", "02",
+                      r"(?i)\bwarp ?groups?\b"),
+    "wgmma": Term("Hopper's warpgroup tensor-core instruction: a warpgroup multiplies tiles read straight from "
+                  "shared memory, asynchronously, so loads and math overlap.", "02", r"\bwgmma\b"),
+    "TMA": Term("Tensor Memory Accelerator: a Hopper unit that copies a whole tile between DRAM and shared memory "
+                "on one thread's request, computing the addresses itself.", "02", r"\bTMA\b"),
+    "occupancy": Term("How many warps an SM holds at once, as a share of the most it can; registers and shared "
+                      "memory per block limit it.", "02", r"(?i)\boccupancy\b"),
+    "wave": Term("The set of thread blocks the GPU runs at the same time, one batch of blocks per SM; a grid of more "
+                 "blocks runs in several waves, and a last, partial wave leaves SMs idle.", "02",
+                 r"(?i)\bwaves?\b"),
+    "split-K": Term("Splitting the K loop of a GEMM over several thread blocks, each summing part of K for the same "
+                    "tile, and adding their partial tiles after; more blocks for a GEMM with few tiles.", "02",
+                    r"(?i)\bsplit[- ]?k\b"),
+    # ------------------------------------------------------------------ 05: the fused stage's GEMM
+    "persistent kernel": Term("A kernel launched with one thread block per SM, each looping over many tiles "
+                              "instead of one block per tile.", "05", r"(?i)\bpersistent\b"),
+    "mbarrier": Term("A barrier object in shared memory that threads (and TMA copies) arrive at and wait on, to "
+                     "tell one warp that another's data is ready.", "05", r"\bmbarriers?\b"),
+    "setmaxnreg": Term("A Hopper instruction that moves registers between warpgroups of one block: the loading "
+                       "warpgroup gives some up, the computing ones take them.", "05", r"\bsetmaxnreg\b"),
+    "multicast": Term("One TMA copy delivered to the shared memory of several thread blocks of a cluster at once, "
+                      "so that a tile they all need is read from L2 once.", "05", r"(?i)\bmulticast\b"),
+    "swizzle": Term("A permutation of the addresses of a tile in shared memory so that the threads reading a column "
+                    "hit different banks.", "05", r"(?i)\bswizzl(e|es|ed|ing)\b"),
+    "producer/consumer": Term("Warp specialization: some warps (producers) only load tiles, the others (consumers) "
+                              "only compute on them, handing tiles over through barriers.", "05",
+                              r"(?i)\bproducers?\b|\bconsumers?\b|\bwarp[- ]speciali[sz](ed|ation)\b"),
+}
+
+
+def bold_definition(term: str, markdown: str) -> bool:
+    """True if ``markdown`` holds ``term`` in bold: a ``**…**`` span that the term's pattern matches."""
+    rx = TERMS[term].regex()
+    return any(rx.search(span) for span in re.findall(r"\*\*(.+?)\*\*", markdown, flags=re.S))
+
+
+def table():
+    """The glossary as a pandas DataFrame, one row per term in the order of the course: term,
+    definition and the notebook that introduces it."""
+    import pandas as pd
+    return pd.DataFrame([{"term": name, "introduced in": f"notebook {t.notebook}", "definition": t.definition}
+                         for name, t in TERMS.items()]).set_index("term")

@@ -1,0 +1,21 @@
+"""Solutions for notebook 02 (the naive stage): its DRAM bytes from the shapes; waves."""
+import math
+
+
+def naive_bytes(problem: str, n: int, k: int, m: int) -> float:
+    """DRAM bytes (read + written, float32) of the naive stage's train-mode forward, vectors of
+    length N or M left out. The GEMM reads X (N×K) and W (M×K) and writes Z (N×M); after it,
+    84 reads an N×M tensor 7 times and writes one 3 times (normalize, scale, softmax), 33/39
+    read one 4 times and write one twice (scale, normalize)."""
+    gemm = n * k + m * k + n * m
+    after = (7 + 3) * n * m if problem == "84" else (4 + 2) * n * m
+    return 4.0 * (gemm + after)
+
+
+def waves(tiles: int, sms: int, blocks_per_sm: int) -> tuple[int, float]:
+    """(waves, share of the block slots busy): the GPU runs sms·blocks_per_sm blocks at once, so
+    a grid of ``tiles`` blocks needs ceil(tiles / slots) waves, and the slots are busy
+    tiles / (waves·slots) of the time."""
+    slots = sms * blocks_per_sm
+    w = math.ceil(tiles / slots)
+    return w, tiles / (w * slots)
