@@ -96,7 +96,7 @@ def _traffic_figure(stage: str):
                         ax.text(left + mb / 2, y, f"{tensor} {mb:.0f}", ha="center", va="center", fontsize=10,
                                 color="white", fontweight="bold")
                     left += mb
-            ax.text(left + 5, y, f"{left:.0f} MB", va="center", ha="left", fontsize=10)
+            ax.text(left + 5, y, f"{left:.3g} MB", va="center", ha="left", fontsize=10)
         ax.set_yticks([-i for i in range(len(passes))], [p["name"] for p in passes])
         ax.set_ylim(-len(passes) + 0.4, 0.6)
         ax.set_xlabel("MB moved in DRAM (hatched: read, solid: written)")
