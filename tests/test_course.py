@@ -303,3 +303,33 @@ def test_versions_reads_forward_times_from_the_notes(tmp_path, monkeypatch):
     assert len(fig.axes) == 2 and all(len(ax.get_lines()) == 2 for ax in fig.axes)
     (tmp_path / "NOTES.md").write_text("# notes without the table\n")
     assert course.versions() is None and course.versions_plot() is None
+
+
+def test_step_table_takes_one_run_and_the_percent_saved(tmp_path, monkeypatch):
+    """Stage sums against fold from hand-made rows: two runs of 84 fp32 (only the later one
+    counts), % saved = (before − after) / before, negative when the step costs time, NaN where
+    a stage is missing; step_md says "saves" and "costs" accordingly."""
+    from fusedlib import bench
+    from fusedlib.reference import PRESETS
+    env = {"gpu": "synthetic", "torch": "x", "cuda": "x", "commit": "x"}
+
+    def row(problem, prec, impl, ms, stamp):
+        r = bench.make_row(problem, PRESETS[problem], "train", prec, impl, (ms,) * 3, 50, 1e-6, env)
+        r["timestamp"] = stamp
+        return r
+
+    early, late = "2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00"
+    for r in (row("84", "fp32", "fold", 9.0, early), row("84", "fp32", "sums", 1.0, early),
+              row("84", "fp32", "fold", 4.0, late), row("84", "fp32", "sums", 3.0, late),
+              row("84", "tf32", "fold", 0.5, late), row("84", "tf32", "sums", 0.6, late),
+              row("33", "fp32", "fold", 4.0, late)):
+        bench.append_row(tmp_path / "bench.csv", r)
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    t = course.step_table("sums", ("fp32", "tf32")).set_index(["problem", "precision"])
+    assert t.loc[("84", "fp32"), "% saved"] == pytest.approx(25.0)
+    assert t.loc[("84", "tf32"), "% saved"] == pytest.approx(-20.0)
+    assert t["% saved"].isna().sum() == 4 and (t["% saved predicted"] > 0).all()
+    text = course.step_md("sums", ("fp32", "tf32"))
+    assert "saves **25.0 %**" in text and "costs **20.0 %**" in text and text.count(course.NOT_MEASURED) == 4
+    with pytest.raises(ValueError, match="first stage"):
+        course.step_table("naive")

@@ -9,6 +9,14 @@ from fusedlib.lab import bench
 from fusedlib.reference import PRESETS, parse_shape
 
 ENV = {"gpu": "synthetic", "torch": "x", "cuda": "x", "commit": "x"}
+STAMP = "2026-01-01T00:00:00+00:00"
+
+
+def _row(problem, shape, mode, prec, impl, ms, stamp=STAMP, rel_err=1e-6):
+    """A bench.csv row of ``ms`` (median, min and max) written at ``stamp``."""
+    row = bench.make_row(problem, shape, mode, prec, impl, (ms,) * 3, 50, rel_err, ENV)
+    row["timestamp"] = stamp
+    return row
 FIGURES = ("roofline", "throughput", "breakdown", "ladder")
 README = """# title
 
@@ -36,6 +44,7 @@ def _synthetic_results(path, profile=True):
                             continue
                         ms = 1e-9 * shape.batch * shape.in_features * shape.out_features * (1 if prec == "fp32" else 0.2)
                         row = bench.make_row(problem, shape, mode, prec, impl, (ms, ms, ms), 50, 1e-6, ENV)
+                        row["timestamp"] = STAMP     # one run (a real table's rows share one timestamp)
                         bench.append_row(path / "bench.csv", row)
     (path / "env.json").write_text(json.dumps({
         "gpu": "synthetic", "measured": {"copy_gbytes_per_s": 3000, "gemm_fp32_tflops": 51, "gemm_tf32_tflops": 412},
@@ -83,12 +92,14 @@ def test_ladder_skips_missing_rows(tmp_path):
     for problem in ("84", "39"):
         for impl, prec, ms in rows:
             ms = ms * (4 if problem == "39" else 1)
-            bench.append_row(tmp_path / "bench.csv",
-                             bench.make_row(problem, PRESETS[problem], "train", prec, impl, (ms,) * 3, 50, 1e-6, ENV))
+            bench.append_row(tmp_path / "bench.csv", _row(problem, PRESETS[problem], "train", prec, impl, ms))
+    # An earlier run of 84 fp32 with another peer and other times: not in the ladder (one run a group).
+    for impl, ms in (("naive", 9.99), ("compile_max_autotune", 5.55)):
+        bench.append_row(tmp_path / "bench.csv", _row("84", PRESETS["84"], "train", "fp32", impl, ms,
+                                                      stamp="2025-12-31T00:00:00+00:00"))
     bench.append_row(tmp_path / "bench.csv",    # another shape and the eval mode: not in the ladder
-                     bench.make_row("84", PRESETS["v0"], "train", "tf32", "naive", (0.0123,) * 3, 50, 1e-3, ENV))
-    bench.append_row(tmp_path / "bench.csv",
-                     bench.make_row("84", PRESETS["84"], "eval", "tf32", "sums", (0.0456,) * 3, 50, 1e-3, ENV))
+                     _row("84", PRESETS["v0"], "train", "tf32", "naive", 0.0123, rel_err=1e-3))
+    bench.append_row(tmp_path / "bench.csv", _row("84", PRESETS["84"], "eval", "tf32", "sums", 0.0456, rel_err=1e-3))
     env = {"gpu": "synthetic", "measured": {"copy_gbytes_per_s": 3000, "gemm_fp32_tflops": 51, "gemm_tf32_tflops": 412}}
     (tmp_path / "env.json").write_text(json.dumps(env))
     df, _, _ = figures.load_results(tmp_path)
@@ -96,12 +107,19 @@ def test_ladder_skips_missing_rows(tmp_path):
     assert [p.name for p in paths] == [f"ladder.{fmt}" for fmt in figures.FORMATS]
     assert all(p.stat().st_size > 1000 for p in paths)
     texts = _svg_texts(tmp_path / "f" / "ladder.svg")
-    labels = [t for t in texts if t.replace(".", "", 1).isdigit()]
+    labels = [t.removesuffix(" ms") for t in texts if t.endswith(" ms")]
     assert labels == ["7.71", "7.52", "7.46", "8.83", "0.412", "1.37",      # 84: the six measured stage rows
                       "30.8", "30.1", "29.8", "35.3", "1.65", "5.48"]       # 39 (33: none)
-    assert "no train-mode rows at this shape" in texts                       # problem 33's panel
-    assert any("reference of the 3xtf32 group" in t for t in texts)
-    assert any(t.startswith("hollow, hatched: cost-model prediction") for t in texts)
+    assert texts.count("no train-mode rows at this shape") == 3             # problem 33's three panels
+    assert any("reference of the 3xtf32 panels" in t for t in texts)
+    assert any(t.startswith("black dashes: cost-model prediction") for t in texts)
+    # % saved on each step that has a measured stage before it (84 and 39 at fp32: three steps each)
+    saved = [f"{t}\n{texts[i + 1]}" for i, t in enumerate(texts) if t in ("saves", "costs")]  # an SVG text a line
+    assert saved == [figures.saved_label(7.71, 7.52), figures.saved_label(7.52, 7.46), figures.saved_label(7.46, 8.83),
+                     figures.saved_label(30.84, 30.08), figures.saved_label(30.08, 29.84),
+                     figures.saved_label(29.84, 35.32)]
+    assert saved[0] == "saves\n2.5 %" and saved[2] == "costs\n18.4 %"
+    assert "9.99" not in texts and "compile_max_autotune" not in " ".join(texts)
     with pytest.raises(KeyError):
         figures.ladder(df, {"gpu": "no ceilings"}, tmp_path / "g")
 
@@ -134,7 +152,8 @@ def test_no_gpu_results_yet_draws_what_it_can(tmp_path, capsys):
     results.mkdir()
     rc = cli.main(["figures", "--results", str(results), "--out", str(tmp_path / "f"), "--readme", str(readme)])
     assert rc == 0 and "no GPU results yet" in capsys.readouterr().err
-    assert sorted(p.name for p in (tmp_path / "f").iterdir()) == [f"cancellation.{f}" for f in sorted(figures.FORMATS)]
+    stems = ["cancellation"] + list(figures.diagram_figures())
+    assert sorted(p.name for p in (tmp_path / "f").iterdir()) == sorted(f"{s}.{f}" for s in stems for f in figures.FORMATS)
     assert readme.read_text() == README
 
 
@@ -193,3 +212,51 @@ def test_cancellation_lab_shows_the_textbook_failure():
     err = lab.set_index(["|mean|/std", "method"])["max relative error"]
     assert err[1000, "textbook Σz, Σz²"] > 0.1 > 1e-5 > err[1000, "Chan merge"]
     assert err[1, "textbook Σz, Σz²"] < 1e-4
+
+
+def test_one_run_takes_the_latest_run_of_each_group(tmp_path):
+    """Two runs of one group (the earlier with a peer the later lacks) and one run of another:
+    only the later run's rows of the first group, all rows of the second."""
+    import pandas as pd
+    early, late = "2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00"
+    for impl, ms in (("fused", 2.0), ("compile_max_autotune", 3.0)):
+        bench.append_row(tmp_path / "bench.csv", _row("84", PRESETS["84"], "train", "fp32", impl, ms, early))
+    bench.append_row(tmp_path / "bench.csv", _row("84", PRESETS["84"], "train", "fp32", "fused", 1.0, late))
+    bench.append_row(tmp_path / "bench.csv", _row("84", PRESETS["84"], "train", "tf32", "fused", 0.5, early))
+    df = figures.one_run(pd.read_csv(tmp_path / "bench.csv", dtype={"problem": str}))
+    assert sorted(zip(df.precision, df.impl, df.median_ms)) == [("fp32", "fused", 1.0), ("tf32", "fused", 0.5)]
+
+
+def test_saved_label():
+    assert figures.saved_label(4.0, 3.0) == "saves\n25.0 %"
+    assert figures.saved_label(4.0, 5.0) == "costs\n25.0 %"
+
+
+def test_export_is_byte_reproducible(tmp_path):
+    """Two exports of a results figure, the cancellation figure and the diagrams give identical
+    files (no dates, fixed SVG hash salt)."""
+    _synthetic_results(tmp_path, profile=False)
+    df, env, _ = figures.load_results(tmp_path)
+    for out in ("a", "b"):
+        figures.ladder(df, env, tmp_path / out)
+        figures.cancellation(tmp_path / out)
+        figures.export_diagrams(tmp_path / out)
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert len(names) == 3 * (2 + len(figures.diagram_figures()))
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_figure_functions_leave_the_backend_alone():
+    """A notebook's backend is kept: drawing a figure neither switches matplotlib's backend nor
+    registers the Figure with pyplot (run in a fresh process with another backend set)."""
+    import subprocess
+    import sys
+    code = ("import matplotlib; matplotlib.use('svg'); import matplotlib.pyplot as plt\n"
+            "from fusedlib import figures\nfrom fusedlib.course import cancellation_lab\n"
+            "fig = figures.cancellation_figure(cancellation_lab(ratios=(1, 10)))\n"
+            "from matplotlib.figure import Figure\n"
+            "assert isinstance(fig, Figure) and matplotlib.get_backend() == 'svg' and plt.get_fignums() == []\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"

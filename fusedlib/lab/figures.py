@@ -2,12 +2,24 @@
 and the README results table, drawn from the committed results only
 (``results/<gpu>/bench.csv``, ``env.json`` and, if present, ``profile.csv``), so they can be
 regenerated on any machine without a GPU; plus the cancellation figure, computed on the
-CPU. Each figure is written as PNG, SVG and PDF into ``figures/``. matplotlib (Agg backend)
-and pandas are imported only when a figure is drawn. Rows a figure needs but bench.csv
-lacks (a stage or precision not measured yet) are left out of it, never an error.
+CPU, and the pictures of the kernels (the ``FIGURES`` of every module of
+:mod:`fusedlib.diagrams`, :func:`export_diagrams`). Each figure is written as PNG, SVG and PDF
+into ``figures/``, byte for byte the same at every export (no dates in the files, a fixed SVG
+hash salt, :data:`STYLE`).
+
+The figure functions build :class:`matplotlib.figure.Figure` objects without pyplot
+(:func:`subplots`): they never choose or switch matplotlib's backend, so a notebook keeps its
+inline backend and displays what they return (``course.show_figure``). matplotlib and pandas
+are imported only when a figure is drawn. Rows a figure needs but bench.csv lacks (a stage or
+precision not measured yet) are left out of it, never an error.
+
+When bench.csv holds several runs of a configuration, the figures use one run of each
+(problem, shape, mode, precision) group: the rows with the group's latest timestamp
+(:func:`one_run`), never a mix of two runs.
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -21,14 +33,41 @@ FORMATS = ("png", "svg", "pdf")
 STAGE_ORDER, PEERS = STAGE_IMPLS, PEER_IMPLS
 PRECISION_MARKERS = {"fp32": "o", "tf32": "s", "3xtf32": "^"}
 PRECISION_LINES = {"fp32": "-", "tf32": "--", "3xtf32": ":"}
+#: matplotlib settings every figure is drawn and saved with: text readable on a slide
+#: (at least 10 pt) and a fixed SVG hash salt (the same element ids at every export).
+STYLE = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "xtick.labelsize": 10,
+         "ytick.labelsize": 10, "legend.fontsize": 10, "figure.titlesize": 13, "svg.hashsalt": "fusedlib"}
+#: The group a run of bench.csv covers: one table of ``python -m fusedlib bench``.
+RUN_GROUP = ["problem", "batch", "in_features", "out_features", "mode", "precision"]
 
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.hashsalt"] = "fusedlib"  # stable SVG ids: regenerated files diff cleanly
-    import matplotlib.pyplot as plt
-    return plt
+def styled(draw):
+    """Decorator: run a figure function under :data:`STYLE` (``matplotlib.rc_context``)."""
+    @functools.wraps(draw)
+    def run(*args, **kwargs):
+        import matplotlib
+        with matplotlib.rc_context(STYLE):
+            return draw(*args, **kwargs)
+    return run
+
+
+def subplots(nrows: int = 1, ncols: int = 1, *, figsize=None, layout="constrained", **kwargs):
+    """``(Figure, axes)`` like ``pyplot.subplots`` but without pyplot: the Figure is not
+    registered with any backend, so nothing is shown or switched; display it with
+    ``course.show_figure`` or save it with ``Figure.savefig``. ``kwargs`` go to
+    :meth:`matplotlib.figure.Figure.subplots` (sharex, sharey, squeeze, ...)."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=figsize, layout=layout)
+    return fig, fig.subplots(nrows, ncols, **kwargs)
+
+
+def one_run(bench):
+    """The rows of bench.csv's latest run of each (problem, shape, mode, precision) group: those
+    whose ``timestamp`` is the group's latest (a bench table's rows share one timestamp). An
+    implementation timed only in an earlier run of the group is left out, so every ratio a
+    figure shows compares rows of one run."""
+    latest = bench.groupby(RUN_GROUP, sort=False)["timestamp"].transform("max")
+    return bench[bench["timestamp"] == latest]
 
 
 def _impl_color(impl: str):
@@ -38,12 +77,15 @@ def _impl_color(impl: str):
 
 
 def _save(fig, outdir: Path, name: str) -> list[Path]:
+    """Write ``fig`` as ``name``.{png,svg,pdf} in ``outdir``: 150 dpi, no creation dates, the
+    SVG hash salt of :data:`STYLE`, so that two exports of the same figure are identical."""
+    import matplotlib
     outdir.mkdir(parents=True, exist_ok=True)
     paths = [outdir / f"{name}.{fmt}" for fmt in FORMATS]
     no_dates = {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "png": None}  # reproducible files
-    for path in paths:
-        fig.savefig(path, bbox_inches="tight", dpi=150, metadata=no_dates[path.suffix[1:]])
-    _plt().close(fig)
+    with matplotlib.rc_context(STYLE):
+        for path in paths:
+            fig.savefig(path, bbox_inches="tight", dpi=150, metadata=no_dates[path.suffix[1:]])
     return paths
 
 
@@ -53,8 +95,16 @@ def _preset_rows(df, problem: str):
     return df[[p == problem for p in presets_of(df)]]
 
 
+def _plain_log_ticks(axis) -> None:
+    """Label a log axis's ticks as plain numbers (300, not 3×10²); of the minor ticks only those
+    with leading digit 2, 3 or 5, so that labels do not crowd."""
+    from matplotlib.ticker import FuncFormatter
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "235" else ""))
+
+
 def _no_data(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=8, color="gray")
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="gray")
 
 
 def _ceilings(env: dict) -> dict:
@@ -87,12 +137,14 @@ def predicted_ms(problem: str, impl: str, precision: str, env: dict, mode: str =
     return c.time_ms(gemm_rate(precision, ceil), ceil["bandwidth"])
 
 
+@styled
 def roofline(bench, env: dict, outdir: Path) -> list[Path]:
     """``roofline.{png,svg,pdf}``: log-log arithmetic intensity (cost model, FLOP/byte)
     against achieved TFLOP/s (cost-model FLOPs / median time), one panel per problem at
-    its KernelBench shape in train mode: one point per stage and peer and precision (the
-    latest row; colour: implementation, marker: precision), arrows naive → fold → sums →
-    fused (fp32). Roofs: memory from the measured copy bandwidth (solid) and the datasheet
+    its KernelBench shape in train mode: one point per stage and peer and precision (one
+    run, :func:`one_run`; colour: implementation, marker: precision), arrows naive → fold →
+    sums → fused (fp32). The axes span the points and the roofs above them (a factor 1.5
+    of margin), not decades where nothing is drawn. Roofs: memory from the measured copy bandwidth (solid) and the datasheet
     (dotted); compute for fp32 and tf32 from the measured cuBLAS GEMM (solid) and the
     datasheet (dotted).
 
@@ -100,18 +152,23 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
         KeyError: env.json lacks ``measured`` or ``datasheet`` values.
     """
     import numpy as np
+    from matplotlib.lines import Line2D
 
     from .costmodel import cost
     from ..reference import PRESETS, problem_kind
-    plt = _plt()
     measured, sheet = env["measured"], env["datasheet"]
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5.5), sharey=True, layout="constrained")
-    ai = np.logspace(0, 4, 200)
-    top = max(sheet["tf32_tflops"], measured["gemm_tf32_tflops"]) * 1.6
-    train = bench[bench["mode"] == "train"]
-    lowest = train.tflops[train.tflops > 0].min() if (train.tflops > 0).any() else 1.0
+    fig, axes = subplots(1, 3, figsize=(17, 5.5), sharey=True, layout="constrained")
+    top = max(sheet["tf32_tflops"], measured["gemm_tf32_tflops"]) * 1.5
+    train = one_run(bench[bench["mode"] == "train"])
+    kb = [(problem, _preset_rows(train, problem)) for problem in ("84", "33", "39")]
+    xs = [cost(problem_kind(pr), r.impl, PRESETS[pr].batch, PRESETS[pr].in_features, PRESETS[pr].out_features,
+               "train", r.precision).intensity for pr, rows in kb for r in rows.itertuples(index=False)]
+    ys = [r.tflops for _, rows in kb for r in rows.itertuples(index=False) if r.tflops > 0]
+    xlim = (min(xs) / 1.5, max(xs) * 1.5) if xs else (10.0, 1000.0)
+    ylim = (min(ys) / 1.5 if ys else 1.0, top)
+    ai = np.geomspace(*xlim, 200)
     impl_handles = {}
-    for ax, problem in zip(axes, ("84", "33", "39")):
+    for ax, (problem, rows) in zip(axes, kb):
         for label, bw, style in (("copy, measured", measured["copy_gbytes_per_s"], "-"),
                                  (f"{sheet.get('device', 'HBM')} datasheet", sheet["bandwidth_gbytes_per_s"], ":")):
             ax.plot(ai, np.minimum(ai * bw / 1e3, top), style, color="gray", lw=1,
@@ -120,7 +177,6 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
             for peak, style, what in ((measured[f"gemm_{prec}_tflops"], "-", "cuBLAS, measured"),
                                       (sheet[f"{prec}_tflops"], ":", "datasheet")):
                 ax.axhline(peak, ls=style, color=color, lw=1, label=f"{prec} roof, {what}: {peak:.0f} TFLOP/s")
-        rows = _preset_rows(train, problem).drop_duplicates(["impl", "precision"], keep="last")
         s = PRESETS[problem]
         if rows.empty:
             _no_data(ax, "no train-mode rows at this shape")
@@ -135,68 +191,83 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
         chain = [points[stage, "fp32"] for stage in STAGE_IMPLS if (stage, "fp32") in points]
         for a, b in zip(chain, chain[1:]):
             ax.annotate("", xy=b, xytext=a, arrowprops=dict(arrowstyle="->", color="black", lw=0.8))
-        ax.set(xscale="log", yscale="log", xlim=(3, 3000), ylim=(min(1.0, lowest / 2), top),
+        ax.set(xscale="log", yscale="log", xlim=xlim, ylim=ylim,
                xlabel="arithmetic intensity (FLOP/byte, cost model)", title=f"problem {problem} @{s}")
         ax.grid(True, which="major", lw=0.3)
+        _plain_log_ticks(ax.xaxis)
+        _plain_log_ticks(ax.yaxis)
     axes[0].set_ylabel("achieved TFLOP/s")
     handles, labels = axes[0].get_legend_handles_labels()
     for impl in [i for i in list(STAGE_IMPLS) + list(PEER_IMPLS) if i in impl_handles]:
-        handles.append(plt.Line2D([], [], marker="o", ls="", color=_impl_color(impl), markeredgecolor="black"))
+        handles.append(Line2D([], [], marker="o", ls="", color=_impl_color(impl), markeredgecolor="black"))
         labels.append(impl)
     for prec, marker in PRECISION_MARKERS.items():
-        handles.append(plt.Line2D([], [], marker=marker, ls="", color="white", markeredgecolor="black"))
+        handles.append(Line2D([], [], marker=marker, ls="", color="white", markeredgecolor="black"))
         labels.append(prec)
-    fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncol=6)
+    fig.legend(handles, labels, loc="outside lower center", ncol=4)
     fig.suptitle(f"Roofline on {env.get('gpu', 'the GPU')}, train mode, KernelBench shapes "
                  "(arrows: naive → fold → sums → fused at fp32)")
     return _save(fig, outdir, "roofline")
 
 
+@styled
 def throughput(bench, outdir: Path) -> list[Path]:
-    """``throughput.{png,svg,pdf}``: median time and TFLOP/s against the batch size (N at
-    4096→4096) and against the features (K = M at batch 1024), for problem 84 and problems
-    33/39 (one model), every stage and peer and precision, train mode. Rows of other
-    shapes are ignored; a panel without sweep rows says so."""
+    """``throughput.{png,svg,pdf}``: achieved TFLOP/s (cost-model FLOPs / median time, log
+    scale) against the batch size (N at 4096→4096) and against the features (K = M at batch
+    1024), train mode, one run (:func:`one_run`). Small multiples: one row per problem family
+    (84; 33/39, one model) and sweep, one column per precision, so a panel holds at most the
+    four stages and the four peers, each in its own colour (:func:`_impl_color`) and named in
+    the legend; the peers are drawn dashed, and in the 3xtf32 column at fp32 (PyTorch has no
+    3xTF32; fp32 is its accuracy class). Rows of other shapes are ignored; a panel without
+    sweep rows says so."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FixedLocator, NullLocator
+
     from .bench import BATCH_SWEEP_FEATURES, FEATURE_SWEEP_BATCH
-    plt = _plt()
-    train = bench[bench["mode"] == "train"].copy()
+    train = one_run(bench[bench["mode"] == "train"]).copy()
     train["family"] = train.problem.astype(str).map({"84": "84", "33": "33/39", "39": "33/39"})
     sweeps = (("batch", f"batch N (at {BATCH_SWEEP_FEATURES}→{BATCH_SWEEP_FEATURES})",
                train[(train.in_features == BATCH_SWEEP_FEATURES) & (train.out_features == BATCH_SWEEP_FEATURES)]),
               ("in_features", f"features K = M (at batch {FEATURE_SWEEP_BATCH})",
                train[(train.batch == FEATURE_SWEEP_BATCH) & (train.in_features == train.out_features)]))
-    from matplotlib.ticker import FixedLocator, NullLocator
-    fig, axes = plt.subplots(4, 2, figsize=(13, 16), sharex="col", layout="constrained")
-    handles = {}
-    for col, (xname, xlabel, sweep) in enumerate(sweeps):
-        for f, family in enumerate(("84", "33/39")):
-            sub = sweep[sweep.family == family]
-            ax_t, ax_r = axes[2 * f][col], axes[2 * f + 1][col]
+    panels = [(family, sweep) for family in ("84", "33/39") for sweep in sweeps]
+    fig, axes = subplots(len(panels), len(PRECISIONS), figsize=(15, 15), squeeze=False)
+    drawn_impls = set()
+    for r, (family, (xname, xlabel, sweep)) in enumerate(panels):
+        sub = sweep[sweep.family == family]
+        for c, prec in enumerate(PRECISIONS):
+            ax = axes[r][c]
             drawn = False
-            for (impl, prec), g in sub.groupby(["impl", "precision"], sort=False):
-                g = g.drop_duplicates(xname, keep="last").sort_values(xname)
+            for impl in list(STAGE_IMPLS) + list(PEER_IMPLS):
+                peer = impl in PEER_IMPLS
+                at = "fp32" if peer and prec == "3xtf32" else prec
+                g = sub[(sub.impl == impl) & (sub.precision == at)].drop_duplicates(xname, keep="last").sort_values(xname)
                 if g[xname].nunique() < 2:
                     continue
-                style = dict(ls=PRECISION_LINES.get(prec, "-"), marker=".", color=_impl_color(impl))
-                (line,) = ax_t.plot(g[xname], g.median_ms, **style)
-                ax_r.plot(g[xname], g.tflops, **style)
-                handles.setdefault(f"{impl} {prec}", line)
+                ax.plot(g[xname], g.tflops, ls="--" if peer else "-", marker="o", ms=4, color=_impl_color(impl))
+                drawn_impls.add(impl)
                 drawn = True
-            for ax, ylabel in ((ax_t, "median time (ms)"), (ax_r, "TFLOP/s")):
-                ax.set(xscale="log", yscale="log", ylabel=f"{family}: {ylabel}")
-                ax.grid(True, which="major", lw=0.3)
-                if not drawn:
-                    _no_data(ax, f"no {xname} sweep in bench.csv")
-            ax_t.set_title(f"problem {family}, against {'batch' if xname == 'batch' else 'features'}")
-        ticks = sorted(sweep[xname].unique())
-        if ticks:
-            axes[-1][col].xaxis.set_major_locator(FixedLocator(ticks))
-            axes[-1][col].xaxis.set_minor_locator(NullLocator())
-            axes[-1][col].set_xticks(ticks, [str(t) for t in ticks])
-        axes[-1][col].set_xlabel(xlabel)
-    if handles:
-        fig.legend(list(handles.values()), list(handles), fontsize=7, loc="outside lower center", ncol=6)
-    fig.suptitle("Throughput against batch size and features (train mode; line style: precision)")
+            ax.set(xscale="log", yscale="log", title=f"{family}, {prec}: against {'batch' if xname == 'batch' else 'features'}")
+            ax.grid(True, which="major", lw=0.3)
+            _plain_log_ticks(ax.yaxis)
+            if c == 0:
+                ax.set_ylabel("TFLOP/s")
+            if not drawn:
+                _no_data(ax, f"no {xname} sweep in bench.csv")
+            ticks = sorted(sub[xname].unique())
+            if ticks:
+                ax.xaxis.set_major_locator(FixedLocator(ticks))
+                ax.xaxis.set_minor_locator(NullLocator())
+                ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.set_xlabel(xlabel)
+    order = [i for i in list(STAGE_IMPLS) + list(PEER_IMPLS) if i in drawn_impls]
+    if order:
+        handles = [Line2D([], [], color=_impl_color(i), ls="--" if i in PEER_IMPLS else "-", marker="o", ms=4)
+                   for i in order]
+        labels = [f"{i} (stage)" if i in STAGE_IMPLS else f"{i} (peer)" for i in order]
+        fig.legend(handles, labels, loc="outside lower center", ncol=4)
+    fig.suptitle("Throughput against batch size and features, train mode: one panel per problem, sweep and "
+                 "precision (3xtf32 panels: the peers at fp32)")
     return _save(fig, outdir, "throughput")
 
 
@@ -207,6 +278,7 @@ def _short_kernel(name: str) -> str:
     return base if len(base) <= 40 else base[:37] + "..."
 
 
+@styled
 def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
     """``breakdown.{png,svg,pdf}``: stacked per-kernel time of each stage at each precision
     (grouped by precision: fp32, tf32, 3xtf32; a stage and precision that neither
@@ -222,15 +294,15 @@ def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
     from .costmodel import cost
     from .course import gemm_rate
     from ..reference import PRESETS, problem_kind
-    plt = _plt()
     present = {(r.impl, r.precision) for r in bench[bench["mode"] == "train"].itertuples(index=False)}
     if profile is not None:
         present |= {(r.impl, r.precision) for r in profile[profile["mode"] == "train"].itertuples(index=False)}
     bars = [(s, prec) for prec in PRECISIONS for s in STAGE_IMPLS if (s, prec) in present]
     bars = bars or [(s, "fp32") for s in STAGE_IMPLS]
-    fig, axes = plt.subplots(1, 3, figsize=(max(18.0, 1.8 * len(bars)), 5.5), layout="constrained")
+    fig, axes = subplots(1, 3, figsize=(max(18.0, 1.8 * len(bars)), 5.5), layout="constrained")
     colors: dict[str, tuple] = {}
-    cmap = plt.get_cmap("tab20")
+    from matplotlib import colormaps
+    cmap = colormaps["tab20"]
     for ax, problem in zip(axes, ("84", "33", "39")):
         shape = PRESETS[problem]
         for i, (impl, prec) in enumerate(bars):
@@ -252,13 +324,13 @@ def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
                        label=label if label not in ax.get_legend_handles_labels()[1] else None)
                 bottom += ms
             if bottom > 0:
-                ax.annotate(f"{bottom:.2f}", (i, bottom), ha="center", va="bottom", fontsize=7,
+                ax.annotate(f"{bottom:.2f}", (i, bottom), ha="center", va="bottom",
                             xytext=(0, 2), textcoords="offset points")
-            timed = _preset_rows(bench, problem)
+            timed = _preset_rows(one_run(bench), problem)
             timed = timed[(timed["mode"] == "train") & (timed.impl == impl) & (timed.precision == prec)]
             if len(timed):
                 ax.plot([i - 0.4, i + 0.4], [timed.median_ms.iloc[-1]] * 2, color="black", lw=1.2)
-        ax.set_xticks(range(len(bars)), [f"{impl}\n{prec}" for impl, prec in bars], fontsize=8)
+        ax.set_xticks(range(len(bars)), [f"{impl}\n{prec}" for impl, prec in bars])
         ax.set(ylabel="ms per call", title=f"problem {problem} @{shape}" + ("" if profile is not None else " (predicted)"))
         if not ax.get_legend_handles_labels()[0]:
             _no_data(ax, "no profile rows at this shape")
@@ -267,7 +339,7 @@ def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
     if handles:
-        fig.legend(list(handles.values()), list(handles), fontsize=7, loc="outside right upper")
+        fig.legend(list(handles.values()), list(handles), loc="outside right upper")
     source = ("torch.profiler kernel times (profile.csv); black tick: bench.csv median" if profile is not None
               else "predicted: cost-model passes at the measured ceilings (no profile.csv); black tick: bench.csv median")
     fig.suptitle(f"Where the time goes, train mode: {source}")
@@ -275,59 +347,78 @@ def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
 
 
 #: Reference lines of the ladder: peer, line style, and the precision it is drawn at in each
-#: precision group (PyTorch has no 3xTF32: eager fp32, the same accuracy class, stands in;
-#: no GEMM-alone line there).
+#: precision (PyTorch has no 3xTF32: eager fp32, the same accuracy class, stands in; no
+#: GEMM-alone line there).
 LADDER_REFERENCES = (("eager", "--", {"fp32": "fp32", "tf32": "tf32", "3xtf32": "fp32"}),
                      ("gemm_only", ":", {"fp32": "fp32", "tf32": "tf32"}))
 
 
+def saved_label(before: float, after: float) -> str:
+    """The bar label of one step of the ladder: "saves 2.2 %" when ``after`` (ms) is below
+    ``before`` (ms), "costs 0.3 %" when above, relative to ``before``."""
+    change = (before - after) / before * 100
+    return f"saves\n{change:.1f} %" if change >= 0 else f"costs\n{-change:.1f} %"
+
+
+@styled
 def ladder(bench, env: dict, outdir: Path) -> list[Path]:
     """``ladder.{png,svg,pdf}``: every stage at every precision, measured against predicted.
 
-    One panel per problem (84, 33, 39) at its KernelBench shape, train mode, log time axis.
-    x: one group per precision (fp32, tf32, 3xtf32); in a group one solid bar per stage
-    (naive, fold, sums, fused: the latest bench.csv median, ms) and beside it a hollow
-    hatched bar, the cost model's prediction (:func:`predicted_ms`: each pass at its roof,
-    measured ceilings of env.json). Horizontal lines across each group: eager (dashed) and
-    the GEMM alone (``gemm_only``, dotted) at the group's precision; the 3xtf32 group gets
-    eager fp32 (dash-dot) instead, PyTorch having no 3xTF32, and no GEMM-alone line. A stage
-    or peer without a row is left out (its prediction is still drawn); a panel without any
-    row says so.
+    Small multiples, linear time axes: one panel per problem (rows: 84, 33, 39 at their
+    KernelBench shapes) and precision (columns: fp32, tf32, 3xtf32), train mode, each with
+    its own scale from zero. In a panel one bar per stage (naive, fold, sums, fused) holding
+    the measured median in ms on top and, inside, the **% saved** by the step from the stage
+    before it ("saves x %", or "costs x %" when the step is slower); a black dashed tick
+    across each bar, the cost model's prediction (:func:`predicted_ms`: each pass at its
+    roof, measured ceilings of env.json). Horizontal lines: eager (dashed) and the GEMM alone
+    (``gemm_only``, dotted) at the panel's precision; the 3xtf32 panels get eager fp32
+    (dash-dot) instead, PyTorch having no 3xTF32, and no GEMM-alone line.
+
+    One run: bench.csv may hold two runs of a configuration; the ladder takes, for each
+    (problem, shape, mode, precision) group, the rows with the group's latest timestamp
+    (:func:`one_run`), so the stages and the peers of a panel come from one run.
+
+    A stage or peer without a row is left out (its prediction is still drawn); a problem
+    without any row says so in its panels.
 
     Raises:
         KeyError: env.json lacks its ``measured`` ceilings.
     """
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     from ..reference import PRESETS
-    plt = _plt()
     _ceilings(env)  # fail early, before drawing, on an env.json without ceilings
-    fig, axes = plt.subplots(1, 3, figsize=(18, 6), sharey=True, layout="constrained")
-    train = bench[bench["mode"] == "train"]
-    width = 0.84 / len(STAGE_IMPLS)   # one measured and one predicted bar per stage
+    fig, axes = subplots(3, len(PRECISIONS), figsize=(16, 14), squeeze=False)
+    train = one_run(bench[bench["mode"] == "train"])
     handles: dict[str, object] = {stage: Patch(facecolor=_impl_color(stage), edgecolor="black", linewidth=0.4)
                                   for stage in STAGE_IMPLS}
-    handles["solid: measured (latest bench.csv median)"] = Patch(facecolor="0.6", edgecolor="black", linewidth=0.4)
-    handles["hollow, hatched: cost-model prediction (each pass at its roof)"] = Patch(
-        facecolor="none", edgecolor="black", hatch="////")
-    values = []
-    for ax, problem in zip(axes, ("84", "33", "39")):
-        rows = _preset_rows(train, problem).drop_duplicates(["impl", "precision"], keep="last")
-        ms = {(r.impl, r.precision): float(r.median_ms) for r in rows.itertuples(index=False)}
-        for g, prec in enumerate(PRECISIONS):
+    handles["black dashes: cost-model prediction (each pass at its roof)"] = Line2D(
+        [], [], color="black", ls=(0, (3, 2)), lw=1.5)
+    x = range(len(STAGE_IMPLS))
+    for r, problem in enumerate(("84", "33", "39")):
+        rows = _preset_rows(train, problem)
+        ms = {(row.impl, row.precision): float(row.median_ms) for row in rows.itertuples(index=False)}
+        for c, prec in enumerate(PRECISIONS):
+            ax = axes[r][c]
+            values = []
+            previous = None
             for i, stage in enumerate(STAGE_IMPLS):
-                left = g - 0.42 + i * width
-                color = _impl_color(stage)
                 pred = predicted_ms(problem, stage, prec, env)
                 values.append(pred)
-                ax.bar(left + 0.75 * width, pred, 0.5 * width, facecolor="none", edgecolor=color, hatch="////",
-                       linewidth=0.8)
-                if (stage, prec) in ms:
-                    t = ms[stage, prec]
-                    values.append(t)
-                    ax.bar(left + 0.25 * width, t, 0.5 * width, color=color, edgecolor="black", linewidth=0.4)
-                    ax.annotate(f"{t:.3g}", (left + 0.25 * width, t), ha="center", va="bottom", fontsize=6,
-                                rotation=90, xytext=(0, 2), textcoords="offset points")
+                ax.hlines(pred, i - 0.42, i + 0.42, colors="black", linestyles=(0, (3, 2)), linewidth=1.5, zorder=4)
+                t = ms.get((stage, prec))
+                if t is None:
+                    previous = None
+                    continue
+                values.append(t)
+                ax.bar(i, t, 0.7, color=_impl_color(stage), edgecolor="black", linewidth=0.4)
+                ax.annotate(f"{t:.3g} ms", (i, t), ha="center", va="bottom", fontsize=11,
+                            xytext=(0, 3), textcoords="offset points")
+                if previous is not None:
+                    ax.text(i, t / 2, saved_label(previous, t), ha="center", va="center", fontsize=10,
+                            color="white", fontweight="bold")
+                previous = t
             for peer, style, at in LADDER_REFERENCES:
                 ref_prec = at.get(prec)
                 if ref_prec is None or (peer, ref_prec) not in ms:
@@ -335,30 +426,29 @@ def ladder(bench, env: dict, outdir: Path) -> list[Path]:
                 t = ms[peer, ref_prec]
                 values.append(t)
                 stand_in = ref_prec != prec
-                line = ax.hlines(t, g - 0.46, g + 0.46, colors=_impl_color(peer),
-                                 linestyles="-." if stand_in else style, linewidth=1.2, zorder=4)
-                label = (f"{peer} fp32: reference of the 3xtf32 group (PyTorch has no 3xTF32)" if stand_in
-                         else f"{peer} at the group's precision")
+                line = ax.axhline(t, color=_impl_color(peer), ls="-." if stand_in else style, lw=1.5, zorder=3)
+                label = (f"{peer} fp32: reference of the 3xtf32 panels (PyTorch has no 3xTF32)" if stand_in
+                         else f"{peer} at the panel's precision")
                 handles.setdefault(label, line)
-        if not ms:
-            _no_data(ax, "no train-mode rows at this shape")
-        ax.set_xticks(range(len(PRECISIONS)), list(PRECISIONS))
-        ax.set(yscale="log", xlim=(-0.5, len(PRECISIONS) - 0.5), title=f"problem {problem} @{PRESETS[problem]}")
-        ax.grid(True, axis="y", which="major", lw=0.3)
-    positive = [v for v in values if v > 0]
-    if positive:
-        axes[0].set_ylim(min(positive) / 2, max(positive) * 3)
-    axes[0].set_ylabel("ms per call (log)")
-    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="outside lower center", ncol=4)
-    fig.suptitle(f"The ladder on {env.get('gpu', 'the GPU')}: every stage at every precision, train mode, "
-                 "KernelBench shapes (a missing solid bar: not measured)")
+            if not ms:
+                _no_data(ax, "no train-mode rows at this shape")
+            ax.set_xticks(list(x), list(STAGE_IMPLS))
+            ax.set_ylim(0, max(values) * 1.18)
+            ax.set_title(f"{problem} @{PRESETS[problem]}, {prec}")
+            ax.grid(True, axis="y", lw=0.3)
+            if c == 0:
+                ax.set_ylabel("ms per call")
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=3)
+    fig.suptitle(f"The ladder on {env.get('gpu', 'the GPU')}, train mode, KernelBench shapes: median ms per "
+                 "stage (one run) and the % each step saves")
     return _save(fig, outdir, "ladder")
 
 
+@styled
 def cancellation_figure(lab):
-    """Figure of a course.cancellation_lab table: variance error against |mean|/std, log-log."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    """A Figure (made without pyplot: the caller's backend is left alone) of a
+    course.cancellation_lab table: variance error against |mean|/std, log-log."""
+    fig, ax = subplots(figsize=(6, 4))
     for name, grp in lab.groupby("method"):
         ax.loglog(grp["|mean|/std"], grp["max relative error"], marker="o", label=name)
     ax.axhline(2 ** -24, ls=":", color="gray", label="float32 unit roundoff")
@@ -373,6 +463,39 @@ def cancellation(outdir: Path) -> list[Path]:
     grows (float32, CPU algebra: no GPU results needed); see course.cancellation_lab."""
     from .course import cancellation_lab
     return _save(cancellation_figure(cancellation_lab()), outdir, "cancellation")
+
+
+def diagram_figures() -> dict:
+    """Every picture of the kernels: the ``FIGURES`` of each module of :mod:`fusedlib.diagrams`
+    (found with pkgutil, modules in name order), merged into one dict file stem → function.
+
+    Raises:
+        ValueError: two modules define the same file stem.
+    """
+    import importlib
+    import pkgutil
+
+    from . import diagrams
+    found: dict = {}
+    for info in sorted(pkgutil.iter_modules(diagrams.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{diagrams.__name__}.{info.name}")
+        for stem, draw in getattr(module, "FIGURES", {}).items():
+            if stem in found:
+                raise ValueError(f"fusedlib.diagrams.{info.name}: figure {stem!r} is already defined by another module")
+            found[stem] = draw
+    return found
+
+
+def export_diagrams(outdir: Path) -> list[Path]:
+    """Draw every :func:`diagram_figures` function (cost model and algebra only: no GPU
+    results needed) and save it as PNG, SVG and PDF in ``outdir``. Returns the paths."""
+    import matplotlib
+    paths = []
+    for stem, draw in diagram_figures().items():
+        with matplotlib.rc_context(STYLE):
+            fig = draw()
+        paths += _save(fig, outdir, stem)
+    return paths
 
 
 def load_results(results: Path):
@@ -435,13 +558,13 @@ def main(args) -> int:
             return 2
     if not (results / "bench.csv").exists() and not (results / "env.json").exists():
         # Nothing measured yet (a fresh clone before any GPU run): not an error.
-        paths = cancellation(args.out)
+        paths = cancellation(args.out) + export_diagrams(args.out)
         print("\n".join(str(p) for p in paths))
         print(f"{results} holds no GPU results yet: roofline, throughput, breakdown and ladder are drawn once "
               "`python -m fusedlib bench --ceilings` has run on a GPU; README table unchanged", file=sys.stderr)
         return 0
     try:
-        paths = make_all(results, args.out)
+        paths = make_all(results, args.out) + export_diagrams(args.out)
     except (FileNotFoundError, ValueError, KeyError) as exc:
         print(f"wrote {args.out / 'cancellation'}.{{png,svg,pdf}} only", file=sys.stderr)
         print(f"error: {exc if not isinstance(exc, KeyError) else f'env.json lacks {exc}'}", file=sys.stderr)
