@@ -7,7 +7,8 @@
   loads into a ring of shared-memory stages, two consumer warpgroups multiply from it, and a
   tile's epilogue runs while the producer already loads the next tile's first stages.
 
-Both are schematic (no measured value is drawn); the ring depth and tile sizes follow
+The functions build :class:`matplotlib.figure.Figure` objects without pyplot (the notebook's
+backend is left alone). Both are schematic (no measured value is drawn); the ring depth and tile sizes follow
 ``fusedlib/kernels/gemm_wgmma.cuh`` (four stages of 128×32 of X and 256×32 of W in tf32).
 """
 from __future__ import annotations
@@ -49,13 +50,14 @@ def online_max_sum_trace(values, chunk: int = 4) -> list[dict]:
 def online_softmax():
     """One row of 24 values read four at a time: the values (bars), the running maximum m
     (step line) and the running sum ℓ (lower panel), with the rescalings marked."""
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     values = [0.3, 1.1, 0.2, 0.7, 2.4, 0.9, 1.5, 0.1, 1.0, 2.0, 0.4, 1.2,
               3.1, 0.6, 2.2, 0.8, 1.9, 0.5, 2.7, 1.3, 0.2, 1.7, 2.9, 0.9]
     chunk = 4
     steps = online_max_sum_trace(values, chunk)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.6), sharex=True, height_ratios=(3, 2))
+    fig = Figure(figsize=(10, 5.6), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
     xs = range(len(values))
     top.bar(xs, values, color="#9ecae1", edgecolor="#3182bd", label="row values $v_j$")
     ends = [s["end"] for s in steps]
@@ -78,7 +80,6 @@ def online_softmax():
     for ax in (top, bottom):
         ax.tick_params(labelsize=11)
         ax.spines[["top", "right"]].set_visible(False)
-    fig.tight_layout()
     return fig
 
 
@@ -87,10 +88,11 @@ def persistent_schedule():
     and empty mbarriers, two consumer warpgroups, the epilogue). Right: a timeline of two
     tiles, the producer running ahead by the ring's depth and the epilogue of tile 0
     overlapping the loads of tile 1."""
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
     from matplotlib.patches import FancyArrowPatch, Rectangle
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.6), width_ratios=(1.15, 1.4))
+    fig = Figure(figsize=(14, 5.6), layout="constrained")
+    left, right = fig.subplots(1, 2, width_ratios=(1.15, 1.4))
     # --- the parts of one CTA
     left.set(xlim=(0, 10), ylim=(0, 10), title="One CTA (one per SM, looping over tiles)")
     left.axis("off")
@@ -148,7 +150,6 @@ def persistent_schedule():
     right.spines[["top", "right"]].set_visible(False)
     right.legend(handles=[Rectangle((0, 0), 1, 1, color=c) for c in colors], labels=["tile 0", "tile 1"],
                  loc="lower right", fontsize=9)
-    fig.tight_layout()
     return fig
 
 
