@@ -93,7 +93,7 @@ figures: venv
 # reveal.js slides of the collection into slides/ (inputs of cells tagged hide-input hidden).
 slides: venv
 	$(BIN)/python -m jupyter nbconvert --to slides --output-dir slides \
-		--TagRemovePreprocessor.remove_input_tags=hide-input notebooks/[0-9]*.ipynb
+		--TagRemovePreprocessor.remove_input_tags=hide-input notebooks/[0-9]*.ipynb notebooks/appendix_*.ipynb
 
 # GPU validation: the GPU suite (tests/test_gpu.py, tests/test_gpu_operator.py) in parts side by
 # side; writes results/<gpu>/validation.json (commit it).

@@ -333,3 +333,42 @@ def test_step_table_takes_one_run_and_the_percent_saved(tmp_path, monkeypatch):
     assert "saves **25.0 %**" in text and "costs **20.0 %**" in text and text.count(course.NOT_MEASURED) == 4
     with pytest.raises(ValueError, match="first stage"):
         course.step_table("naive")
+
+# ---------------------------------------------------------------- notebooks 05–06 and the appendix
+def test_fused_versus_sums_from_the_committed_profile():
+    """One row per problem and precision; the merge's cost is fused's GEMM minus sums' GEMM, the
+    launch saved is sums' finalize, the forward difference comes from bench.csv; at 39 in 3xTF32
+    the merge costs more than the finalize it replaces (what notebook 05 states)."""
+    vs = course.fused_versus_sums()
+    assert list(vs.index) == [(p, q) for p in course.PROBLEMS for q in ("fp32", "tf32", "3xtf32")]
+    assert (vs["merge cost µs"] == vs["fused GEMM µs"] - vs["sums GEMM µs"]).all()
+    assert (vs["launch saved µs"] == vs["sums finalize µs"]).all() and (vs["sums finalize µs"] > 0).all()
+    assert vs["fused − sums µs"].to_numpy() == pytest.approx(1e3 * (vs["fused ms"] - vs["sums ms"]).to_numpy())
+    assert vs.loc[("39", "3xtf32"), "merge cost µs"] > vs.loc[("39", "3xtf32"), "launch saved µs"]
+
+
+def test_saved_table_is_the_percent_of_time_saved():
+    t = course.saved_table("fused")
+    assert t["% saved vs naive"].to_numpy() == pytest.approx(100 * (1 - t["fused ms"] / t["naive ms"]).to_numpy())
+    assert t["% saved vs sums"].to_numpy() == pytest.approx(100 * (1 - t["fused ms"] / t["sums ms"]).to_numpy())
+    assert {"naive ms", "fold ms", "% saved vs naive"} <= set(course.saved_table("fold").columns)  # fold's previous is naive
+    with pytest.raises(ValueError, match="stage"):
+        course.saved_table("naive")
+
+
+def test_peer_spread_over_repeated_configurations():
+    s = course.peer_spread()
+    if s is None:
+        pytest.skip("no configuration timed twice in the committed bench.csv")
+    assert set(s.index) <= set(course.PEERS)
+    assert ((s["largest"] >= s["median"]) & (s["median"] >= 0) & (s["configurations"] >= 1)).all()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("| v7 (run80) | 0.4 ms |", "| v7 | 0.4 ms |"),
+    ("measured in run82, faster", "measured in an earlier run, faster"),
+    ("see `results/h100/logs/run88.log` for it", "see a committed log for it"),
+    ("no IDs here: v0, 128×256", "no IDs here: v0, 128×256"),
+])
+def test_strip_run_ids(text, expected):
+    assert course.strip_run_ids(text) == expected

@@ -875,6 +875,61 @@ def step_table(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "t
 
     Raises:
         ValueError: ``stage`` is the first stage (nothing before it).
+
+# ---------------------------------------------------------------- notebooks 05–06 (fused stage,
+# roofline and throughput) and the appendix on the GEMM engine
+
+
+def fused_versus_sums(mode: str = "train", gpu: str = "h100"):
+    """What ``fused`` changes over ``sums``, kernel by kernel, at the KernelBench shapes: one
+    row per problem and precision with the device time per call (µs, profile.csv) of sums'
+    GEMM (ColumnStats epilogue), its finalize kernel and its row pass, fused's GEMM
+    (ColumnStatsMerge epilogue: the merge inside the GEMM) and its row pass; ``merge cost µs``
+    = fused GEMM − sums GEMM (what the merge adds to the GEMM), ``launch saved µs`` = sums'
+    finalize; and both stages' medians (ms, bench.csv) with ``fused − sums µs``. None without
+    profile.csv or bench.csv."""
+    import pandas as pd
+
+    from .reference import PRESETS
+    prof, bench = profile(gpu), measured(gpu=gpu)
+    if prof is None or bench is None:
+        return None
+    kb = at_presets(bench, mode)
+    rows = []
+    for problem in PROBLEMS:
+        for precision in ("fp32", "tf32", "3xtf32"):
+            sel = prof[(prof.problem == problem) & (prof["shape"] == str(PRESETS[problem])) & (prof["mode"] == mode)
+                       & (prof.precision == precision)].drop_duplicates(["impl", "kernel"], keep="last")
+
+            def us(impl: str, gemm: bool) -> float:
+                k = sel[(sel.impl == impl) & (sel.kernel.str.contains("gemm") == gemm)]
+                if not gemm:
+                    k = k[~k.kernel.str.contains("finalize")]
+                return float(k.cuda_time_us_per_call.sum()) if len(k) else float("nan")
+
+            fin = sel[(sel.impl == "sums") & sel.kernel.str.contains("finalize")].cuda_time_us_per_call.sum()
+            ms = kb[(kb.problem == problem) & (kb.precision == precision)].set_index("impl").median_ms
+            if "sums" not in ms or "fused" not in ms:
+                continue
+            row = {"problem": problem, "precision": precision, "sums GEMM µs": us("sums", True),
+                   "sums finalize µs": float(fin), "fused GEMM µs": us("fused", True),
+                   "sums row pass µs": us("sums", False), "fused row pass µs": us("fused", False),
+                   "sums ms": float(ms["sums"]), "fused ms": float(ms["fused"])}
+            row["merge cost µs"] = row["fused GEMM µs"] - row["sums GEMM µs"]
+            row["launch saved µs"] = row["sums finalize µs"]
+            row["fused − sums µs"] = 1e3 * (row["fused ms"] - row["sums ms"])
+            rows.append(row)
+    return pd.DataFrame(rows).set_index(["problem", "precision"]) if rows else None
+
+
+def saved_table(stage: str = "fused", mode: str = "train", gpu: str = "h100"):
+    """The ladder's savings at the KernelBench shapes, one row per problem and precision:
+    ``naive ms``, the previous stage's ms, ``stage``'s ms (bench.csv medians) and the % of time
+    ``stage`` saves over each (100·(1 − t_stage / t_other); negative: slower). None without
+    bench.csv.
+
+    Raises:
+        ValueError: ``stage`` is not one of algebra.STAGES after naive.
     """
     import pandas as pd
 
@@ -921,3 +976,54 @@ def step_md(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "trai
         lines.append(f"- **{problem}**: " + "; ".join(parts) + ".")
     return (f"`{previous}` → `{stage}`, {mode} mode, KernelBench shapes, median ms of one run of bench.csv "
             "(% of the previous stage's time saved):\n\n" + "\n".join(lines))
+
+    if stage not in STAGES[1:]:
+        raise ValueError(f"stage: expected one of {STAGES[1:]}, got {stage!r}")
+    bench = measured(gpu=gpu)
+    if bench is None:
+        return None
+    previous = STAGES[STAGES.index(stage) - 1]
+    kb = at_presets(bench, mode)
+    rows = []
+    for problem in PROBLEMS:
+        for precision in ("fp32", "tf32", "3xtf32"):
+            ms = kb[(kb.problem == problem) & (kb.precision == precision)].set_index("impl").median_ms
+            if not {"naive", previous, stage} <= set(ms.index):
+                continue
+            rows.append({"problem": problem, "precision": precision, "naive ms": float(ms["naive"]),
+                         f"{previous} ms": float(ms[previous]), f"{stage} ms": float(ms[stage]),
+                         f"% saved vs naive": 100 * (1 - ms[stage] / ms["naive"]),
+                         f"% saved vs {previous}": 100 * (1 - ms[stage] / ms[previous])})
+    return pd.DataFrame(rows).set_index(["problem", "precision"]) if rows else None
+
+
+def peer_spread(mode: str = "train", gpu: str = "h100"):
+    """How much the peers (eager, torch.compile, the GEMM alone) moved between repeated runs
+    in bench.csv at the KernelBench shapes: one row per impl with the number of configurations
+    timed more than once and the largest and median relative spread (max/min − 1, in %) of
+    their medians. None without bench.csv or without repeated configurations."""
+    import pandas as pd
+
+    from .reference import presets_of
+    bench = measured(gpu=gpu)
+    if bench is None:
+        return None
+    sel = bench[[p not in (None, "v0") for p in presets_of(bench)]]
+    sel = sel[(sel["mode"] == mode) & sel.impl.isin(list(PEERS))]
+    g = sel.groupby(["problem", "precision", "impl"]).median_ms.agg(["min", "max", "size"])
+    g = g[g["size"] > 1]
+    if g.empty:
+        return None
+    g["spread %"] = 100 * (g["max"] / g["min"] - 1)
+    out = g.groupby("impl")["spread %"].agg(configurations="size", largest="max", median="median")
+    return out.reindex([p for p in PEERS if p in out.index])
+
+
+def strip_run_ids(text: str) -> str:
+    """``text`` without the experiment IDs of the development notes ("run80", "(run70–run79)",
+    "logs/run10-ncu_84_tf32.csv"): for tables quoted from results/<gpu>/NOTES.md in the course."""
+    import re
+    text = re.sub(r"`?(?:results/h100/)?logs/run\d+[^\s`|;,)]*`?", "a committed log", text)
+    text = re.sub(r"\s*\((?:[^()]*?\b)?runs?\s*\d+(?:[–-]\s*(?:run)?\d+)?(?:[^()]*)\)", "", text)
+    text = re.sub(r"\bruns?\d+(?:[–-](?:run)?\d+)?\b", "an earlier run", text)
+    return text

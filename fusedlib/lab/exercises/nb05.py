@@ -1,0 +1,62 @@
+"""Checks for notebook 05: the online softmax (one sweep, running max and sum), and the ring of
+shared-memory stages of the Hopper GEMM."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from fusedlib.exercises import exercise, expect
+from fusedlib.exercises.solutions import nb05 as solutions
+
+
+def _online_max_sum_without_rescaling(chunks):
+    """The known-wrong answer: ℓ is never rescaled when the maximum rises."""
+    m, l = -math.inf, 0.0
+    for part in chunks:
+        m = max(m, float(part.max()))
+        l = l + float((part.double() - m).exp().sum())
+    return m, l
+
+
+def _rows():
+    g = torch.Generator().manual_seed(5)
+    yield torch.randn(64, generator=g, dtype=torch.float64)                                  # plain
+    yield torch.linspace(-3, 5, 40, dtype=torch.float64)                                      # max rises every chunk
+    yield torch.randn(200, generator=g, dtype=torch.float64) * 30 + 1000                      # exp(v) overflows
+    yield torch.cat([torch.full((5,), -1e4, dtype=torch.float64), torch.randn(20, generator=g, dtype=torch.float64)])
+
+
+@exercise(solution=solutions.online_max_sum, wrong=_online_max_sum_without_rescaling,
+          verified="one sweep over the chunks gives (m, ℓ); exp(v − m)/ℓ matches torch.softmax, large values included")
+def check_online_max_sum(online_max_sum) -> None:
+    """``online_max_sum(chunks)`` reads an iterator of 1-D chunks of a row once and returns
+    (m, ℓ); the check forms exp(v − m)/ℓ and compares it with torch.softmax in float64."""
+    for row in _rows():
+        for chunk in (1, 4, 7):
+            chunks = iter(row.split(chunk))           # an iterator: it can be read once only
+            m, l = online_max_sum(chunks)
+            expect(next(chunks, None) is None, "the answer left chunks unread: read the whole row")
+            expect(float(m) == float(row.max()), f"m = {float(m)} is not the row's maximum {float(row.max())}")
+            expect(math.isfinite(float(l)) and float(l) >= 1, f"ℓ = {l}: with m the maximum, ℓ is at least 1 and finite")
+            y = (row - float(m)).exp() / float(l)
+            expect(torch.allclose(y, torch.softmax(row, 0), rtol=1e-9, atol=1e-12),
+                   f"exp(v − m)/ℓ differs from torch.softmax (chunks of {chunk}): is ℓ rescaled when m rises?")
+
+
+def _ring_stages_forgetting_w_small(bn: int, three_x: bool, bm: int = 128, bk: int = 32, budget: int = 192 * 1024) -> int:
+    """The known-wrong answer: counts W's slice once also in 3xTF32."""
+    return budget // (4 * bk * (bm + bn))
+
+
+@exercise(solution=solutions.ring_stages, wrong=_ring_stages_forgetting_w_small,
+          verified="the ring's depth matches the kernel's WgTile::kStages for tf32 and 3xTF32 tiles")
+def check_ring_stages(ring_stages) -> None:
+    """``ring_stages(bn, three_x)`` must give the number of stages the kernel's ``WgTile``
+    computes (fusedlib/kernels/gemm_wgmma.cuh: 192 KiB of shared memory over the bytes of a
+    stage), for the tile widths the engine uses."""
+    for bn, three_x in ((256, False), (168, True), (192, True), (128, False), (128, True), (64, True)):
+        want = solutions.ring_stages(bn, three_x)
+        got = ring_stages(bn, three_x)
+        expect(got == want, f"BN = {bn}, {'3xTF32' if three_x else 'tf32'}: {got} stages, the kernel has {want}"
+                            + (" (in 3xTF32 a stage holds W's slice twice)" if three_x else ""))
