@@ -877,8 +877,8 @@ def backward_memory(problem: str, precision: str = "fp32") -> dict:
 
 def train_step_summary(gpu: str = "h100"):
     """One row per problem and precision of the committed train_step.csv: the fused step and
-    eager PyTorch's (3xtf32: eager fp32, the same accuracy class), their backwards (step minus
-    the forward alone), % of eager's step the fused step saves (negative: it costs more), the
+    eager PyTorch's (3xtf32: eager fp32, the same accuracy class), their forwards alone and
+    their backwards (step minus the forward alone), % of eager's step the fused step saves (negative: it costs more), the
     fused backward's prediction (:func:`backward_prediction`), and peak memory (MiB): fused
     measured and predicted (:func:`backward_memory`), eager measured. None without the file."""
     import pandas as pd
@@ -894,6 +894,7 @@ def train_step_summary(gpu: str = "h100"):
         rows.append({"problem": problem, "precision": precision,
                      "fused step ms": f.median_ms, "eager step ms": e.median_ms if e is not None else nan,
                      "% saved": 100 * (1 - f.median_ms / e.median_ms) if e is not None else nan,
+                     "fused forward ms": f.forward_ms, "eager forward ms": e.forward_ms if e is not None else nan,
                      "fused backward ms": f.median_ms - f.forward_ms,
                      "predicted backward ms": backward_prediction(problem, precision, gpu)[1],
                      "eager backward ms": e.median_ms - e.forward_ms if e is not None else nan,
@@ -920,6 +921,7 @@ def train_step_md(gpu: str = "h100") -> str:
     by = {p: t[t.precision == p] for p in ("fp32", "tf32", "3xtf32")}
     ratio = {p: d["fused step ms"] / d["eager step ms"] for p, d in by.items()}
     bwd = {p: d["fused backward ms"] / d["eager backward ms"] for p, d in by.items()}
+    fwd = {p: d["fused forward ms"] / d["eager forward ms"] for p, d in by.items()}
     nm = t.problem.map(lambda p: PRESETS[p].batch * PRESETS[p].out_features * 4 / 2 ** 20)
     extra = ((t["fused peak MiB"] - t["eager peak MiB"]) / nm).round(1)
     extra_txt = {p: ", ".join(f"{pr} {e:+.1f}".replace("-0.0", "+0.0")
@@ -932,8 +934,8 @@ def train_step_md(gpu: str = "h100") -> str:
         f"- **3xTF32** gives fp32-class gradients in {_span(ratio['3xtf32'])}× eager fp32's time: its three TF32 "
         "products per GEMM run faster than one fp32 GEMM on the FMA units.",
         f"- **fp32** is slower than eager ({_span(ratio['fp32'])}× its time), though its backward alone takes "
-        f"{_span(bwd['fp32'])}× eager's: the difference is the forward, whose SIMT GEMM is slower than cuBLAS's "
-        "(notebook 02), while the backward's GEMMs are cuBLAS's in every precision.",
+        f"{_span(bwd['fp32'])}× eager's: the difference is the forward ({_span(fwd['fp32'])}× eager's), whose SIMT "
+        "GEMM is slower than cuBLAS's (notebook 02), while the backward's GEMMs are cuBLAS's in every precision.",
         "- **Peak memory**, fused minus eager, in N×M tensors of each problem (84, 33, 39): "
         + "; ".join(f"{p}: {extra_txt[p]}" for p in by) + ". The fused forward saves only Z′ (and Y for 84), "
         "but while dW's GEMM runs it also holds dZ′ in two layouts and X − x̄ (in 3xTF32 each as two TF32 "
