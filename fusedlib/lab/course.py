@@ -1027,3 +1027,159 @@ def strip_run_ids(text: str) -> str:
     text = re.sub(r"\s*\((?:[^()]*?\b)?runs?\s*\d+(?:[–-]\s*(?:run)?\d+)?(?:[^()]*)\)", "", text)
     text = re.sub(r"\bruns?\d+(?:[–-](?:run)?\d+)?\b", "an earlier run", text)
     return text
+
+# ---------------------------------------------------------------- notebooks 07–08: eval mode and the backward
+#: The fused train-mode backward's passes (``kernels/backward.cu``, ``ops.backward_gemms``) with x the input
+#: data (no dX, as the train step times it): (kernel, {tensor: size}, {tensor: size}, GEMM or not), the sizes
+#: in units "NM", "NK", "MK" (float32 tensors), "N", "M" (vectors), "TM" (tile partials, T row tiles).
+#: ``P`` is the number of TF32 planes (1, or 2 for 3xTF32's parts); 84's Y is read, 33's is not.
+def backward_plan(problem: str, precision: str = "fp32") -> list[dict]:
+    """The fused train-mode backward of ``problem`` (84, 33 or 39) at ``precision`` as a list of
+    kernels in launch order, each a dict: ``kernel``, ``reads`` and ``writes`` ({tensor name:
+    (count, unit)}, unit one of "NM", "NK", "MK", "N", "M", "TM"; count × one float32 tensor of
+    that unit), ``gemm`` (True for a GEMM: 2·N·K·M FLOPs). x is the input data: no dX GEMM
+    (as ``python -m fusedlib train-step`` times it). Source: ``fusedlib/kernels/backward.cu``,
+    ``ops.backward_gemms`` and ``ops.x_operand`` (tf32 multiplies X itself: no centring).
+
+    Raises:
+        ValueError: unknown problem or precision.
+    """
+    from .algebra import PRECISIONS
+    from .reference import PROBLEMS as FAMILY
+    if problem not in FAMILY or precision not in PRECISIONS:
+        raise ValueError(f"backward_plan: expected a problem in {sorted(FAMILY)} and a precision in {PRECISIONS}, "
+                         f"got {problem!r}, {precision!r}")
+    k84, planes = FAMILY[problem] == "84", 2 if precision == "3xtf32" else 1
+    g = {"Y": (1, "NM"), "dY": (1, "NM")} if k84 else {"dY": (1, "NM")}   # what G = Y∘(dY − r) or dY reads
+    plan = []
+    if k84:
+        plan.append({"kernel": "row_dot_kernel", "reads": {"Y": (1, "NM"), "dY": (1, "NM")},
+                     "writes": {"r": (1, "N")}, "gemm": False})
+    plan.append({"kernel": "backward_partials_kernel", "reads": {**g, "Z'": (1, "NM"), **({"r": (1, "N")} if k84 else {})},
+                 "writes": {"partials": (4, "TM"), "dγ, dβ, ds, a": (6, "M")}, "gemm": False})
+    plan.append({"kernel": "backward_dz_kernel", "reads": {**g, "Z'": (1, "NM"), "a": (3, "M")},
+                 "writes": {"dZ'": (planes, "NM"), "dZ'ᵀ": (planes, "NM")}, "gemm": False})
+    if precision != "tf32":
+        plan.append({"kernel": "x_chunk_sums, x_mean, x_center", "reads": {"X": (2, "NK")},
+                     "writes": {"X − x̄": (planes, "NK")}, "gemm": False})
+    operand = "X" if precision == "tf32" else "X − x̄"
+    plan.append({"kernel": "dW = dZ'ᵀ·" + ("X" if precision == "tf32" else "(X − x̄)") + " (cuBLAS)",
+                 "reads": {"dZ'ᵀ": (planes, "NM"), operand: (planes, "NK")},
+                 "writes": {"dW": (1, "MK")}, "gemm": True})
+    return plan
+
+
+def _unit_bytes(unit: str, shape) -> int:
+    from .algebra import BACKWARD_TILE_ROWS
+    n, k, m = shape.batch, shape.in_features, shape.out_features
+    tiles = -(-n // BACKWARD_TILE_ROWS)
+    return 4 * {"NM": n * m, "NK": n * k, "MK": m * k, "N": n, "M": m, "TM": tiles * m}[unit]
+
+
+def backward_prediction(problem: str, precision: str = "fp32", gpu: str = "h100"):
+    """(passes table, predicted ms) of the fused train-mode backward (:func:`backward_plan`) at
+    ``problem``'s KernelBench shape: one row per kernel with the tensors it reads and writes,
+    MB read, MB written, GFLOP and its time at its roof (the GEMM rate of ``precision``, the
+    copy bandwidth otherwise; :func:`ceilings`), as :func:`prediction` does for the forward."""
+    import pandas as pd
+
+    from .reference import PRESETS
+    shape, ceil = PRESETS[problem], ceilings(gpu)
+    rate = gemm_rate(precision, ceil)
+    rows = []
+    for p in backward_plan(problem, precision):
+        read = sum(c * _unit_bytes(u, shape) for c, u in p["reads"].values())
+        written = sum(c * _unit_bytes(u, shape) for c, u in p["writes"].values())
+        flops = 2 * shape.batch * shape.in_features * shape.out_features if p["gemm"] else 0
+        t_compute, t_memory = flops / (rate * 1e12), (read + written) / (ceil["bandwidth"] * 1e9)
+        rows.append({"kernel": p["kernel"], "reads": ", ".join(p["reads"]), "writes": ", ".join(p["writes"]),
+                     "MB read": read / 1e6, "MB written": written / 1e6, "GFLOP": flops / 1e9,
+                     "bound by": "compute" if t_compute > t_memory else "memory",
+                     "ms at its roof": max(t_compute, t_memory) * 1e3})
+    table = pd.DataFrame(rows)
+    return table, float(table["ms at its roof"].sum())
+
+
+def backward_memory(problem: str, precision: str = "fp32") -> dict:
+    """MiB the fused train step holds while its dW GEMM runs, above what was allocated before
+    the step (x, dY, the parameters), tensor by tensor: the output Y (alive through
+    ``backward``; 84 also saves it), the saved Z', dZ' and dZ'ᵀ (P planes each), X − x̄ (P
+    planes; none in tf32) and dW. Small vectors and scratch are left out. This is what
+    train_step.csv's ``peak_mib`` measures."""
+    from .reference import PRESETS
+    shape = PRESETS[problem]
+    planes = 2 if precision == "3xtf32" else 1
+    mib = lambda count, unit: count * _unit_bytes(unit, shape) / 2 ** 20
+    out = {"Y (output)": mib(1, "NM"), "Z' (saved)": mib(1, "NM"), "dZ' and dZ'ᵀ": mib(2 * planes, "NM")}
+    if precision != "tf32":
+        out["X − x̄"] = mib(planes, "NK")
+    out["dW"] = mib(1, "MK")
+    return out
+
+
+def train_step_summary(gpu: str = "h100"):
+    """One row per problem and precision of the committed train_step.csv: the fused step and
+    eager PyTorch's (3xtf32: eager fp32, the same accuracy class), their forwards alone and
+    their backwards (step minus the forward alone), % of eager's step the fused step saves (negative: it costs more), the
+    fused backward's prediction (:func:`backward_prediction`), and peak memory (MiB): fused
+    measured and predicted (:func:`backward_memory`), eager measured. None without the file."""
+    import pandas as pd
+    df = train_steps(gpu)
+    if df is None:
+        return None
+    rows = []
+    for (problem, precision), g in df.groupby(["problem", "precision"], sort=False):
+        f = g.set_index("impl").loc["fused"]
+        peer = df[(df.problem == problem) & (df.precision == _peer_precision(precision))].set_index("impl")
+        e = peer.loc["eager"] if "eager" in peer.index else None
+        nan = float("nan")
+        rows.append({"problem": problem, "precision": precision,
+                     "fused step ms": f.median_ms, "eager step ms": e.median_ms if e is not None else nan,
+                     "% saved": 100 * (1 - f.median_ms / e.median_ms) if e is not None else nan,
+                     "fused forward ms": f.forward_ms, "eager forward ms": e.forward_ms if e is not None else nan,
+                     "fused backward ms": f.median_ms - f.forward_ms,
+                     "predicted backward ms": backward_prediction(problem, precision, gpu)[1],
+                     "eager backward ms": e.median_ms - e.forward_ms if e is not None else nan,
+                     "fused peak MiB": f.peak_mib, "predicted peak MiB": sum(backward_memory(problem, precision).values()),
+                     "eager peak MiB": e.peak_mib if e is not None else nan})
+    return pd.DataFrame(rows)
+
+
+def _span(values, fmt: str = "{:.2f}") -> str:
+    """"a–b" of the smallest and largest value (one value when they print alike)."""
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def train_step_md(gpu: str = "h100") -> str:
+    """What train_step.csv shows, in sentences (Markdown) rendered from it
+    (:func:`train_step_summary`): per precision the fused step's time against eager PyTorch's,
+    the backwards alone, and the peak memory in units of one N×M float32 tensor of each problem;
+    :data:`NO_RESULTS` without the file."""
+    from .reference import PRESETS
+    t = train_step_summary(gpu)
+    if t is None:
+        return f"*{NO_RESULTS} (results/{gpu}/train_step.csv).*"
+    by = {p: t[t.precision == p] for p in ("fp32", "tf32", "3xtf32")}
+    ratio = {p: d["fused step ms"] / d["eager step ms"] for p, d in by.items()}
+    bwd = {p: d["fused backward ms"] / d["eager backward ms"] for p, d in by.items()}
+    fwd = {p: d["fused forward ms"] / d["eager forward ms"] for p, d in by.items()}
+    nm = t.problem.map(lambda p: PRESETS[p].batch * PRESETS[p].out_features * 4 / 2 ** 20)
+    extra = ((t["fused peak MiB"] - t["eager peak MiB"]) / nm).round(1)
+    extra_txt = {p: ", ".join(f"{pr} {e:+.1f}".replace("-0.0", "+0.0")
+                              for pr, e in zip(t.problem[t.precision == p], extra[t.precision == p]))
+                 for p in by}
+    off = (t["fused peak MiB"] - t["predicted peak MiB"]).abs().max()
+    return "\n".join([
+        f"- **TF32**: the fused step takes {_span(ratio['tf32'])}× eager PyTorch's time at the three "
+        f"KernelBench shapes; its backward alone {_span(bwd['tf32'])}× eager's backward.",
+        f"- **3xTF32** gives fp32-class gradients in {_span(ratio['3xtf32'])}× eager fp32's time: its three TF32 "
+        "products per GEMM run faster than one fp32 GEMM on the FMA units.",
+        f"- **fp32** is slower than eager ({_span(ratio['fp32'])}× its time), though its backward alone takes "
+        f"{_span(bwd['fp32'])}× eager's: the difference is the forward ({_span(fwd['fp32'])}× eager's), whose SIMT "
+        "GEMM is slower than cuBLAS's (notebook 02), while the backward's GEMMs are cuBLAS's in every precision.",
+        "- **Peak memory**, fused minus eager, in N×M tensors of each problem (84, 33, 39): "
+        + "; ".join(f"{p}: {extra_txt[p]}" for p in by) + ". The fused forward saves only Z′ (and Y for 84), "
+        "but while dW's GEMM runs it also holds dZ′ in two layouts and X − x̄ (in 3xTF32 each as two TF32 "
+        f"parts); that count (`course.backward_memory`) predicts every fused peak within {off:.1f} MiB.",
+    ])

@@ -1,0 +1,69 @@
+"""Notebook 08's helpers: the fused backward's plan, prediction and memory count, the train-step
+sentences rendered from train_step.csv, and the data-flow figure."""
+import pytest
+
+from fusedlib import course
+from fusedlib.reference import PRESETS
+
+
+def test_backward_plan_follows_the_kernels():
+    names = lambda problem, precision: [p["kernel"] for p in course.backward_plan(problem, precision)]
+    assert names("84", "fp32")[0] == "row_dot_kernel" and "row_dot_kernel" not in names("33", "fp32")
+    assert not any("x_center" in k for k in names("84", "tf32"))          # tf32 multiplies X itself
+    assert any("x_center" in k for k in names("39", "3xtf32"))
+    dz = next(p for p in course.backward_plan("84", "3xtf32") if p["kernel"] == "backward_dz_kernel")
+    assert dz["writes"] == {"dZ'": (2, "NM"), "dZ'ᵀ": (2, "NM")}          # 3xTF32: two TF32 parts each
+    assert sum(p["gemm"] for p in course.backward_plan("33", "fp32")) == 1  # x is input data: no dX
+    with pytest.raises(ValueError, match="problem"):
+        course.backward_plan("12", "fp32")
+    with pytest.raises(ValueError, match="precision"):
+        course.backward_plan("84", "fp16")
+
+
+def test_backward_prediction_sums_its_passes():
+    table, ms = course.backward_prediction("84", "tf32")
+    s = PRESETS["84"]
+    assert ms == pytest.approx(table["ms at its roof"].sum())
+    gemm = table[table.GFLOP > 0]
+    assert len(gemm) == 1 and gemm.GFLOP.iloc[0] == pytest.approx(2 * s.batch * s.in_features * s.out_features / 1e9)
+    assert gemm["bound by"].iloc[0] == "compute"
+    nm = s.batch * s.out_features * 4 / 1e6
+    dz = table.set_index("kernel").loc["backward_dz_kernel"]
+    assert dz["MB written"] == pytest.approx(2 * nm) and dz["MB read"] == pytest.approx(3 * nm, rel=1e-3)
+    assert course.backward_prediction("84", "3xtf32")[1] > ms                 # a third of the TF32 rate
+
+
+def test_backward_memory_predicts_the_measured_peaks():
+    """Every fused row of train_step.csv: the count of live tensors is the measured peak."""
+    steps = course.train_steps()
+    if steps is None:
+        pytest.skip("no committed train_step.csv")
+    fused = steps[steps.impl == "fused"]
+    assert len(fused) == 9
+    for row in fused.itertuples():
+        assert sum(course.backward_memory(row.problem, row.precision).values()) == pytest.approx(row.peak_mib, abs=1.0)
+
+
+def test_train_step_md_renders_the_committed_ratios(tmp_path, monkeypatch):
+    summary = course.train_step_summary()
+    if summary is None:
+        pytest.skip("no committed train_step.csv")
+    ratios = (summary["fused step ms"] / summary["eager step ms"])[summary.precision == "3xtf32"]
+    text = course.train_step_md()
+    assert f"{ratios.min():.2f}–{ratios.max():.2f}× eager fp32's time" in text
+    assert all(f"**{p}**" in text for p in ("TF32", "3xTF32", "fp32", "Peak memory"))
+    assert summary["% saved"][ratios.index].tolist() == pytest.approx((100 * (1 - ratios)).tolist())
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    assert course.train_step_summary() is None and course.NO_RESULTS in course.train_step_md()
+
+
+def test_backward_dataflow_draws_one_bar_row_per_kernel():
+    from fusedlib.diagrams import backward
+    fig = backward.backward_dataflow("33", "3xtf32")
+    [ax] = fig.axes
+    assert [t.get_text() for t in ax.get_yticklabels()] == [p["kernel"] for p in course.backward_plan("33", "3xtf32")]
+    widths = sum(p.get_width() for p in ax.patches)
+    plan_mb = sum(c * course._unit_bytes(u, PRESETS["33"]) / 1e6 for p in course.backward_plan("33", "3xtf32")
+                  for c, u in (*p["reads"].values(), *p["writes"].values()))
+    assert widths == pytest.approx(plan_mb)                                   # to scale
+    assert set(backward.FIGURES) and all(callable(f) for f in backward.FIGURES.values())
