@@ -225,6 +225,26 @@ __device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) 
   return r;
 }
 
+// Items 0..T−1 (T ≥ 1) combined in order by blocked summation (Higham, "The accuracy of floating
+// point summation", 1993): runs of 64 items, runs of 64 runs, then those in turn. A result passes
+// through at most 64 + 64 + ⌈T/4096⌉ roundings instead of T: what a sum or a merge over millions
+// of row tiles needs, in registers and in a fixed order (deterministic).
+template <class V, class Load, class Merge>
+__device__ V merge_blocked(int T, Load load, Merge merge) {
+  constexpr int kRun = 64;
+  V total = load(0);
+  for (int u2 = 0; u2 < T; u2 += kRun * kRun) {
+    V outer = total;
+    for (int u1 = u2; u1 < min(T, u2 + kRun * kRun); u1 += kRun) {
+      V inner = load(u1);
+      for (int u = u1 + 1; u < min(T, u1 + kRun); ++u) inner = merge(inner, load(u));
+      outer = u1 == u2 ? inner : merge(outer, inner);
+    }
+    total = u2 == 0 ? outer : merge(total, outer);
+  }
+  return total;
+}
+
 // All T row-tile partials of column j, merged in that order by one thread.
 __device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows) {
   Moments r = merge_quarter(p, j, tile_rows, 0);

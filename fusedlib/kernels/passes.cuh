@@ -19,12 +19,14 @@ __global__ void column_moment_kernel(const float* __restrict__ z, const float* _
                                      float* __restrict__ out, int n, int m) {
   __shared__ float red[8][33];
   const int j = blockIdx.x * 32 + threadIdx.x;
-  float s = 0.f;
+  float s = 0.f, lost = 0.f;  // Kahan's compensated sum (a thread adds N/8 rows: millions at large N)
   if (j < m) {
     const float mu = VARIANCE ? mean[j] : 0.f;
     for (int i = threadIdx.y; i < n; i += 8) {
       const float d = z[(size_t)i * m + j] - mu;
-      s += VARIANCE ? d * d : d;
+      const float term = __fsub_rn(VARIANCE ? __fmul_rn(d, d) : d, lost), t = __fadd_rn(s, term);
+      lost = __fsub_rn(__fsub_rn(t, s), term);  // (explicit roundings: no contraction into FMAs)
+      s = t;
     }
   }
   red[threadIdx.y][threadIdx.x] = s;
