@@ -1,4 +1,4 @@
-// The fused train-mode backward of every stage, up to the two GEMMs (DESIGN.md §10,
+// The fused train-mode backward of every stage, up to the two GEMMs (docs/design.md §10,
 // notebook 08): from the saved Z (the GEMM output the forward normalised), the forward's
 // output Y (84) and dY, three kernels give dZ' and the gradients of γ, β and the scale:
 //   row_dot_kernel           (84) r_i = Σ_j dY_ij·Y_ij, one block a row
@@ -270,8 +270,8 @@ extern "C" const char* fl_center_x(const float* x, float* out, float* scratch, i
   }
   x_mean_kernel<<<ceil_div(k, 256), 256, 0, st>>>(scratch, mean, n, k);
   FL_CHECK_LAUNCH();
-  if (split) x_center_kernel<true><<<132 * 8, 256, 0, st>>>(x, mean, out, n, k);
-  else x_center_kernel<false><<<132 * 8, 256, 0, st>>>(x, mean, out, n, k);
+  if (split) x_center_kernel<true><<<sm_count() * 8, 256, 0, st>>>(x, mean, out, n, k);
+  else x_center_kernel<false><<<sm_count() * 8, 256, 0, st>>>(x, mean, out, n, k);
   FL_CHECK_LAUNCH();
   return nullptr;
 }

@@ -1,7 +1,7 @@
 // fusedlib shared device helpers: the problem descriptor, block reductions, Chan's merge
 // and the BatchNorm coefficients. Plain CUDA C++ (no torch headers), so that every stage
 // file compiles on its own with nvcc for any GPU from sm_75 on. Algebra: fusedlib/algebra.py
-// and DESIGN.md §3. The kernel layers (DESIGN.md §8):
+// and docs/design.md §3. The kernel layers (docs/design.md §8):
 //   gemm_simt.cuh, gemm_mma.cuh, gemm_wgmma.cuh   one GEMM mainloop per hardware path
 //   epilogue.cuh                                   what happens to an accumulator tile
 //   gemm.cuh                                       the engine: path × epilogue, one call
@@ -27,8 +27,8 @@ enum GemmPath { PATH_SIMT = 0, PATH_MMA = 1, PATH_WGMMA = 2 };
 // Everything a stage needs; pointers are device pointers to contiguous float32 tensors.
 struct Problem {
   const float* x;          // (N, K) input
-  const float* w;          // (M, K) nn.Linear weight (or the eval-folded W')
-  const float* bias;       // (M)    nn.Linear bias (or the eval-folded b')
+  const float* w;          // (M, K) nn.Linear weight
+  const float* bias;       // (M)    nn.Linear bias
   const float* scale;      // (1) for problem 84, (M) for 33/39
   const float* gamma;      // (M)    bn.weight
   const float* beta;       // (M)    bn.bias

@@ -78,7 +78,8 @@ __global__ void affine_kernel(const float* z, const float* __restrict__ coef, fl
 inline const char* launch_affine(const float* z, const float* coef, float* y, int n, int m, long long* step,
                                  cudaStream_t st) {
   const size_t work = ((size_t)n * m + 3) / 4;
-  const int blocks = (int)(work < 132 * 16 * 256 ? ceil_div((int)work, 256) : 132 * 16);
+  const int cap = sm_count() * 16;  // 16 blocks of 256 an SM, grid-stride beyond
+  const int blocks = (int)(work < (size_t)cap * 256 ? ceil_div((int)work, 256) : cap);
   affine_kernel<<<blocks, 256, 0, st>>>(z, coef, y, n, m, step);
   FL_CHECK_LAUNCH();
   return nullptr;
