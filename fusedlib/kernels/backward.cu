@@ -153,20 +153,22 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups) backward_partials_kerne
   if (!is_last || g != 0 || !col_ok) return;
   __threadfence();
   // Merge the tiles in order, blocked (merge_blocked: batches of millions of rows keep fp32
-  // accuracy): Chan for (n, mean, M2), then S1 and the cross moment about the mean.
+  // accuracy), the tile means taken about tile 0's (ref, as merge_quarter): Chan for (n, mean,
+  // M2), then S1 and the cross moment about the mean.
   const float* pj = p.part + j;
   const auto tile = [&](int u) { return pj + (size_t)(4 * u) * p.m; };
+  const float ref = __ldcg(pj);
   const Moments acc = merge_blocked<Moments>(
-      T, [&](int u) { return Moments{(float)min(kBwdTileRows, p.n - u * kBwdTileRows), __ldcg(tile(u)), __ldcg(tile(u) + p.m)}; },
+      T, [&](int u) { return Moments{(float)min(kBwdTileRows, p.n - u * kBwdTileRows), __ldcg(tile(u)) - ref, __ldcg(tile(u) + p.m)}; },
       chan_merge);
   const float2 s12 = merge_blocked<float2>(
       T,
       [&](int u) {
         const float su = __ldcg(tile(u) + 2 * (size_t)p.m);
-        return make_float2(su, __ldcg(tile(u) + 3 * (size_t)p.m) + su * (__ldcg(tile(u)) - acc.mean));
+        return make_float2(su, __ldcg(tile(u) + 3 * (size_t)p.m) + su * ((__ldcg(tile(u)) - ref) - acc.mean));
       },
       [](float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); });
-  backward_column(p, j, acc.mean, acc.m2 / acc.n, s12.x, s12.y);
+  backward_column(p, j, acc.mean + ref, acc.m2 / acc.n, s12.x, s12.y);
 }
 
 // dZ' on a 32×32 tile: row-major store (coalesced along columns), then through shared

@@ -199,6 +199,9 @@ __device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) 
   constexpr int G = kMergeChains;
   const int T = ceil_div(p.n, tile_rows), lo = T * q / kMergeQuarters;
   const int Q = T * (q + 1) / kMergeQuarters - lo, L = ceil_div(Q, G);
+  // The quarter's tile means taken about its first one (ref): each merge step then rounds at the
+  // scale of the spread of the means, not of |mean| (a column far from zero over many tiles).
+  const float ref = Q > 0 ? __ldcg(p.part + (size_t)(2 * lo) * p.m + j) : 0.f;
   Moments acc[G];
 #pragma unroll
   for (int g = 0; g < G; ++g) acc[g] = {0.f, 0.f, 0.f};
@@ -208,7 +211,7 @@ __device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) 
     for (int g = 0; g < G; ++g) {
       const int t = lo + Q * g / G + i;
       if (t < lo + Q * (g + 1) / G) {
-        mean[g] = __ldcg(p.part + (size_t)(2 * t) * p.m + j);
+        mean[g] = __ldcg(p.part + (size_t)(2 * t) * p.m + j) - ref;
         m2[g] = __ldcg(p.part + (size_t)(2 * t + 1) * p.m + j);
       }
     }
@@ -222,6 +225,7 @@ __device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) 
   Moments r = acc[0];
 #pragma unroll
   for (int g = 1; g < G; ++g) r = merge_in_order(r, acc[g]);
+  r.mean += ref;
   return r;
 }
 
