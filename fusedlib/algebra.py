@@ -215,16 +215,20 @@ def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor) -> tuple[t
     n: (T,) row counts; mean, m2: (T, M) partials (:func:`tile_partials`). The order is the
     kernels' (deterministic): the tiles cut into ``MERGE_QUARTERS`` contiguous quarters, each
     quarter into ``MERGE_CHAINS`` contiguous chains; each chain merged left to right, a
-    quarter's chains left to right, then the quarters left to right. On the GPU a thread
+    quarter's chains left to right (the quarter's means taken about its first tile's mean, so
+    that each step rounds at the scale of the means' spread, not of |mean|), then the quarters
+    left to right. On the GPU a thread
     advances a quarter's chains side by side (independent dependency chains and loads in
     flight) and four threads can take a column's quarters at once. Returns the column mean
     and the biased variance M2/N, both (M,).
     """
     quarters = []
     for qlo, qhi in _runs(0, n.shape[0], MERGE_QUARTERS):
-        chains = [_in_order([(n[t], mean[t], m2[t]) for t in range(lo, hi)])
+        ref = mean[qlo]  # the quarter's means about its first: rounding at the spread, not at |mean|
+        chains = [_in_order([(n[t], mean[t] - ref, m2[t]) for t in range(lo, hi)])
                   for lo, hi in _runs(qlo, qhi - qlo, MERGE_CHAINS)]
-        quarters.append(_in_order(chains))
+        cn, cmean, cm2 = _in_order(chains)
+        quarters.append((cn, cmean + ref, cm2))
     acc = _in_order(quarters)
     return acc[1], acc[2] / acc[0]
 

@@ -149,7 +149,8 @@ def load_backward(device_index: int = 0):
 
 def compile_check(path: Path, capability: tuple[int, int] = (9, 0), nvcc: str = "nvcc") -> list[dict]:
     """Compile one kernel source with ``nvcc -c`` (no torch headers needed) for ``capability``
-    and return ptxas's resource report, one dict per kernel: ``kernel`` (mangled name),
+    and return ptxas's resource report, one dict per kernel and per device function a kernel
+    calls (not inlined): ``kernel`` (mangled name),
     ``registers``, ``spill_stores``, ``spill_loads`` (bytes), ``stack_frame`` (bytes).
 
     Raises:
@@ -168,7 +169,7 @@ def compile_check(path: Path, capability: tuple[int, int] = (9, 0), nvcc: str = 
         proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise KernelBuildError(f"nvcc failed on {path.name}:\n{proc.stderr}")
-    report, current = [], None
+    report, current, target = [], None, None
     for line in proc.stderr.splitlines():
         m = re.search(r"Compiling entry function '(\w+)'", line)
         if m:
@@ -177,9 +178,16 @@ def compile_check(path: Path, capability: tuple[int, int] = (9, 0), nvcc: str = 
             continue
         if current is None:
             continue
+        m = re.search(r"Function properties for (\w+)", line)
+        if m:  # the kernel's own line, or a device function it calls (reported as a row of its own)
+            target = current
+            if m.group(1) != current["kernel"]:
+                target = {"kernel": m.group(1), "registers": 0, "spill_stores": 0, "spill_loads": 0, "stack_frame": 0}
+                report.append(target)
+            continue
         m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m:
-            current["stack_frame"], current["spill_stores"], current["spill_loads"] = map(int, m.groups())
+        if m and target is not None:
+            target["stack_frame"], target["spill_stores"], target["spill_loads"] = map(int, m.groups())
         m = re.search(r"Used (\d+) registers", line)
         if m:
             current["registers"] = int(m.group(1))

@@ -431,7 +431,8 @@ def test_chan_merge_order_is_fixed_and_fp32_class():
     got_mean, got_var = algebra.chan_merge(n, mean, m2)
     mean2, var2 = algebra.column_stats_two_pass(z.double())
     assert torch.allclose(got_mean.double(), mean2, rtol=1e-6) and torch.allclose(got_var.double(), var2, rtol=1e-4)
-    # the same order spelled out: quarters, chains within, each left to right
+    # the same order spelled out: quarters, chains within (the means about the quarter's first),
+    # each left to right
     quarters = []
     for q in range(4):
         qlo, qhi = 143 * q // 4, 143 * (q + 1) // 4
@@ -439,8 +440,9 @@ def test_chan_merge_order_is_fixed_and_fp32_class():
         for g in range(8):
             lo, hi = qlo + (qhi - qlo) * g // 8, qlo + (qhi - qlo) * (g + 1) // 8
             if lo < hi:
-                chains.append(algebra._in_order([(n[t], mean[t], m2[t]) for t in range(lo, hi)]))
-        quarters.append(algebra._in_order(chains))
+                chains.append(algebra._in_order([(n[t], mean[t] - mean[qlo], m2[t]) for t in range(lo, hi)]))
+        cn, cmean, cm2 = algebra._in_order(chains)
+        quarters.append((cn, cmean + mean[qlo], cm2))
     acc = algebra._in_order(quarters)
     assert torch.equal(acc[1], got_mean) and torch.equal(acc[2] / acc[0], got_var)
     # another order (left to right over all tiles) gives other last bits

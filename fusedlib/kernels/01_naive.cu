@@ -86,7 +86,7 @@ __global__ void update_running_kernel(const Problem p, const float* __restrict__
 extern "C" const char* fl_naive_forward(const fl::Problem* pp, cudaStream_t st) {
   using namespace fl;
   const Problem& p = *pp;
-  const int ew_blocks = 132 * 8, ew_threads = 256;
+  const int ew_blocks = sm_count() * 8, ew_threads = 256;
   const char* err = launch_gemm<BiasStore>(p, p.x, p.w, p.z, st);  // Z = XWᵀ + b
   if (err) return err;
   const float* t = p.z;  // what BatchNorm sees: Z (84), or Z∘s in Y's memory (33/39)

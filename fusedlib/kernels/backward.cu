@@ -1,4 +1,4 @@
-// The fused train-mode backward of every stage, up to the two GEMMs (DESIGN.md §10,
+// The fused train-mode backward of every stage, up to the two GEMMs (docs/design.md §10,
 // notebook 08): from the saved Z (the GEMM output the forward normalised), the forward's
 // output Y (84) and dY, three kernels give dZ' and the gradients of γ, β and the scale:
 //   row_dot_kernel           (84) r_i = Σ_j dY_ij·Y_ij, one block a row
@@ -6,7 +6,7 @@
 //                            partials of Z (mean_t, M2_t) and of G = Y∘(dY − r) (84) or dY
 //                            (33): S1_t = Σ G, C_t = Σ G∘(Z − mean_t); the last tile of each
 //                            column block (tile counter + fence, as the forward's
-//                            ColumnStatsMerge) merges them in tile order into μ, σ², S1 and
+//                            ColumnStatsMerge) merges them in tile order (blocked) into μ, σ², S1 and
 //                            S2 = Σ_i G∘(Z − μ) = Σ_t C_t + S1_t·(mean_t − μ) (Chan's merge of a
 //                            cross moment: no cancellation), then dγ, dβ, the scale's column
 //                            terms and the coefficients a1, a2, a0
@@ -152,21 +152,23 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups) backward_partials_kerne
   __syncthreads();
   if (!is_last || g != 0 || !col_ok) return;
   __threadfence();
-  // Merge the tiles in order: Chan for (n, mean, M2), then the cross moment about the mean.
+  // Merge the tiles in order, blocked (merge_blocked: batches of millions of rows keep fp32
+  // accuracy), the tile means taken about tile 0's (ref, as merge_quarter): Chan for (n, mean,
+  // M2), then S1 and the cross moment about the mean.
   const float* pj = p.part + j;
-  Moments acc = {(float)min(kBwdTileRows, p.n), __ldcg(pj), __ldcg(pj + p.m)};
-  for (int u = 1; u < T; ++u) {
-    const float* pu = pj + (size_t)(4 * u) * p.m;
-    acc = chan_merge(acc, {(float)min(kBwdTileRows, p.n - u * kBwdTileRows), __ldcg(pu), __ldcg(pu + p.m)});
-  }
-  float S1 = 0.f, S2 = 0.f;
-  for (int u = 0; u < T; ++u) {
-    const float* pu = pj + (size_t)(4 * u) * p.m;
-    const float su = __ldcg(pu + 2 * (size_t)p.m);
-    S1 += su;
-    S2 += __ldcg(pu + 3 * (size_t)p.m) + su * (__ldcg(pu) - acc.mean);
-  }
-  backward_column(p, j, acc.mean, acc.m2 / acc.n, S1, S2);
+  const auto tile = [&](int u) { return pj + (size_t)(4 * u) * p.m; };
+  const float ref = __ldcg(pj);
+  const Moments acc = merge_blocked<Moments>(
+      T, [&](int u) { return Moments{(float)min(kBwdTileRows, p.n - u * kBwdTileRows), __ldcg(tile(u)) - ref, __ldcg(tile(u) + p.m)}; },
+      chan_merge);
+  const float2 s12 = merge_blocked<float2>(
+      T,
+      [&](int u) {
+        const float su = __ldcg(tile(u) + 2 * (size_t)p.m);
+        return make_float2(su, __ldcg(tile(u) + 3 * (size_t)p.m) + su * ((__ldcg(tile(u)) - ref) - acc.mean));
+      },
+      [](float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); });
+  backward_column(p, j, acc.mean + ref, acc.m2 / acc.n, s12.x, s12.y);
 }
 
 // dZ' on a 32×32 tile: row-major store (coalesced along columns), then through shared
@@ -270,8 +272,8 @@ extern "C" const char* fl_center_x(const float* x, float* out, float* scratch, i
   }
   x_mean_kernel<<<ceil_div(k, 256), 256, 0, st>>>(scratch, mean, n, k);
   FL_CHECK_LAUNCH();
-  if (split) x_center_kernel<true><<<132 * 8, 256, 0, st>>>(x, mean, out, n, k);
-  else x_center_kernel<false><<<132 * 8, 256, 0, st>>>(x, mean, out, n, k);
+  if (split) x_center_kernel<true><<<sm_count() * 8, 256, 0, st>>>(x, mean, out, n, k);
+  else x_center_kernel<false><<<sm_count() * 8, 256, 0, st>>>(x, mean, out, n, k);
   FL_CHECK_LAUNCH();
   return nullptr;
 }

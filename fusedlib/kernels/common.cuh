@@ -1,7 +1,7 @@
 // fusedlib shared device helpers: the problem descriptor, block reductions, Chan's merge
 // and the BatchNorm coefficients. Plain CUDA C++ (no torch headers), so that every stage
 // file compiles on its own with nvcc for any GPU from sm_75 on. Algebra: fusedlib/algebra.py
-// and DESIGN.md §3. The kernel layers (DESIGN.md §8):
+// and docs/design.md §3. The kernel layers (docs/design.md §8):
 //   gemm_simt.cuh, gemm_mma.cuh, gemm_wgmma.cuh   one GEMM mainloop per hardware path
 //   epilogue.cuh                                   what happens to an accumulator tile
 //   gemm.cuh                                       the engine: path × epilogue, one call
@@ -27,8 +27,8 @@ enum GemmPath { PATH_SIMT = 0, PATH_MMA = 1, PATH_WGMMA = 2 };
 // Everything a stage needs; pointers are device pointers to contiguous float32 tensors.
 struct Problem {
   const float* x;          // (N, K) input
-  const float* w;          // (M, K) nn.Linear weight (or the eval-folded W')
-  const float* bias;       // (M)    nn.Linear bias (or the eval-folded b')
+  const float* w;          // (M, K) nn.Linear weight
+  const float* bias;       // (M)    nn.Linear bias
   const float* scale;      // (1) for problem 84, (M) for 33/39
   const float* gamma;      // (M)    bn.weight
   const float* beta;       // (M)    bn.bias
@@ -199,6 +199,9 @@ __device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) 
   constexpr int G = kMergeChains;
   const int T = ceil_div(p.n, tile_rows), lo = T * q / kMergeQuarters;
   const int Q = T * (q + 1) / kMergeQuarters - lo, L = ceil_div(Q, G);
+  // The quarter's tile means taken about its first one (ref): each merge step then rounds at the
+  // scale of the spread of the means, not of |mean| (a column far from zero over many tiles).
+  const float ref = Q > 0 ? __ldcg(p.part + (size_t)(2 * lo) * p.m + j) : 0.f;
   Moments acc[G];
 #pragma unroll
   for (int g = 0; g < G; ++g) acc[g] = {0.f, 0.f, 0.f};
@@ -208,7 +211,7 @@ __device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) 
     for (int g = 0; g < G; ++g) {
       const int t = lo + Q * g / G + i;
       if (t < lo + Q * (g + 1) / G) {
-        mean[g] = __ldcg(p.part + (size_t)(2 * t) * p.m + j);
+        mean[g] = __ldcg(p.part + (size_t)(2 * t) * p.m + j) - ref;
         m2[g] = __ldcg(p.part + (size_t)(2 * t + 1) * p.m + j);
       }
     }
@@ -222,7 +225,28 @@ __device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) 
   Moments r = acc[0];
 #pragma unroll
   for (int g = 1; g < G; ++g) r = merge_in_order(r, acc[g]);
+  r.mean += ref;
   return r;
+}
+
+// Items 0..T−1 (T ≥ 1) combined in order by blocked summation (Higham, "The accuracy of floating
+// point summation", 1993): runs of 64 items, runs of 64 runs, then those in turn. A result passes
+// through at most 64 + 64 + ⌈T/4096⌉ roundings instead of T: what a sum or a merge over millions
+// of row tiles needs, in registers and in a fixed order (deterministic).
+template <class V, class Load, class Merge>
+__device__ V merge_blocked(int T, Load load, Merge merge) {
+  constexpr int kRun = 64;
+  V total = load(0);
+  for (int u2 = 0; u2 < T; u2 += kRun * kRun) {
+    V outer = total;
+    for (int u1 = u2; u1 < min(T, u2 + kRun * kRun); u1 += kRun) {
+      V inner = load(u1);
+      for (int u = u1 + 1; u < min(T, u1 + kRun); ++u) inner = merge(inner, load(u));
+      outer = u1 == u2 ? inner : merge(outer, inner);
+    }
+    total = u2 == 0 ? outer : merge(total, outer);
+  }
+  return total;
 }
 
 // All T row-tile partials of column j, merged in that order by one thread.

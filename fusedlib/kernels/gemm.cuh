@@ -18,7 +18,9 @@
 
 namespace fl {
 
-constexpr int kMinGrid = 132;  // the H100's SM count (algebra.MIN_GRID)
+// The H100's SM count, fixed (algebra.MIN_GRID), not the device's: it picks the SIMT tile and so
+// the statistics tiles and their merge order, which must not depend on the GPU at hand.
+constexpr int kMinGrid = 132;
 constexpr int kSimtTiles[3] = {128, 64, 32};  // algebra.SIMT_TILES
 
 // $FUSEDLIB_SIMT_SMALL_SMEM=1 runs the 128×64 tile of GPUs whose blocks get less shared

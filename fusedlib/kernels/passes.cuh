@@ -19,12 +19,14 @@ __global__ void column_moment_kernel(const float* __restrict__ z, const float* _
                                      float* __restrict__ out, int n, int m) {
   __shared__ float red[8][33];
   const int j = blockIdx.x * 32 + threadIdx.x;
-  float s = 0.f;
+  float s = 0.f, lost = 0.f;  // Kahan's compensated sum (a thread adds N/8 rows: millions at large N)
   if (j < m) {
     const float mu = VARIANCE ? mean[j] : 0.f;
     for (int i = threadIdx.y; i < n; i += 8) {
       const float d = z[(size_t)i * m + j] - mu;
-      s += VARIANCE ? d * d : d;
+      const float term = __fsub_rn(VARIANCE ? __fmul_rn(d, d) : d, lost), t = __fadd_rn(s, term);
+      lost = __fsub_rn(__fsub_rn(t, s), term);  // (explicit roundings: no contraction into FMAs)
+      s = t;
     }
   }
   red[threadIdx.y][threadIdx.x] = s;
@@ -76,7 +78,8 @@ __global__ void affine_kernel(const float* z, const float* __restrict__ coef, fl
 inline const char* launch_affine(const float* z, const float* coef, float* y, int n, int m, long long* step,
                                  cudaStream_t st) {
   const size_t work = ((size_t)n * m + 3) / 4;
-  const int blocks = (int)(work < 132 * 16 * 256 ? ceil_div((int)work, 256) : 132 * 16);
+  const int cap = sm_count() * 16;  // 16 blocks of 256 an SM, grid-stride beyond
+  const int blocks = (int)(work < (size_t)cap * 256 ? ceil_div((int)work, 256) : cap);
   affine_kernel<<<blocks, 256, 0, st>>>(z, coef, y, n, m, step);
   FL_CHECK_LAUNCH();
   return nullptr;
