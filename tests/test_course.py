@@ -309,7 +309,7 @@ def test_step_table_takes_one_run_and_the_percent_saved(tmp_path, monkeypatch):
     """Stage sums against fold from hand-made rows: two runs of 84 fp32 (only the later one
     counts), % saved = (before − after) / before, negative when the step costs time, NaN where
     a stage is missing; step_md says "saves" and "costs" accordingly."""
-    from fusedlib import bench
+    from fusedlib.lab import bench
     from fusedlib.reference import PRESETS
     env = {"gpu": "synthetic", "torch": "x", "cuda": "x", "commit": "x"}
 

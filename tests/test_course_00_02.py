@@ -3,7 +3,8 @@ history, and the naive stage's picture."""
 import pandas as pd
 import pytest
 
-from fusedlib import course, glossary
+from fusedlib import glossary
+from fusedlib.lab import course
 
 
 def test_stage_savings_is_the_percentage_of_the_other_time(tmp_path, monkeypatch):
@@ -46,8 +47,8 @@ def test_without_history_keeps_the_code():
 
 
 def test_the_naive_picture_draws_every_kernel():
-    from fusedlib.costmodel import cost
-    from fusedlib.diagrams import naive
+    from fusedlib.lab.costmodel import cost
+    from fusedlib.lab.diagrams import naive
     for stem, make in naive.FIGURES.items():
         fig = make()
         problem = stem.rsplit("_", 1)[1]
@@ -66,7 +67,7 @@ def test_the_glossary_table_lists_every_term():
 
 
 def test_the_roofline_sketch_places_the_gemm_right_of_the_ridge():
-    from fusedlib.diagrams import basics
+    from fusedlib.lab.diagrams import basics
     fig = basics.roofline_sketch("84")
     ax = fig.axes[0]
     ceil = course.ceilings()

@@ -2,7 +2,7 @@
 sentences rendered from train_step.csv, and the data-flow figure."""
 import pytest
 
-from fusedlib import course
+from fusedlib.lab import course
 from fusedlib.reference import PRESETS
 
 
@@ -58,7 +58,7 @@ def test_train_step_md_renders_the_committed_ratios(tmp_path, monkeypatch):
 
 
 def test_backward_dataflow_draws_one_bar_row_per_kernel():
-    from fusedlib.diagrams import backward
+    from fusedlib.lab.diagrams import backward
     fig = backward.backward_dataflow("33", "3xtf32")
     [ax] = fig.axes
     assert [t.get_text() for t in ax.get_yticklabels()] == [p["kernel"] for p in course.backward_plan("33", "3xtf32")]

@@ -1,11 +1,11 @@
-"""The pictures drawn by code (fusedlib.diagrams): every FIGURES function returns a Figure with
+"""The pictures drawn by code (fusedlib.lab.diagrams): every FIGURES function returns a Figure with
 the panels and labels it promises, and the traffic pictures add up to the cost model."""
 import pytest
 from matplotlib.figure import Figure
 
-from fusedlib import figures
-from fusedlib.costmodel import cost
-from fusedlib.diagrams import stages
+from fusedlib.lab import figures
+from fusedlib.lab.costmodel import cost
+from fusedlib.lab.diagrams import stages
 from fusedlib.reference import PRESETS, problem_kind
 
 

@@ -1,4 +1,4 @@
-"""Notebook 05's pictures (fusedlib.diagrams.fused) and the kernel facts its exercises rest on."""
+"""Notebook 05's pictures (fusedlib.lab.diagrams.fused) and the kernel facts its exercises rest on."""
 import math
 import re
 from pathlib import Path
@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from matplotlib.figure import Figure
 
-from fusedlib.diagrams import fused
-from fusedlib.exercises.solutions import nb05
+from fusedlib.lab.diagrams import fused
+from fusedlib.lab.exercises.solutions import nb05
 
 KERNELS = Path(__file__).resolve().parent.parent / "fusedlib" / "kernels"
 

@@ -77,10 +77,12 @@ def prediction(impl: str, problem: str, shape: str | None = None, mode: str = "t
     return table, float(table["ms at its roof"].sum())
 
 
-def kernel_source(stage: str, start: str | None = None, end: str | None = None, after: int = 0) -> str:
+def kernel_source(stage: str, start: str | None = None, end: str | None = None, after: int = 0,
+                  history: bool = False) -> str:
     """The stage's CUDA file (a stage name or a file in fusedlib/kernels), or the lines from
     the first one containing ``start`` up to the next one containing ``end`` (the end of the
-    file without ``end``) and ``after`` more lines, as a Markdown ```cuda block.
+    file without ``end``) and ``after`` more lines, as a Markdown ```cuda block; comments
+    citing the lab's experiments are left out (:func:`without_history`) unless ``history``.
 
     Raises:
         FileNotFoundError: no such stage or kernel file.
@@ -102,7 +104,8 @@ def kernel_source(stage: str, start: str | None = None, end: str | None = None, 
         lines = lines[i:j + 1 + after]
     elif end:
         raise ValueError("kernel_source: an end marker needs a start marker")
-    return "```cuda\n" + "\n".join(lines) + "\n```"
+    listing = "```cuda\n" + "\n".join(lines) + "\n```"
+    return listing if history else without_history(listing)
 
 
 #: GPUs of each compute capability the engine's path table shows (:func:`gemm_paths_table`).
@@ -796,7 +799,7 @@ def stage_savings(stage: str, precisions=("fp32",), mode: str = "train", gpu: st
     bench.csv."""
     import pandas as pd
 
-    from .algebra import STAGES
+    from ..algebra import STAGES
     bench = measured(gpu=gpu)
     if bench is None:
         return None
@@ -868,7 +871,7 @@ def without_history(listing: str) -> str:
 def step_table(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: str = "h100"):
     """What ``stage`` saves over the stage before it (:data:`fusedlib.algebra.STAGES`), one row
     per problem (84, 33, 39 at their KernelBench shapes) and precision: the previous stage's
-    and this stage's median ms from one run of bench.csv (:func:`fusedlib.figures.one_run`:
+    and this stage's median ms from one run of bench.csv (:func:`fusedlib.lab.figures.one_run`:
     the latest run of each group), the % of the previous time saved (negative: the step
     costs time), and the % the cost model predicts (:func:`prediction`). NaN where the run
     lacks a row. None without bench.csv.
@@ -890,7 +893,7 @@ def fused_versus_sums(mode: str = "train", gpu: str = "h100"):
     profile.csv or bench.csv."""
     import pandas as pd
 
-    from .reference import PRESETS
+    from ..reference import PRESETS
     prof, bench = profile(gpu), measured(gpu=gpu)
     if prof is None or bench is None:
         return None
@@ -933,7 +936,7 @@ def saved_table(stage: str = "fused", mode: str = "train", gpu: str = "h100"):
     """
     import pandas as pd
 
-    from .algebra import STAGES
+    from ..algebra import STAGES
     from .figures import one_run
     i = STAGES.index(stage)
     if i == 0:
@@ -1004,7 +1007,7 @@ def peer_spread(mode: str = "train", gpu: str = "h100"):
     their medians. None without bench.csv or without repeated configurations."""
     import pandas as pd
 
-    from .reference import presets_of
+    from ..reference import presets_of
     bench = measured(gpu=gpu)
     if bench is None:
         return None
@@ -1044,8 +1047,8 @@ def backward_plan(problem: str, precision: str = "fp32") -> list[dict]:
     Raises:
         ValueError: unknown problem or precision.
     """
-    from .algebra import PRECISIONS
-    from .reference import PROBLEMS as FAMILY
+    from ..algebra import PRECISIONS
+    from ..reference import PROBLEMS as FAMILY
     if problem not in FAMILY or precision not in PRECISIONS:
         raise ValueError(f"backward_plan: expected a problem in {sorted(FAMILY)} and a precision in {PRECISIONS}, "
                          f"got {problem!r}, {precision!r}")
@@ -1070,7 +1073,7 @@ def backward_plan(problem: str, precision: str = "fp32") -> list[dict]:
 
 
 def _unit_bytes(unit: str, shape) -> int:
-    from .algebra import BACKWARD_TILE_ROWS
+    from ..algebra import BACKWARD_TILE_ROWS
     n, k, m = shape.batch, shape.in_features, shape.out_features
     tiles = -(-n // BACKWARD_TILE_ROWS)
     return 4 * {"NM": n * m, "NK": n * k, "MK": m * k, "N": n, "M": m, "TM": tiles * m}[unit]
@@ -1083,7 +1086,7 @@ def backward_prediction(problem: str, precision: str = "fp32", gpu: str = "h100"
     copy bandwidth otherwise; :func:`ceilings`), as :func:`prediction` does for the forward."""
     import pandas as pd
 
-    from .reference import PRESETS
+    from ..reference import PRESETS
     shape, ceil = PRESETS[problem], ceilings(gpu)
     rate = gemm_rate(precision, ceil)
     rows = []
@@ -1106,7 +1109,7 @@ def backward_memory(problem: str, precision: str = "fp32") -> dict:
     ``backward``; 84 also saves it), the saved Z', dZ' and dZ'ᵀ (P planes each), X − x̄ (P
     planes; none in tf32) and dW. Small vectors and scratch are left out. This is what
     train_step.csv's ``peak_mib`` measures."""
-    from .reference import PRESETS
+    from ..reference import PRESETS
     shape = PRESETS[problem]
     planes = 2 if precision == "3xtf32" else 1
     mib = lambda count, unit: count * _unit_bytes(unit, shape) / 2 ** 20
@@ -1156,7 +1159,7 @@ def train_step_md(gpu: str = "h100") -> str:
     (:func:`train_step_summary`): per precision the fused step's time against eager PyTorch's,
     the backwards alone, and the peak memory in units of one N×M float32 tensor of each problem;
     :data:`NO_RESULTS` without the file."""
-    from .reference import PRESETS
+    from ..reference import PRESETS
     t = train_step_summary(gpu)
     if t is None:
         return f"*{NO_RESULTS} (results/{gpu}/train_step.csv).*"

@@ -3,7 +3,7 @@ and the README results table, drawn from the committed results only
 (``results/<gpu>/bench.csv``, ``env.json`` and, if present, ``profile.csv``), so they can be
 regenerated on any machine without a GPU; plus the cancellation figure, computed on the
 CPU, and the pictures of the kernels (the ``FIGURES`` of every module of
-:mod:`fusedlib.diagrams`, :func:`export_diagrams`). Each figure is written as PNG, SVG and PDF
+:mod:`fusedlib.lab.diagrams`, :func:`export_diagrams`). Each figure is written as PNG, SVG and PDF
 into ``figures/``, byte for byte the same at every export (no dates in the files, a fixed SVG
 hash salt, :data:`STYLE`).
 
@@ -466,7 +466,7 @@ def cancellation(outdir: Path) -> list[Path]:
 
 
 def diagram_figures() -> dict:
-    """Every picture of the kernels: the ``FIGURES`` of each module of :mod:`fusedlib.diagrams`
+    """Every picture of the kernels: the ``FIGURES`` of each module of :mod:`fusedlib.lab.diagrams`
     (found with pkgutil, modules in name order), merged into one dict file stem → function.
 
     Raises:
@@ -481,7 +481,7 @@ def diagram_figures() -> dict:
         module = importlib.import_module(f"{diagrams.__name__}.{info.name}")
         for stem, draw in getattr(module, "FIGURES", {}).items():
             if stem in found:
-                raise ValueError(f"fusedlib.diagrams.{info.name}: figure {stem!r} is already defined by another module")
+                raise ValueError(f"fusedlib.lab.diagrams.{info.name}: figure {stem!r} is already defined by another module")
             found[stem] = draw
     return found
 

@@ -3,8 +3,8 @@
 One horizontal bar per kernel, in launch order (top to bottom): the tensors it reads (solid) and
 writes (hatched) side by side, each segment as long as the MB it moves at the problem's
 KernelBench shape, a tensor in the same colour wherever it appears; the GEMM's GFLOP at the
-right. The plan comes from :func:`fusedlib.course.backward_plan` (``kernels/backward.cu``,
-``ops.backward_gemms``), the sizes from :func:`fusedlib.course.backward_prediction`'s units.
+right. The plan comes from :func:`fusedlib.lab.course.backward_plan` (``kernels/backward.cu``,
+``ops.backward_gemms``), the sizes from :func:`fusedlib.lab.course.backward_prediction`'s units.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def backward_dataflow(problem: str = "84", precision: str = "fp32") -> Figure:
     """The fused backward of ``problem`` (84, 33, 39) at ``precision``: MB read and written by
     each kernel, to scale (see the module's docstring). Returns a matplotlib Figure."""
     from ..course import _unit_bytes, backward_plan
-    from ..reference import PRESETS
+    from ...reference import PRESETS
 
     shape = PRESETS[problem]
     plan = backward_plan(problem, precision)

@@ -4,12 +4,12 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from fusedlib import course
+from fusedlib.lab import course
 
 
 def roofline_sketch(problem: str = "84", gpu: str = "h100") -> Figure:
     """The roofline of the GPU (attainable TFLOP/s against arithmetic intensity, log–log),
-    with the fp32 and tf32 roofs from :func:`fusedlib.course.ceilings`, and the kernels of the
+    with the fp32 and tf32 roofs from :func:`fusedlib.lab.course.ceilings`, and the kernels of the
     naive stage of ``problem`` (train mode, KernelBench shape, cost model) placed on it at
     their intensity and their roofline rate: the GEMM right of the ridge points, every other
     kernel far left of them."""

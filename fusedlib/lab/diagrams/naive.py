@@ -1,13 +1,13 @@
 """The naive stage (notebook 02) in a picture: its kernels in launch order, the tensors each
 reads and writes, and the DRAM traffic of each drawn to scale (from the cost model,
-:func:`fusedlib.costmodel.cost`, train mode at the problem's KernelBench shape).
+:func:`fusedlib.lab.costmodel.cost`, train mode at the problem's KernelBench shape).
 """
 from __future__ import annotations
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from fusedlib.costmodel import cost
+from fusedlib.lab.costmodel import cost
 from fusedlib.reference import PRESETS, problem_kind
 
 #: What each kernel of the naive stage reads and writes, by the cost model's pass name and

@@ -3,7 +3,7 @@ traffic of ``fused``), drawn by code from the cost model and the algebra:
 
 * ``traffic_fold``, ``traffic_sums``, ``traffic_fused``: the kernels of the stage in launch order
   and the tensors each reads and writes in DRAM, bars to scale in MB (bytes of
-  :func:`fusedlib.costmodel.cost`, train mode, fp32, at the KernelBench shapes of 84 and 39);
+  :func:`fusedlib.lab.costmodel.cost`, train mode, fp32, at the KernelBench shapes of 84 and 39);
 * ``sums_epilogue``: the GEMM's output tiles and where the column statistics of one tile are
   formed in its epilogue, on the two kinds of path (a shared-memory C tile: SIMT and mma.sync;
   the accumulator registers: wgmma);
@@ -15,7 +15,7 @@ chosen or switched); ``python -m fusedlib figures`` exports them (``FIGURES``).
 """
 from __future__ import annotations
 
-from fusedlib.figures import subplots
+from fusedlib.lab.figures import subplots
 
 #: One colour a tensor, the same in every picture.
 TENSOR_COLORS = {"X": "#4C72B0", "W": "#8172B2", "Z": "#DD8452", "Z'": "#DD8452", "Y": "#55A868",
@@ -61,7 +61,7 @@ def traffic(stage: str, problem: str, precision: str = "fp32") -> list[dict]:
     Raises:
         KeyError: a pass of the cost model has no entry in :data:`PASS_TENSORS`.
     """
-    from fusedlib.costmodel import cost
+    from fusedlib.lab.costmodel import cost
     from fusedlib.reference import PRESETS, problem_kind
     s = PRESETS[problem]
     sizes = tensor_bytes(problem, precision)

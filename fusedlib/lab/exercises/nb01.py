@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 
 from fusedlib import algebra
-from fusedlib.exercises import exercise, expect
-from fusedlib.exercises.solutions import nb01 as solutions
+from fusedlib.lab.exercises import exercise, expect
+from fusedlib.lab.exercises.solutions import nb01 as solutions
 from fusedlib.reference import make_reference
 
 

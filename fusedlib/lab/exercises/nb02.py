@@ -1,9 +1,9 @@
 """Checks for notebook 02 (the naive stage): predict its DRAM bytes; count a grid's waves."""
 from __future__ import annotations
 
-from fusedlib.costmodel import cost
-from fusedlib.exercises import exercise, expect
-from fusedlib.exercises.solutions import nb02 as solutions
+from fusedlib.lab.costmodel import cost
+from fusedlib.lab.exercises import exercise, expect
+from fusedlib.lab.exercises.solutions import nb02 as solutions
 
 
 def _gemm_bytes_only(problem, n, k, m):
@@ -15,7 +15,7 @@ def _gemm_bytes_only(problem, n, k, m):
           verified="the naive stage's DRAM bytes match the cost model within one percent at five shapes of 84 and 33/39")
 def check_naive_bytes(naive_bytes) -> None:
     """``naive_bytes(problem, n, k, m)`` → bytes read plus written by the naive stage's
-    train-mode forward (float32), compared with :func:`fusedlib.costmodel.cost` within 1 %."""
+    train-mode forward (float32), compared with :func:`fusedlib.lab.costmodel.cost` within 1 %."""
     for problem in ("84", "33"):
         for n, k, m in ((1024, 8192, 8192), (16384, 4096, 4096), (512, 300, 1000), (4096, 64, 2048), (256, 4096, 512)):
             want = cost(problem, "naive", n, k, m, "train").bytes

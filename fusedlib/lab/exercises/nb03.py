@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 
 from fusedlib import algebra
-from fusedlib.exercises import exercise, expect
-from fusedlib.exercises.solutions import nb03 as solutions
+from fusedlib.lab.exercises import exercise, expect
+from fusedlib.lab.exercises.solutions import nb03 as solutions
 
 
 def _forgot_the_scale(kind, mean, var, gamma, beta, scale, eps):
@@ -44,7 +44,7 @@ def check_fold_coefficients(fold) -> None:
 def _passes(stage: str) -> tuple[int, int]:
     """N×M reads and writes of ``stage`` (84, train), counted from the cost model at a shape
     where an N×M tensor outweighs everything else a pass moves (K = 1)."""
-    from fusedlib.costmodel import cost
+    from fusedlib.lab.costmodel import cost
     n = m = 512
     passes = cost("84", stage, n, 1, m, "train").passes
     return (sum(int(p.read_bytes // (4 * n * m)) for p in passes), sum(int(p.write_bytes // (4 * n * m)) for p in passes))

@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 
 from fusedlib import algebra
-from fusedlib.exercises import exercise, expect
-from fusedlib.exercises.solutions import nb04 as solutions
+from fusedlib.lab.exercises import exercise, expect
+from fusedlib.lab.exercises.solutions import nb04 as solutions
 
 
 def _no_correction(a, b):
@@ -47,8 +47,8 @@ def _no_partials(n, k, m, tile_rows):
 def check_sums_bytes(predict) -> None:
     """``predict(n, k, m, tile_rows)`` → the DRAM bytes (an int or float) stage sums moves in
     train mode for problem 84 at batch n, in_features k, out_features m, with row tiles of
-    ``tile_rows`` rows; checked exactly against :func:`fusedlib.costmodel.cost`."""
-    from fusedlib.costmodel import cost
+    ``tile_rows`` rows; checked exactly against :func:`fusedlib.lab.costmodel.cost`."""
+    from fusedlib.lab.costmodel import cost
     for n, k, m in ((1024, 8192, 8192), (16384, 4096, 4096), (300, 64, 96), (7, 33, 65)):
         rows = algebra.tile_rows(n, m, "fp32")
         want = cost("84", "sums", n, k, m, "train", "fp32").bytes

@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from fusedlib.exercises import exercise, expect
-from fusedlib.exercises.solutions import nb05 as solutions
+from fusedlib.lab.exercises import exercise, expect
+from fusedlib.lab.exercises.solutions import nb05 as solutions
 
 
 def _online_max_sum_without_rescaling(chunks):

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import math
 
-from fusedlib import costmodel
-from fusedlib.exercises import exercise, expect
-from fusedlib.exercises.solutions import nb06 as solutions
+from fusedlib.lab import costmodel
+from fusedlib.lab.exercises import exercise, expect
+from fusedlib.lab.exercises.solutions import nb06 as solutions
 
 
 def _intensity_without_the_output(n: int, k: int, m: int) -> float:

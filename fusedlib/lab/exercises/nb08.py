@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 
 from fusedlib import algebra
-from fusedlib.exercises import exercise, expect
-from fusedlib.exercises.solutions import nb08 as solutions
+from fusedlib.lab.exercises import exercise, expect
+from fusedlib.lab.exercises.solutions import nb08 as solutions
 
 
 def _case(seed: int = 5, n: int = 37, k: int = 12, m: int = 10):
