@@ -334,6 +334,7 @@ def test_step_table_takes_one_run_and_the_percent_saved(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="first stage"):
         course.step_table("naive")
 
+
 # ---------------------------------------------------------------- notebooks 05–06 and the appendix
 def test_fused_versus_sums_from_the_committed_profile():
     """One row per problem and precision; the merge's cost is fused's GEMM minus sums' GEMM, the

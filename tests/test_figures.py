@@ -253,7 +253,7 @@ def test_figure_functions_leave_the_backend_alone():
     import subprocess
     import sys
     code = ("import matplotlib; matplotlib.use('svg'); import matplotlib.pyplot as plt\n"
-            "from fusedlib import figures\nfrom fusedlib.lab.course import cancellation_lab\n"
+            "from fusedlib.lab import figures\nfrom fusedlib.lab.course import cancellation_lab\n"
             "fig = figures.cancellation_figure(cancellation_lab(ratios=(1, 10)))\n"
             "from matplotlib.figure import Figure\n"
             "assert isinstance(fig, Figure) and matplotlib.get_backend() == 'svg' and plt.get_fignums() == []\n"

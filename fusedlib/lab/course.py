@@ -865,6 +865,7 @@ def without_history(listing: str) -> str:
             out.append((line[:at] + comment).rstrip() if comment else code)
     return "\n".join(out)
 
+
 # ------------------------------------------------------------------ notebooks 03–04 (fold, sums)
 # The step a stage takes over the one before it, measured (one run of bench.csv) and predicted.
 
@@ -878,6 +879,53 @@ def step_table(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "t
 
     Raises:
         ValueError: ``stage`` is the first stage (nothing before it).
+    """
+    import pandas as pd
+
+    from ..algebra import STAGES
+    from .figures import one_run
+    i = STAGES.index(stage)
+    if i == 0:
+        raise ValueError(f"step_table: {stage!r} is the first stage; there is no step before it")
+    previous = STAGES[i - 1]
+    bench = measured(gpu=gpu)
+    if bench is None:
+        return None
+    kb = at_presets(one_run(bench), mode)
+    rows = []
+    for problem in PROBLEMS:
+        for precision in precisions:
+            sel = kb[(kb.problem == problem) & (kb.precision == precision)].set_index("impl").median_ms
+            before = float(sel[previous]) if previous in sel else float("nan")
+            after = float(sel[stage]) if stage in sel else float("nan")
+            p0 = prediction(previous, problem, None, mode, precision, gpu)[1]
+            p1 = prediction(stage, problem, None, mode, precision, gpu)[1]
+            rows.append({"problem": problem, "precision": precision, f"{previous} ms": before, f"{stage} ms": after,
+                         "% saved": 100 * (before - after) / before, "% saved predicted": 100 * (p0 - p1) / p0})
+    return pd.DataFrame(rows)
+
+
+def step_md(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: str = "h100") -> str:
+    """:func:`step_table` in words (Markdown): one line per problem, the time and the % saved
+    at each precision, measured and predicted; :data:`NO_RESULTS` without bench.csv."""
+    table = step_table(stage, precisions, mode, gpu)
+    if table is None:
+        return f"*{NO_RESULTS} (results/{gpu}/bench.csv).*"
+    previous = table.columns[2].removesuffix(" ms")
+    lines = []
+    for problem, grp in table.groupby("problem", sort=False):
+        parts = []
+        for r in grp.to_dict("records"):
+            if r[f"{stage} ms"] != r[f"{stage} ms"] or r[f"{previous} ms"] != r[f"{previous} ms"]:
+                parts.append(f"{r['precision']} {NOT_MEASURED}")
+                continue
+            verb = "saves" if r["% saved"] >= 0 else "costs"
+            parts.append(f"{r['precision']} {r[f'{previous} ms']:.3f} → **{r[f'{stage} ms']:.3f} ms**, {verb} "
+                         f"**{abs(r['% saved']):.1f} %** (predicted {r['% saved predicted']:.1f} %)")
+        lines.append(f"- **{problem}**: " + "; ".join(parts) + ".")
+    return (f"`{previous}` → `{stage}`, {mode} mode, KernelBench shapes, median ms of one run of bench.csv "
+            "(% of the previous stage's time saved):\n\n" + "\n".join(lines))
+
 
 # ---------------------------------------------------------------- notebooks 05–06 (fused stage,
 # roofline and throughput) and the appendix on the GEMM engine
@@ -937,49 +985,6 @@ def saved_table(stage: str = "fused", mode: str = "train", gpu: str = "h100"):
     import pandas as pd
 
     from ..algebra import STAGES
-    from .figures import one_run
-    i = STAGES.index(stage)
-    if i == 0:
-        raise ValueError(f"step_table: {stage!r} is the first stage; there is no step before it")
-    previous = STAGES[i - 1]
-    bench = measured(gpu=gpu)
-    if bench is None:
-        return None
-    kb = at_presets(one_run(bench), mode)
-    rows = []
-    for problem in PROBLEMS:
-        for precision in precisions:
-            sel = kb[(kb.problem == problem) & (kb.precision == precision)].set_index("impl").median_ms
-            before = float(sel[previous]) if previous in sel else float("nan")
-            after = float(sel[stage]) if stage in sel else float("nan")
-            p0 = prediction(previous, problem, None, mode, precision, gpu)[1]
-            p1 = prediction(stage, problem, None, mode, precision, gpu)[1]
-            rows.append({"problem": problem, "precision": precision, f"{previous} ms": before, f"{stage} ms": after,
-                         "% saved": 100 * (before - after) / before, "% saved predicted": 100 * (p0 - p1) / p0})
-    return pd.DataFrame(rows)
-
-
-def step_md(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: str = "h100") -> str:
-    """:func:`step_table` in words (Markdown): one line per problem, the time and the % saved
-    at each precision, measured and predicted; :data:`NO_RESULTS` without bench.csv."""
-    table = step_table(stage, precisions, mode, gpu)
-    if table is None:
-        return f"*{NO_RESULTS} (results/{gpu}/bench.csv).*"
-    previous = table.columns[2].removesuffix(" ms")
-    lines = []
-    for problem, grp in table.groupby("problem", sort=False):
-        parts = []
-        for r in grp.to_dict("records"):
-            if r[f"{stage} ms"] != r[f"{stage} ms"] or r[f"{previous} ms"] != r[f"{previous} ms"]:
-                parts.append(f"{r['precision']} {NOT_MEASURED}")
-                continue
-            verb = "saves" if r["% saved"] >= 0 else "costs"
-            parts.append(f"{r['precision']} {r[f'{previous} ms']:.3f} → **{r[f'{stage} ms']:.3f} ms**, {verb} "
-                         f"**{abs(r['% saved']):.1f} %** (predicted {r['% saved predicted']:.1f} %)")
-        lines.append(f"- **{problem}**: " + "; ".join(parts) + ".")
-    return (f"`{previous}` → `{stage}`, {mode} mode, KernelBench shapes, median ms of one run of bench.csv "
-            "(% of the previous stage's time saved):\n\n" + "\n".join(lines))
-
     if stage not in STAGES[1:]:
         raise ValueError(f"stage: expected one of {STAGES[1:]}, got {stage!r}")
     bench = measured(gpu=gpu)
@@ -1030,6 +1035,7 @@ def strip_run_ids(text: str) -> str:
     text = re.sub(r"\s*\((?:[^()]*?\b)?runs?\s*\d+(?:[–-]\s*(?:run)?\d+)?(?:[^()]*)\)", "", text)
     text = re.sub(r"\bruns?\d+(?:[–-](?:run)?\d+)?\b", "an earlier run", text)
     return text
+
 
 # ---------------------------------------------------------------- notebooks 07–08: eval mode and the backward
 #: The fused train-mode backward's passes (``kernels/backward.cu``, ``ops.backward_gemms``) with x the input
