@@ -31,3 +31,11 @@ def test_notebook_runs_the_check(key):
     [path] = NOTEBOOKS.glob(f"{ex.notebook[2:]}_*.ipynb")
     code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
     assert f"{ex.notebook}.check_{ex.name}(" in code, f"{path.name} never calls {ex.notebook}.check_{ex.name}"
+
+
+def test_every_stage_notebook_has_two_exercises():
+    counts = {f"nb{n:02d}": 0 for n in range(1, 9)}
+    for ex in EXERCISES.values():
+        counts[ex.notebook] = counts.get(ex.notebook, 0) + 1
+    few = {nb: c for nb, c in counts.items() if c < 2}
+    assert not few, f"notebooks with fewer than two exercises: {few}"
