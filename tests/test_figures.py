@@ -143,9 +143,10 @@ def test_missing_results_is_a_clear_error(tmp_path, capsys):
     assert rc == 2 and "bench.csv not found" in capsys.readouterr().err
 
 
-def test_no_gpu_results_yet_draws_what_it_can(tmp_path, capsys):
+def test_no_gpu_results_yet_draws_what_it_can(tmp_path, capsys, monkeypatch):
     """Before any GPU run (no bench.csv, no env.json): the cancellation figure, a note, exit 0,
     and the README left alone."""
+    monkeypatch.setattr(figures, "FORMATS", ("svg",))  # the formats have a test of their own
     readme = tmp_path / "README.md"
     readme.write_text(README)
     results = tmp_path / "results"
@@ -164,7 +165,8 @@ def test_wrong_columns_are_refused(tmp_path):
         figures.load_results(tmp_path)
 
 
-def test_figures_command_regenerates_the_readme_table(tmp_path, capsys):
+def test_figures_command_regenerates_the_readme_table(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(figures, "FORMATS", ("png",))  # the formats have a test of their own
     _synthetic_results(tmp_path, profile=False)
     readme = tmp_path / "README.md"
     readme.write_text(README)
@@ -232,17 +234,21 @@ def test_saved_label():
     assert figures.saved_label(4.0, 5.0) == "costs\n25.0 %"
 
 
-def test_export_is_byte_reproducible(tmp_path):
-    """Two exports of a results figure, the cancellation figure and the diagrams give identical
-    files (no dates, fixed SVG hash salt)."""
+def test_export_is_byte_reproducible(tmp_path, monkeypatch):
+    """Two exports of a results figure, the cancellation figure and two diagrams (one of each
+    kind of drawing: bars, a tree; all share _save's metadata) give identical files (no dates,
+    fixed SVG hash salt)."""
     _synthetic_results(tmp_path, profile=False)
     df, env, _ = figures.load_results(tmp_path)
+    every = figures.diagram_figures()
+    some = {stem: every[stem] for stem in ("traffic_fused", "chan_merge_tree")}
+    monkeypatch.setattr(figures, "diagram_figures", lambda: some)
     for out in ("a", "b"):
         figures.ladder(df, env, tmp_path / out)
         figures.cancellation(tmp_path / out)
         figures.export_diagrams(tmp_path / out)
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert len(names) == 3 * (2 + len(figures.diagram_figures()))
+    assert len(names) == 3 * (2 + len(some))
     for name in names:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
