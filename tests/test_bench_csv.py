@@ -266,8 +266,14 @@ def test_dry_run_of_the_whole_harness_on_cpu(tmp_path):
     assert len(tf32_stages) == 2 * 2 * 2
     assert (tf32_stages.rel_err > 1e-5).all() and (tf32_stages.rel_err < 5e-3).all()
     assert set(df[df.precision == "3xtf32"].impl) == {"naive", "fused"}
-    assert cli.main(argv + ["--mode", "eval", "--precision", "fp32"]) == 0          # appends
-    assert len(pd.read_csv(out)) == 40 + 2 * 4 and out.read_text().count("median_ms") == 1
+    assert cli.main(argv + ["--mode", "eval", "--precision", "fp32"]) == 0  # all measured: one run each
+    assert len(pd.read_csv(out)) == 40
+    assert cli.main(argv + ["--shape", "5x24->8", "--mode", "eval", "--precision", "fp32"]) == 0  # appends the new
+    df = pd.read_csv(out, dtype={"problem": str})
+    assert len(df) == 40 + 2 * 4 and out.read_text().count("median_ms") == 1
+    assert not df.duplicated(["problem", "batch", "in_features", "out_features", "mode", "precision", "impl"]).any()
+    assert cli.main(argv + ["--mode", "eval", "--precision", "fp32", "--remeasure"]) == 0  # a second run
+    assert len(pd.read_csv(out)) == 40 + 2 * 4 + 2 * 4
     assert cli.main(argv + ["--fresh", "--mode", "eval", "--precision", "fp32"]) == 0
     assert len(pd.read_csv(out)) == 2 * 4
     assert cli.main(["bench", "--device", "cpu"]) == 2  # a dry run needs --out

@@ -155,6 +155,27 @@ def plan_tables(problems, shapes, modes, precisions, impls) -> list[Table]:
     return tables
 
 
+def unmeasured(tables: list[Table], out: Path) -> tuple[list[Table], int]:
+    """``tables`` without the implementations ``out`` (a bench.csv) already holds a row for at
+    the same problem, shape, mode and precision, so that the file keeps one run of each
+    configuration (a size sweep then does not time the KernelBench shapes again); tables left
+    with nothing to time are dropped. Returns (tables, number of measurements skipped)."""
+    import csv
+    if not out.exists():
+        return tables, 0
+    with out.open(newline="") as f:
+        done = {(r["problem"], int(r["batch"]), int(r["in_features"]), int(r["out_features"]), r["mode"],
+                 r["precision"], r["impl"]) for r in csv.DictReader(f)}
+    kept, skipped = [], 0
+    for t in tables:
+        key = (t.problem, t.shape.batch, t.shape.in_features, t.shape.out_features, t.mode, t.precision)
+        todo = tuple(i for i in t.impls if key + (i,) not in done)
+        skipped += len(t.impls) - len(todo)
+        if todo:
+            kept.append(Table(t.problem, t.shape, t.mode, t.precision, todo))
+    return kept, skipped
+
+
 def rel_err(y, y64) -> float:
     """Normwise relative error ‖y − y64‖_F / ‖y64‖_F in float64 (NaN if y has NaN/inf)."""
     import torch
@@ -321,6 +342,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--append", dest="fresh", action="store_false", help="append to existing CSVs (default)")
     group.add_argument("--fresh", action="store_true", help="start new bench.csv (and profile.csv with --profile)")
+    p.add_argument("--remeasure", action="store_true",
+                   help="time configurations bench.csv already holds again (default: skip them: one run each)")
     p.add_argument("--ceilings", action="store_true", help="measure copy bandwidth and cuBLAS GEMM rates into env.json")
     p.add_argument("--profile", action="store_true", help="per-kernel device times (torch.profiler) into profile.csv")
     p.add_argument("--profile-only", action="store_true", help="with --profile: profile without timing (no bench.csv rows)")
@@ -407,6 +430,11 @@ def main(args) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if not args.fresh and not args.remeasure:
+        tables, skipped = unmeasured(tables, out)
+        if skipped:
+            print(f"note: {skipped} measurement(s) already in {out} skipped (one run a configuration; "
+                  "--remeasure times them again)", file=sys.stderr)
     if args.ncu and shutil.which("ncu") is None:
         print("warning: ncu is not on PATH: profile.csv gets no Nsight Compute columns", file=sys.stderr)
         args.ncu = False
