@@ -18,7 +18,8 @@ import torch  # noqa: E402
 import fusedlib  # noqa: E402
 
 where = Path(fusedlib.__file__).resolve()
-assert CHECKOUT not in where.parents, f"fusedlib imported from the checkout ({where}), not from the wheel"
+assert where.parent != CHECKOUT / "fusedlib" and "site-packages" in where.parts, \
+    f"fusedlib imported from the checkout ({where}), not from the installed wheel"
 assert "fusedlib.lab" not in sys.modules, "import fusedlib imported the lab"
 kernels = sorted(p.name for p in (where.parent / "kernels").glob("*.cu*"))
 assert "04_fused.cu" in kernels and "backward.cu" in kernels, f"kernel sources missing from the wheel: {kernels}"
