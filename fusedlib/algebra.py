@@ -182,8 +182,9 @@ def tile_partials(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor, torch.
     return (torch.tensor(counts, dtype=z.dtype, device=z.device), torch.stack(means), torch.stack(m2s))
 
 
-#: The partials' merge order (``kMergeQuarters``, ``kMergeChains`` in fusedlib/kernels/common.cuh).
-MERGE_QUARTERS, MERGE_CHAINS = 4, 8
+#: The partials' merge order (``kMergeQuarters``, ``kMergeChains``, ``kMergeRun`` in
+#: fusedlib/kernels/common.cuh).
+MERGE_QUARTERS, MERGE_CHAINS, MERGE_RUN = 4, 8, 64
 
 
 def _chan_pair(a, b):
@@ -214,10 +215,12 @@ def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor) -> tuple[t
 
     n: (T,) row counts; mean, m2: (T, M) partials (:func:`tile_partials`). The order is the
     kernels' (deterministic): the tiles cut into ``MERGE_QUARTERS`` contiguous quarters, each
-    quarter into ``MERGE_CHAINS`` contiguous chains; each chain merged left to right, a
-    quarter's chains left to right (the quarter's means taken about its first tile's mean, so
-    that each step rounds at the scale of the means' spread, not of |mean|), then the quarters
-    left to right. On the GPU a thread
+    quarter into ``MERGE_CHAINS`` contiguous chains; each chain cut into runs of ``MERGE_RUN``
+    tiles from its start, each run merged left to right and the chain's runs left to right
+    (blocked: a chain of thousands of tiles would otherwise add each tile's small M2 to a large
+    sum thousands of times, a bias of the variance in fp32), a quarter's chains left to right
+    (the quarter's means taken about its first tile's mean, so that each step rounds at the
+    scale of the means' spread, not of |mean|), then the quarters left to right. On the GPU a thread
     advances a quarter's chains side by side (independent dependency chains and loads in
     flight) and four threads can take a column's quarters at once. Returns the column mean
     and the biased variance M2/N, both (M,).
@@ -225,7 +228,8 @@ def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor) -> tuple[t
     quarters = []
     for qlo, qhi in _runs(0, n.shape[0], MERGE_QUARTERS):
         ref = mean[qlo]  # the quarter's means about its first: rounding at the spread, not at |mean|
-        chains = [_in_order([(n[t], mean[t] - ref, m2[t]) for t in range(lo, hi)])
+        chains = [_in_order([_in_order([(n[t], mean[t] - ref, m2[t]) for t in range(r, min(hi, r + MERGE_RUN))])
+                             for r in range(lo, hi, MERGE_RUN)])
                   for lo, hi in _runs(qlo, qhi - qlo, MERGE_CHAINS)]
         cn, cmean, cm2 = _in_order(chains)
         quarters.append((cn, cmean + ref, cm2))

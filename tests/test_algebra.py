@@ -448,3 +448,28 @@ def test_chan_merge_order_is_fixed_and_fp32_class():
     # another order (left to right over all tiles) gives other last bits
     seq = algebra._in_order([(n[t], mean[t], m2[t]) for t in range(143)])
     assert not (torch.equal(seq[1], got_mean) and torch.equal(seq[2] / seq[0], got_var))
+
+
+def test_chan_merge_runs_keep_long_chains_fp32_class(monkeypatch):
+    """131 072 row tiles (16.8M rows of 128): chains of 4096 tiles. Merged tile by tile, each
+    chain adds a tile's M2 (≈ 127) to a sum that grows to ≈ 5·10⁵, and the roundings bias the
+    variance by ≈ 1.4e-6; in runs of MERGE_RUN tiles (the kernels' order) it stays at the fp32
+    class of the partials themselves."""
+    g = torch.Generator().manual_seed(5)
+    tiles = 131_072
+    n = torch.full((tiles,), 128.0)
+    mean = 3 + torch.randn(tiles, 4, generator=g) / 128 ** 0.5
+    m2 = 127 * (1 + torch.randn(tiles, 4, generator=g) * (2 / 127) ** 0.5)
+    nd, rows = n.double(), n.double().sum()
+    want_mean = (nd[:, None] * mean.double()).sum(0) / rows
+    want_var = (m2.double().sum(0) + (nd[:, None] * (mean.double() - want_mean) ** 2).sum(0)) / rows
+
+    def var_err() -> float:
+        got_mean, got_var = algebra.chan_merge(n, mean, m2)
+        assert (got_mean.double() - want_mean).abs().max() <= 1e-6
+        return ((got_var.double() - want_var) / want_var).abs().max().item()
+
+    blocked = var_err()
+    monkeypatch.setattr(algebra, "MERGE_RUN", tiles)  # one run a chain: tile by tile
+    sequential = var_err()
+    assert blocked <= 5e-7 and sequential >= 4 * blocked, (blocked, sequential)

@@ -178,11 +178,14 @@ __device__ __forceinline__ Moments chan_merge(Moments a, Moments b) {
 // The merge's fixed order (deterministic, the same in every stage and path; algebra.chan_merge):
 // the T row tiles of a column cut into kMergeQuarters contiguous quarters, each quarter into
 // kMergeChains contiguous chains (chain g of a quarter of Q tiles from lo: tiles
-// [lo + ⌊gQ/G⌋, lo + ⌊(g+1)Q/G⌋)); each chain merged in tile order, a quarter's chains in chain
-// order, then the quarters in order. Four threads can merge a column's quarters side by side
+// [lo + ⌊gQ/G⌋, lo + ⌊(g+1)Q/G⌋)); each chain cut into runs of kMergeRun tiles from its start,
+// each run merged in tile order and a chain's runs in order (blocked, as merge_blocked: a chain
+// of thousands of tiles otherwise adds each tile's small M2 to a large one thousands of times,
+// which at 33.6M rows biased the variance by 4e-6), a quarter's chains in chain order, then the
+// quarters in order. Four threads can merge a column's quarters side by side
 // (the persistent GEMM's merge units, epilogue.cuh merge_slice) and one thread all four in
 // turn (merge_column_partials), with the same bits.
-constexpr int kMergeQuarters = 4, kMergeChains = 8;
+constexpr int kMergeQuarters = 4, kMergeChains = 8, kMergeRun = 64;
 
 // a then b, where either may be empty (n = 0: an empty chain or quarter).
 __device__ __forceinline__ Moments merge_in_order(Moments a, Moments b) {
@@ -191,7 +194,9 @@ __device__ __forceinline__ Moments merge_in_order(Moments a, Moments b) {
 
 // Quarter q of column j's row-tile partials, merged. Its G chains advance side by side: a
 // round issues the loads of one tile of each chain (2G floats in flight a thread), then merges
-// them. (One CTA's 256 threads, one a column, merging 39's 128 row tiles in 8 chains of 16: 22–28
+// them into the chains' current runs, which join their chains every kMergeRun rounds (a chain
+// of at most kMergeRun tiles, e.g. any batch up to 262 144 rows in 128-row tiles, is one run).
+// (One CTA's 256 threads, one a column, merging 39's 128 row tiles in 8 chains of 16: 22–28
 // µs, run108; the persistent tf32 GEMM is compiled to 168 registers a thread and spills at 16
 // chains, run105.) L2-coherent loads (__ldcg): the partials were written by other blocks of
 // this grid.
@@ -202,25 +207,32 @@ __device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) 
   // The quarter's tile means taken about its first one (ref): each merge step then rounds at the
   // scale of the spread of the means, not of |mean| (a column far from zero over many tiles).
   const float ref = Q > 0 ? __ldcg(p.part + (size_t)(2 * lo) * p.m + j) : 0.f;
-  Moments acc[G];
+  Moments acc[G];  // each chain's runs so far
 #pragma unroll
   for (int g = 0; g < G; ++g) acc[g] = {0.f, 0.f, 0.f};
-  for (int i = 0; i < L; ++i) {
-    float mean[G], m2[G];
+  for (int i0 = 0; i0 < L; i0 += kMergeRun) {
+    Moments run[G];  // each chain's run of tiles i0 … i0 + kMergeRun − 1
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const int t = lo + Q * g / G + i;
-      if (t < lo + Q * (g + 1) / G) {
-        mean[g] = __ldcg(p.part + (size_t)(2 * t) * p.m + j) - ref;
-        m2[g] = __ldcg(p.part + (size_t)(2 * t + 1) * p.m + j);
+    for (int g = 0; g < G; ++g) run[g] = {0.f, 0.f, 0.f};
+    for (int i = i0; i < min(L, i0 + kMergeRun); ++i) {
+      float mean[G], m2[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const int t = lo + Q * g / G + i;
+        if (t < lo + Q * (g + 1) / G) {
+          mean[g] = __ldcg(p.part + (size_t)(2 * t) * p.m + j) - ref;
+          m2[g] = __ldcg(p.part + (size_t)(2 * t + 1) * p.m + j);
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const int t = lo + Q * g / G + i;
+        if (t < lo + Q * (g + 1) / G)
+          run[g] = merge_in_order(run[g], {(float)min(tile_rows, p.n - t * tile_rows), mean[g], m2[g]});
       }
     }
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const int t = lo + Q * g / G + i;
-      if (t < lo + Q * (g + 1) / G)
-        acc[g] = merge_in_order(acc[g], {(float)min(tile_rows, p.n - t * tile_rows), mean[g], m2[g]});
-    }
+    for (int g = 0; g < G; ++g) acc[g] = merge_in_order(acc[g], run[g]);
   }
   Moments r = acc[0];
 #pragma unroll
@@ -235,7 +247,7 @@ __device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) 
 // of row tiles needs, in registers and in a fixed order (deterministic).
 template <class V, class Load, class Merge>
 __device__ V merge_blocked(int T, Load load, Merge merge) {
-  constexpr int kRun = 64;
+  constexpr int kRun = kMergeRun;
   V total = load(0);
   for (int u2 = 0; u2 < T; u2 += kRun * kRun) {
     V outer = total;

@@ -190,9 +190,9 @@ def sums_epilogue():
 def merge_tree(tiles: int):
     """The merge order of :func:`fusedlib.algebra.chan_merge` for ``tiles`` partials as a list
     of (left, right, result) node ids: leaves are ``t0`` … ``t{T−1}``; merges are numbered
-    ``m1``, ``m2``, … in the order they happen (chains, then a quarter's chains, then the
-    quarters, each left to right)."""
-    from fusedlib.algebra import MERGE_CHAINS, MERGE_QUARTERS, _runs
+    ``m1``, ``m2``, … in the order they happen (runs of a chain, a chain's runs, then a
+    quarter's chains, then the quarters, each left to right)."""
+    from fusedlib.algebra import MERGE_CHAINS, MERGE_QUARTERS, MERGE_RUN, _runs
     steps: list[tuple[str, str, str]] = []
 
     def in_order(nodes: list[str]) -> str:
@@ -204,7 +204,9 @@ def merge_tree(tiles: int):
 
     quarters = []
     for qlo, qhi in _runs(0, tiles, MERGE_QUARTERS):
-        chains = [in_order([f"t{t}" for t in range(lo, hi)]) for lo, hi in _runs(qlo, qhi - qlo, MERGE_CHAINS)]
+        chains = [in_order([in_order([f"t{t}" for t in range(r, min(hi, r + MERGE_RUN))])
+                            for r in range(lo, hi, MERGE_RUN)])
+                  for lo, hi in _runs(qlo, qhi - qlo, MERGE_CHAINS)]
         quarters.append(in_order(chains))
     in_order(quarters)
     return steps
