@@ -30,7 +30,8 @@ from __future__ import annotations
 import contextlib
 import os
 
-__all__ = ["PATHS", "PATH_CODE", "ENV_VAR", "UnsupportedPrecision", "cublas_precision", "forced_path", "select_path"]
+__all__ = ["PATHS", "PATH_CODE", "ENV_VAR", "W_PASS_ROW_TILES", "W_SPLIT_VAR", "UnsupportedPrecision",
+           "cublas_precision", "forced_path", "select_path", "w_parts_pass"]
 
 #: Hardware paths (mainloops), in the order of the codes the kernels use (``fl::GemmPath``).
 PATHS = ("simt", "mma", "wgmma")
@@ -107,6 +108,28 @@ def select_path(precision: str, capability: tuple[int, int], k: int | None = Non
             f"precision {precision!r} needs TF32 tensor cores (compute capability 8.0 or later); "
             f"this GPU has {cap[0]}.{cap[1]}: use precision='fp32'")
     return "wgmma" if cap == (9, 0) and tma_ok else "mma"
+
+
+#: 3xTF32 on the wgmma path: from this many row tiles of 128 on, W's TF32 parts come from one
+#: pass over W at each call (``kWPassRowTiles``, ``wg_w_pass`` in gemm_wgmma.cuh) instead of the
+#: split in shared memory that every row tile's CTA repeats on the same W tile.
+W_PASS_ROW_TILES = 32
+#: The switch that forces one of the two ways ("smem" or "pass"; tests: the same bits).
+W_SPLIT_VAR = "FUSEDLIB_WGMMA_WSPLIT"
+
+
+def w_parts_pass(precision: str, path: str, n: int) -> bool:
+    """Whether a forward of batch ``n`` makes W's TF32 parts in a pass over W (read M·K floats,
+    write 2·M·K, which the GEMM then reads instead of W) rather than splitting each W tile in
+    shared memory: 3xtf32 on the ``wgmma`` path with at least :data:`W_PASS_ROW_TILES` row tiles
+    of 128, unless ``$FUSEDLIB_WGMMA_WSPLIT`` says ``smem`` or ``pass``. The kernels' rule
+    (gemm_wgmma.cuh ``wg_w_pass``), for the cost model."""
+    if precision != "3xtf32" or path != "wgmma":
+        return False
+    forced = os.environ.get(W_SPLIT_VAR, "")
+    if forced in ("smem", "pass"):
+        return forced == "pass"
+    return -(-n // 128) >= W_PASS_ROW_TILES
 
 
 @contextlib.contextmanager

@@ -106,7 +106,7 @@ def test_tile_counts_follow_the_precision():
 @pytest.mark.parametrize("mode", ["train", "eval"])
 def test_3xtf32_moves_the_bytes_of_tf32_in_every_stage(stage, mode):
     """3xtf32 splits X and W into TF32 parts on the chip at every call (nothing precomputed):
-    the same passes and the same DRAM bytes as tf32 on both tensor-core paths."""
+    the same passes and the same DRAM bytes as tf32 on both tensor-core paths (few row tiles)."""
     n, k, m = 256, 512, 128
     split = cost("33", stage, n, k, m, mode, "3xtf32")
     tf32 = cost("33", stage, n, k, m, mode, "tf32")                   # same 128-row tiles
@@ -165,3 +165,25 @@ def test_errors():
         cost("84", "fused", 1, 1, 1, precision="fp16")
     with pytest.raises(ValueError, match="shape"):
         cost("84", "fused", 0, 1, 1)
+
+
+@pytest.mark.parametrize("stage", ["naive", "fold", "sums", "fused"])
+def test_3xtf32_pass_over_w_where_row_tiles_are_many(stage, monkeypatch):
+    """On the Hopper path 3xtf32 makes W's parts by a pass from W_PASS_ROW_TILES row tiles on
+    (39's 16384 rows: 128): the pass reads W and writes both parts, the GEMM reads both parts
+    instead of W, 4·M·K floats more than tf32; at 1024 rows (8 row tiles), on the mma.sync path
+    and with the switch set to smem, the bytes of tf32. The rule is the kernels'."""
+    from fusedlib import engine
+    from fusedlib.build import KERNEL_DIR
+    assert f"constexpr int kWPassRowTiles = {engine.W_PASS_ROW_TILES};" in (KERNEL_DIR / "gemm_wgmma.cuh").read_text()
+    monkeypatch.delenv(engine.W_SPLIT_VAR, raising=False)
+    k, m = 4096, 4096
+    many = cost("33", stage, 16384, k, m, "train", "3xtf32")
+    assert many.passes[0].name == "W's TF32 parts (3xtf32 pass)"
+    assert many.bytes - cost("33", stage, 16384, k, m, "train", "tf32").bytes == 4 * 4 * m * k
+    for n, path in ((1024, "wgmma"), (16384, "mma")):
+        assert cost("33", stage, n, k, m, "train", "3xtf32", path).bytes == cost("33", stage, n, k, m, "train", "tf32").bytes
+    monkeypatch.setenv(engine.W_SPLIT_VAR, "smem")
+    assert cost("33", stage, 16384, k, m, "train", "3xtf32").bytes == cost("33", stage, 16384, k, m, "train", "tf32").bytes
+    monkeypatch.setenv(engine.W_SPLIT_VAR, "pass")
+    assert cost("33", stage, 1024, k, m, "train", "3xtf32").passes[0].name.startswith("W's TF32 parts")

@@ -14,7 +14,9 @@ fp32 on the SIMT GEMM, tf32/3xtf32 on wgmma), then the tensor-core precisions ag
 3xtf32 at K = 16384 and K = 16383 on both tensor-core paths (fp32-class at every K), and
 fp32 on the SIMT GEMM's 128×64 tile (the one GPUs with 64 KB of shared memory a block run)
 forced with ``FUSEDLIB_SIMT_SMALL_SMEM=1``, and the wgmma GEMM's split-K forced to 3 and 2
-splits (``FUSEDLIB_WGMMA_SPLITK``) and the SIMT GEMM's to 3 (``FUSEDLIB_SIMT_SPLITK``); offset inputs within the fp32 budget outright where the
+splits (``FUSEDLIB_WGMMA_SPLITK``) and the SIMT GEMM's to 3 (``FUSEDLIB_SIMT_SPLITK``), and 3xTF32's
+W parts on the wgmma GEMM both ways, split in shared memory and made by a pass over W
+(``FUSEDLIB_WGMMA_WSPLIT``; the two give the same bits); offset inputs within the fp32 budget outright where the
 kernels shift X by its first row (fp32, 3xtf32). The persistent wgmma GEMM gives the same bits on grids of
 1, 7 and one CTA an SM (``FUSEDLIB_WGMMA_GRID``). A NaN or an inf in x comes out non-finite on
 every stage, precision and path (never a finite answer).
@@ -93,6 +95,17 @@ CASES += [dict(c, path="wgmma-splitk3") for c in check.iter_cases(
     ["257x1000->999", "v0"], seeds=2, device="cuda")] if _default_path("tf32") == "wgmma" else []
 CASES += [dict(c, path="wgmma-splitk2") for c in check.iter_cases(
     [p for p in ("84",) if p in PROBLEMS], ("sums", "fused"), ("train",), TC, ["84"], seeds=1,
+    device="cuda")] if _default_path("tf32") == "wgmma" else []
+# 3xTF32's W parts on the wgmma GEMM, both ways on shapes where the other is the default
+# ($FUSEDLIB_WGMMA_WSPLIT, gemm_wgmma.cuh wg_w_pass): the pass over W at small odd shapes and v0
+# (split-K; the split in shared memory is their default), the split in shared memory at 39's
+# KernelBench shape (128 row tiles: the pass is its default).
+WGMMA_WSPLIT = {"wgmma-wpass": "pass", "wgmma-wsmem": "smem"}
+CASES += [dict(c, path="wgmma-wpass") for c in check.iter_cases(
+    [p for p in ("84", "33") if p in PROBLEMS], algebra.STAGES, ("train", "eval"), ("3xtf32",),
+    ["257x1000->999", "v0"], seeds=2, device="cuda")] if _default_path("tf32") == "wgmma" else []
+CASES += [dict(c, path="wgmma-wsmem") for c in check.iter_cases(
+    [p for p in ("39",) if p in PROBLEMS], algebra.STAGES, ("train",), ("3xtf32",), ["39"], seeds=1,
     device="cuda")] if _default_path("tf32") == "wgmma" else []
 # Split-K of the SIMT GEMM (fp32 on the 32×32 tile): v0 splits on its own (8 splits of 8 K
 # steps); forced to 3 ($FUSEDLIB_SIMT_SPLITK=3: uneven K ranges, a split of one K step at
@@ -232,13 +245,15 @@ def _run_recorded(case: dict, monkeypatch, run, part: str) -> None:
     case = dict(case)
     path = case.pop("path")
     monkeypatch.setenv(engine.ENV_VAR, "simt" if path == SIMT_SMALL or path in SIMT_SPLITK else
-                       "wgmma" if path in WGMMA_SPLITK else path)
+                       "wgmma" if path in WGMMA_SPLITK or path in WGMMA_WSPLIT else path)
     if path == SIMT_SMALL:
         monkeypatch.setenv("FUSEDLIB_SIMT_SMALL_SMEM", "1")
     if path in SIMT_SPLITK:
         monkeypatch.setenv("FUSEDLIB_SIMT_SPLITK", SIMT_SPLITK[path])
     if path in WGMMA_SPLITK:
         monkeypatch.setenv("FUSEDLIB_WGMMA_SPLITK", WGMMA_SPLITK[path])
+    if path in WGMMA_WSPLIT:
+        monkeypatch.setenv("FUSEDLIB_WGMMA_WSPLIT", WGMMA_WSPLIT[path])
     monkeypatch.setattr(check, "make_reference", _cached_reference)
     result = {**run(**case), "path": path}
     RECORD[part].append(result)
@@ -381,13 +396,46 @@ def test_persistent_grid_sizes_are_bit_identical(problem, shape, stage, precisio
     assert all(torch.isfinite(t).all() for t in runs[0])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="the wgmma GEMM runs on sm_90 only")
+@pytest.mark.parametrize("problem,shape", [("84", "257x1000->999"), ("33", "257x1000->999"), ("84", "v0")])
+@pytest.mark.parametrize("stage", algebra.STAGES)
+def test_w_split_ways_are_bit_identical(problem, shape, stage, monkeypatch):
+    """3xTF32 on the wgmma GEMM: W's parts split in shared memory and made by the pass over W
+    ($FUSEDLIB_WGMMA_WSPLIT=smem, pass) give the same outputs and running buffers bit for bit
+    after two train steps and an eval step (one split of a word, split_w4, in both), and W
+    changed in place between calls (as a fused optimizer writes it) is seen by both."""
+    sh = PRESETS[shape] if shape in PRESETS else parse_shape(shape)
+    model = make_reference(problem, sh.in_features, sh.out_features, seed=0).cuda()
+    x = torch.randn(sh.batch, sh.in_features, device="cuda")
+    runs = []
+    for way in ("smem", "pass"):
+        monkeypatch.setenv("FUSEDLIB_WGMMA_WSPLIT", way)
+        monkeypatch.setenv(engine.ENV_VAR, "wgmma")
+        fused = fusedlib.from_reference(copy.deepcopy(model), stage=stage, precision="3xtf32")
+        with torch.no_grad():
+            outs = [fused(x)]
+            fused.gemm.weight.mul_(1.5)  # in place, as the optimizers' fused kernels write it
+            outs += [fused(x)]
+            fused.eval()
+            outs += [fused(x), fused.bn.running_mean.clone(), fused.bn.running_var.clone()]
+        runs.append(outs)
+    same = all(torch.equal(a, b) for a, b in zip(runs[1], runs[0]))
+    RECORD["determinism"].append({"problem": problem, "stage": stage, "precision": "3xtf32",
+                                  "shape": str(sh), "pass": "W split in smem, by the pass", "reruns": 2,
+                                  "bit_identical": same})
+    assert same
+    assert all(torch.isfinite(t).all() for t in runs[0])
+    assert not torch.equal(runs[0][0], runs[0][1])  # the second call saw the new W
+
+
 _SANITIZE = """
 import torch, fusedlib
 from fusedlib.reference import make_reference
 for problem in ("84", "33"):
   for n, k, m in ((130, 264, 300), (130, 70, 200)):  # K % 4 == 0 (TMA/wgmma path; fp32 on 2 SIMT splits) and not
     for precision in {precisions}:
-      if "{path}" == "wgmma" and k % 4:
+      if "{path}".startswith("wgmma") and k % 4:
         continue
       ref = make_reference(problem, k, m, seed=0).cuda()
       f = fusedlib.from_reference(ref, stage="{stage}", precision=precision)
@@ -423,10 +471,13 @@ def test_compute_sanitizer_clean():
     runs = {}
     for tool in ("memcheck", "racecheck"):
         for stage in algebra.STAGES:
-            for path in ["auto"] + _other_tc_paths():
-                precisions = list(algebra.PRECISIONS) if path == "auto" else list(TC)
+            wgmma = _default_path("tf32") == "wgmma"
+            for path in ["auto"] + _other_tc_paths() + (["wgmma-wpass"] if wgmma else []):
+                precisions = list(algebra.PRECISIONS) if path == "auto" else ["3xtf32"] if path in WGMMA_WSPLIT else list(TC)
                 code = _SANITIZE.format(stage=stage, precisions=precisions, path=path)
-                env = dict(os.environ, PYTHONPATH=str(ROOT), **{engine.ENV_VAR: path})
+                env = dict(os.environ, PYTHONPATH=str(ROOT), **{engine.ENV_VAR: "wgmma" if path in WGMMA_WSPLIT else path})
+                if path in WGMMA_WSPLIT:
+                    env["FUSEDLIB_WGMMA_WSPLIT"] = WGMMA_WSPLIT[path]
                 runs[tool, stage, path] = subprocess.Popen(
                     ["compute-sanitizer", "--tool", tool, sys.executable, "-c", code],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)

@@ -47,6 +47,8 @@ struct Problem {
   unsigned int* tile_counter;     // (1) the persistent wgmma GEMM's next unit: zero before, left zero
   int splits;              // split-K splits S of the SIMT or wgmma GEMM (1: none; SplitK)
   float* z0;               // (M) train mode at fp32 and 3xTF32: the first-row shift (below), or null
+  float* w_parts;          // (2, M, K) 3xTF32 on wgmma with many row tiles: W's parts [Wb; Ws], made
+                           //        from W by a pass at this call (gemm_wgmma.cuh wg_w_pass), or null
   int n, k, m;             // batch N, in_features K, out_features M, each at most kMaxDim; their products
                            //        (N·M, N·K, M·K) may pass 2³¹: offsets along them are 64-bit
   int kind;                // 84 or 33 (33 and 39)

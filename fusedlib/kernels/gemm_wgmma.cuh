@@ -6,9 +6,11 @@
 //  * 3xtf32: X = Xb + Xs split into TF32 parts by the consumers as they read X's tile (in train
 //    mode X shifted by its first row, common.cuh); W = Wb + Ws split in shared memory by the
 //    producer warpgroup's three idle warps after each W tile lands (wgmma reads B from shared
-//    memory only), from W as it is at this call: nothing derived from W outlives the launch. The
-//    same kernel with BN = 192 or 168, each stage X's tile and both of W's parts, three products
-//    a K step Xs·Wb + Xb·Ws + Xb·Wb, with promoted accumulation (fp32-class at any K).
+//    memory only), or, where every W tile would be split many times (many row tiles: wg_w_pass),
+//    by one pass over W before the GEMM into a workspace both parts are then loaded from; either
+//    way from W as it is at this call (nothing derived from W outlives the call) and with the
+//    same bits. The same kernel with BN = 192 or 168, each stage X's tile and both of W's parts,
+//    three products a K step Xs·Wb + Xb·Ws + Xb·Wb, with promoted accumulation (fp32-class at any K).
 // tf32: persistent CTAs (one an SM) take tiles as they are ready (3xtf32: one CTA a tile); the
 // consumers run the epilogue Epi from their accumulator registers (epilogue_from_fragments: no
 // C tile) while the producer already loads the next tile. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
@@ -17,6 +19,7 @@
 #include <cudaTypedefs.h>  // CUtensorMap and the cuTensorMapEncodeTiled signature (no -lcuda)
 
 #include <cstdlib>
+#include <cstring>
 
 #include "epilogue.cuh"
 
@@ -244,29 +247,38 @@ __device__ __forceinline__ void held_until_here(uint32_t (&f)[4]) {
   for (int q = 0; q < 4; ++q) asm volatile("" : "+r"(f[q])::"memory");
 }
 
-// 3xTF32's split of W in shared memory: a stage's W tile as TMA wrote it (BN rows of 32 fp32,
-// swizzled; the split is elementwise, so the layout does not matter) becomes Wb = W truncated to
-// TF32 in place (exact TF32 values: what the tensor cores read does not depend on how they round
-// an fp32 word) and Ws = rna_tf32(W − Wb) in the BYTES after it (W − Wb is exact; |Ws| < 2⁻¹⁰|W|,
-// so Wb + Ws is W to 2⁻²¹|W|, the order of the Xs·Ws term 3xTF32 leaves out). A NaN or an inf in
-// W stays one in Wb. Integer arithmetic, 4 instructions a word (cvt.rna is emulated on sm_90);
-// thread t of the kWgSplitThreads splitting threads takes 16 bytes at a time (consecutive threads,
-// consecutive 16 bytes: no bank conflicts), four such loads in flight.
+// 3xTF32's split of four words of W: Wb = W truncated to TF32 (exact TF32 values: what the tensor
+// cores read does not depend on how they round an fp32 word) and Ws = rna_tf32(W − Wb) (W − Wb is
+// exact; |Ws| < 2⁻¹⁰|W|, so Wb + Ws is W to 2⁻²¹|W|, the order of the Xs·Ws term 3xTF32 leaves
+// out). A NaN or an inf in W stays one in Wb. Integer arithmetic, 4 instructions a word (cvt.rna
+// is emulated on sm_90). The one split of W: in shared memory (split_w_tile) and in the pass
+// (w_parts_kernel), so both give the same bits.
+__device__ __forceinline__ void split_w4(uint4 v, uint4& big, uint4& small) {
+  big = uint4{v.x & ~0x1FFFu, v.y & ~0x1FFFu, v.z & ~0x1FFFu, v.w & ~0x1FFFu};
+  const auto rest = [](uint32_t w, uint32_t wb) {  // rna_tf32(w − wb), w − wb finite or NaN (Wb keeps it)
+    return (__float_as_uint(__uint_as_float(w) - __uint_as_float(wb)) + 0x1000u) & ~0x1FFFu;
+  };
+  small = uint4{rest(v.x, big.x), rest(v.y, big.y), rest(v.z, big.z), rest(v.w, big.w)};
+}
+
+// In shared memory: a stage's W tile as TMA wrote it (BN rows of 32 fp32, swizzled; the split is
+// elementwise, so the layout does not matter) becomes Wb in place and Ws in the BYTES after it;
+// thread t of the kWgSplitThreads splitting threads takes 16 bytes at a time (consecutive
+// threads, consecutive 16 bytes: no bank conflicts), four such loads in flight.
 template <uint32_t BYTES>
 __device__ __forceinline__ void split_w_tile(uint8_t* tile, int t) {
   static_assert(BYTES % (16 * kWgSplitThreads) == 0, "whole float4 rounds");
   uint4* big = reinterpret_cast<uint4*>(tile);
   uint4* small = reinterpret_cast<uint4*>(tile + BYTES);
 #pragma unroll 2
-  for (int i = t; i < (int)(BYTES / 16); i += kWgSplitThreads) {
-    const uint4 v = big[i];
-    const uint4 b = {v.x & ~0x1FFFu, v.y & ~0x1FFFu, v.z & ~0x1FFFu, v.w & ~0x1FFFu};
-    const auto rest = [](uint32_t w, uint32_t wb) {  // rna_tf32(w − wb), w − wb finite or NaN (Wb keeps it)
-      return (__float_as_uint(__uint_as_float(w) - __uint_as_float(wb)) + 0x1000u) & ~0x1FFFu;
-    };
-    big[i] = b;
-    small[i] = uint4{rest(v.x, b.x), rest(v.y, b.y), rest(v.z, b.z), rest(v.w, b.w)};
-  }
+  for (int i = t; i < (int)(BYTES / 16); i += kWgSplitThreads) split_w4(big[i], big[i], small[i]);
+}
+
+// The pass: W (M·K words, K % 4 == 0 and 16-byte aligned, as the wgmma path needs) into
+// parts = [Wb; Ws] (2·M·K words), 16 bytes a thread, grid-stride.
+__global__ void w_parts_kernel(const uint4* __restrict__ w, uint4* __restrict__ parts, size_t quads) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < quads; i += (size_t)gridDim.x * blockDim.x)
+    split_w4(w[i], parts[i], parts[quads + i]);
 }
 
 // Persistent: a CTA (one an SM) runs the units next_unit hands it. Warp 0 produces (its lane 0
@@ -278,7 +290,8 @@ __device__ __forceinline__ void split_w_tile(uint8_t* tile, int t) {
 // memory beside the ring). tf32: A from map_a (X), B from map_b0 (W), both by descriptor.
 // 3xTF32: a stage holds X's tile as it is (map_a) and W's (map_b0), which the producer
 // warpgroup's other three warps split into Wb (in place) and Ws once it has landed
-// (split_w_tile; split[s]: done); the consumers split X into TF32 parts as they read it from
+// (split_w_tile; split[s]: done), or with p.w_parts W's parts Wb, Ws from the pass (map_b0,
+// map_b1: TMA writes the whole stage, no split in the kernel); the consumers split X into TF32 parts as they read it from
 // shared memory (wgmma_3xtf32_fragments) and issue Xs·Wb + Xb·Ws + Xb·Wb for each K slice. With the first-row shift (p.z0) the producer
 // also loads X's row 0 for each K step (map_row0).
 // PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each K
@@ -287,7 +300,8 @@ __device__ __forceinline__ void split_w_tile(uint8_t* tile, int t) {
 template <int BN, bool PROMOTE, class Epi, bool SPLITK>
 __global__ void __launch_bounds__(kWgThreads, 1)
 wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorMap map_a,
-                   const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_row0) {
+                   const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_row0,
+                   const __grid_constant__ CUtensorMap map_b1) {
 #if FL_WGMMA_ENABLED
   using T = WgTile<BN, PROMOTE>;
   constexpr int ST = T::kStages, NACC = BN / 2;
@@ -296,6 +310,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   float* epi = reinterpret_cast<float*>(smem + T::kEpilogueOffset);
   float* row0 = reinterpret_cast<float*>(smem + T::kRow0Offset);  // [ST][32] (3xTF32, p.z0)
   const bool shift = PROMOTE && p.z0;
+  const bool parts = PROMOTE && p.w_parts;  // 3xTF32: W's parts from the pass, loaded (no split here)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarrierOffset);
   uint64_t* empty = full + ST;
   uint64_t* split = empty + ST;  // 3xTF32: W's tile of stage s split (split_w_tile)
@@ -328,9 +343,10 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         const int s = it % ST, k0 = kt * kWgBK;
         if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
         uint8_t* st = smem + s * T::kStageBytes;
-        mbar_expect_tx(full + s, T::kLoadBytes + (shift ? kWgBK * sizeof(float) : 0));
+        mbar_expect_tx(full + s, (parts ? T::kStageBytes : T::kLoadBytes) + (shift ? kWgBK * sizeof(float) : 0));
         tma_load_2d(st, &map_a, full + s, k0, m0);
         tma_load_2d(st + T::kABytes, &map_b0, full + s, k0, n0);
+        if (parts) tma_load_2d(st + T::kABytes + T::kBBytes, &map_b1, full + s, k0, n0);
         if (shift) tma_load_2d(row0 + s * kWgBK, &map_row0, full + s, k0, 0);
         ++it;
       };
@@ -365,7 +381,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
       }
     } else if constexpr (PROMOTE) {  // warps 1–3 (3xTF32, one tile a CTA): W's parts of each stage as it lands
       const int kt0 = split_begin(blockIdx.x % S, S, KT), kt1 = split_begin(blockIdx.x % S + 1, S, KT);
-      for (int kt = kt0, it = 0; kt < kt1; ++kt, ++it) {
+      for (int kt = kt0, it = 0; kt < kt1 && !parts; ++kt, ++it) {
         const int s = it % ST;
         mbar_wait(full + s, (it / ST) & 1);
         split_w_tile<T::kBBytes>(smem + s * T::kStageBytes + T::kABytes, threadIdx.x - 32);
@@ -436,7 +452,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 #pragma unroll
             for (int j = 0; j < G; ++j)
               wgmma_3xtf32_fragments(xb[j], xs[j], a_u32, x0_u32, k0 + j, shift_lo, shift_hi);
-            if (k0 == 0) mbar_wait(split + s, (it / ST) & 1);  // W's parts of the stage are ready
+            if (k0 == 0 && !parts) mbar_wait(split + s, (it / ST) & 1);  // W's parts of the stage are ready
             wgmma_fence();
 #pragma unroll
             for (int j = 0; j < G; ++j) {  // the small products first; the step's first from zero
@@ -529,6 +545,21 @@ inline int split_tile_width(int n, int m) {
   return narrow < wide ? kSplitNarrow : kSplitWide;
 }
 
+// 3xTF32: whether W's parts come from one pass over W at this call (w_parts_kernel, then the GEMM
+// loads both parts: W read once, 2·M·K words written and read back) rather than from the split
+// in shared memory, which every CTA of a column tile repeats on the same W tile, once a row tile.
+// The pass wins where the row tiles are many: at 1024 rows (8 row tiles, 84/33) the split in
+// shared memory costs no more than the parts from memory plus their pass; at 16 384 rows (128,
+// 39) it costs 9 % of the GEMM (results/h100/NOTES.md). $FUSEDLIB_WGMMA_WSPLIT=smem or pass
+// forces one (tests: both give the same bits).
+constexpr int kWPassRowTiles = 32;
+inline bool wg_w_pass(int n) {
+  const char* forced = std::getenv("FUSEDLIB_WGMMA_WSPLIT");
+  if (forced && std::strcmp(forced, "smem") == 0) return false;
+  if (forced && std::strcmp(forced, "pass") == 0) return true;
+  return ceil_div(n, kWgBM) >= kWPassRowTiles;
+}
+
 // CTAs of a persistent launch: one an SM, at most one a tile. $FUSEDLIB_WGMMA_GRID=G caps it
 // at G (tests: every grid size must give the same bits, as the schedule and the merge order
 // do not depend on it; G ≥ tiles: one CTA a tile).
@@ -561,22 +592,22 @@ inline SplitK wg_split_k(int precision, int n, int k, int m) {
 // one compiles without the split bookkeeping), a CTA a unit (tf32: persistent, one an SM).
 template <int BN, bool PROMOTE, class Epi, bool SPLITK>
 const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const CUtensorMap& b0,
-                      const CUtensorMap& row0, cudaStream_t st) {
+                      const CUtensorMap& row0, const CUtensorMap& b1, cudaStream_t st) {
   auto kernel = wgmma_gemm_kernel<BN, PROMOTE, Epi, SPLITK>;
   FL_OPT_IN_SMEM(kernel, (WgTile<BN, PROMOTE>::kSmem));
   const int units = ceil_div(p.n, kWgBM) * ceil_div(p.m, BN) * p.splits;
   kernel<<<wg_persistent(PROMOTE) ? persistent_grid(units) : units, kWgThreads, WgTile<BN, PROMOTE>::kSmem, st>>>(
-      p, out, a, b0, row0);
+      p, out, a, b0, row0, b1);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
 template <int BN, bool PROMOTE, class Epi>
 const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const CUtensorMap& b0,
-                      const CUtensorMap& row0, cudaStream_t st) {
-  if constexpr (BN == kSplitWide) return launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, st);
+                      const CUtensorMap& row0, const CUtensorMap& b1, cudaStream_t st) {
+  if constexpr (BN == kSplitWide) return launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, b1, st);
   else
-    return p.splits > 1 ? launch_wg<BN, PROMOTE, Epi, true>(p, out, a, b0, row0, st)
-                        : launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, st);
+    return p.splits > 1 ? launch_wg<BN, PROMOTE, Epi, true>(p, out, a, b0, row0, b1, st)
+                        : launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, b1, st);
 }
 
 template <class Epi>
@@ -585,19 +616,29 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   if (!wgmma_applicable(p, x, w))
     return "the wgmma GEMM needs in_features % 4 == 0, 16-byte aligned x and weight and a tensor-core "
            "precision";
-  CUtensorMap a, b0, row0;
+  CUtensorMap a, b0, row0, b1;
   const char* err;
   if ((err = encode_map(&a, x, p.n, p.k, kWgBM))) return err;
   if (p.precision == TF32) {
-    if (p.z0) return "the tf32 wgmma GEMM reads X as it is (TMA): no first-row shift (z0 must be null)";
+    if (p.z0 || p.w_parts) return "the tf32 wgmma GEMM reads X and W as they are (TMA): z0 and w_parts must be null";
     if ((err = encode_map(&b0, w, p.m, p.k, 256))) return err;
-    return launch_wg<256, false, Epi>(p, out, a, b0, a, st);
+    return launch_wg<256, false, Epi>(p, out, a, b0, a, b0, st);
   }
   const int bn = wg_split_width(p.n, p.m, p.splits);
-  if ((err = encode_map(&row0, x, 1, p.k, 1, CU_TENSOR_MAP_SWIZZLE_NONE)) || (err = encode_map(&b0, w, p.m, p.k, bn)))
-    return err;
-  return bn == kSplitWide ? launch_wg<kSplitWide, true, Epi>(p, out, a, b0, row0, st)
-                          : launch_wg<kSplitNarrow, true, Epi>(p, out, a, b0, row0, st);
+  if ((err = encode_map(&row0, x, 1, p.k, 1, CU_TENSOR_MAP_SWIZZLE_NONE))) return err;
+  if (p.w_parts) {  // W's parts by the pass, at this call; the GEMM loads both
+    const size_t mk = (size_t)p.m * p.k;
+    w_parts_kernel<<<sm_count() * 8, 256, 0, st>>>(reinterpret_cast<const uint4*>(w),
+                                                    reinterpret_cast<uint4*>(p.w_parts), mk / 4);
+    FL_CHECK_LAUNCH();
+    if ((err = encode_map(&b0, p.w_parts, p.m, p.k, bn)) || (err = encode_map(&b1, p.w_parts + mk, p.m, p.k, bn)))
+      return err;
+  } else {  // W as it is; the producer's warps split each tile in shared memory
+    if ((err = encode_map(&b0, w, p.m, p.k, bn))) return err;
+    b1 = b0;
+  }
+  return bn == kSplitWide ? launch_wg<kSplitWide, true, Epi>(p, out, a, b0, row0, b1, st)
+                          : launch_wg<kSplitNarrow, true, Epi>(p, out, a, b0, row0, b1, st);
 }
 
 }  // namespace fl

@@ -129,10 +129,15 @@ static std::optional<at::Tensor> forward_impl(
   // Sizes in int64 (N·M, the partials' 2·⌈N/32⌉·M, pass 2³¹ at 65537 × 32768); where the GPU cannot
   // hold Y or the scratch, torch.OutOfMemoryError says what this forward needs (explain_oom).
   const int64_t tiles = (n + 31) / 32, n_part = aligned_floats(std::max(2 * tiles * m, 2 * n));
+  // 3xTF32 on wgmma with many row tiles: W's parts (2, M, K) made at this call (gemm_wgmma.cuh wg_w_pass)
+  const bool w_pass = path == PATH_WGMMA && prec == TF32X3 && n > 0 && m > 0 && k > 0 && wg_w_pass((int)n);
   const auto needs = [&] {
     const int64_t y_bytes = n * m * (int64_t)sizeof(float), scratch_bytes = (n_part + 5 * m) * (int64_t)sizeof(float);
-    std::string msg = "x, weight: this forward needs " + mib(y_bytes + scratch_bytes) + " of GPU memory: " +
-                      mib(y_bytes) + " for Y " + float32_shape(n, m) + " and " + mib(scratch_bytes) + " of scratch";
+    const int64_t parts_bytes = w_pass ? 2 * m * k * (int64_t)sizeof(float) : 0;
+    std::string msg = "x, weight: this forward needs " + mib(y_bytes + scratch_bytes + parts_bytes) +
+                      " of GPU memory: " + mib(y_bytes) + " for Y " + float32_shape(n, m) + " and " +
+                      mib(scratch_bytes) + " of scratch";
+    if (w_pass) msg += ", and " + mib(parts_bytes) + " for W's TF32 parts (2 x " + float32_shape(m, k) + ")";
     if (keep_z)
       msg += ", beside the " + mib(y_bytes) + " of Z " + float32_shape(n, m) + " kept for the backward (whose dZ' " +
              "and its transpose then need " + mib((prec == TF32X3 ? 4 : 2) * y_bytes) + " more)";
@@ -173,6 +178,11 @@ static std::optional<at::Tensor> forward_impl(
   p.tile_counter = scratch.counters + n_count + (sk.splits > 1 ? sk.tiles : 0);
   p.splits = sk.splits;
   p.z0 = shift ? scratch.floats + n_part + 4 * m + n_sk : nullptr;
+  at::Tensor w_parts;  // freed after the call (the caching allocator's; a capture's pool keeps it for replays)
+  if (w_pass)
+    w_parts = explain_oom([&] { return at::detail::empty_cuda({2 * m * k}, at::kFloat, x.device(), std::nullopt); },
+                          needs);
+  p.w_parts = w_pass ? w_parts.data_ptr<float>() : nullptr;
   p.n = (int)n;
   p.k = (int)k;
   p.m = (int)m;

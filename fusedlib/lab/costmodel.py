@@ -18,10 +18,13 @@ tile rows depend on the precision and the shape only (:func:`fusedlib.algebra.ti
 128, 64 or 32 on the SIMT path (fp32: the largest whose square tiles number at least 132),
 128 on the tensor-core paths (tf32, 3xtf32).
 
-Precision does not change the GEMM's DRAM traffic: every precision reads X and W once. 3xtf32
-splits both into their TF32 parts on the chip, at every call (the Hopper path splits X in the
+Precision barely changes the GEMM's DRAM traffic: every precision reads X and W once. 3xtf32
+splits both into their TF32 parts at every call, on the chip (the Hopper path splits X in the
 consumers' registers and W in shared memory after each tile lands; the mma.sync path splits
-both in registers): more instructions, no extra bytes. The peers run cuBLAS, whatever the
+both in registers): more instructions, no extra bytes. The exception is the Hopper path with
+many row tiles (``path="wgmma"``, at least :data:`fusedlib.engine.W_PASS_ROW_TILES` of 128),
+where every CTA of a column would split the same W tile again: there one pass makes W's parts
+(read M·K, write 2·M·K floats) and the GEMM reads both parts instead of W. The peers run cuBLAS, whatever the
 precision (they have no 3xtf32).
 At small shapes (KernelBench v0: wgmma tiles for fewer than half the SMs, SIMT 32×32 tiles
 fewer than 132) the wgmma and SIMT GEMMs split K (split-K): each split's partial tile is written
@@ -53,7 +56,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..algebra import PRECISIONS, tile_rows
+from ..algebra import PRECISIONS, STAGES, tile_rows
+from ..engine import w_parts_pass
 
 #: The eval-mode GEMM of sums and fused: BatchNorm's coefficients computed in its epilogue.
 EVAL_GEMM = "GEMM + eval epilogue a∘(XWᵀ) + a∘b + c"
@@ -145,12 +149,15 @@ class Cost:
 class _Builder:
     """Collects passes; sizes are given in fp32 elements."""
 
-    def __init__(self, kind: str, n: int, k: int, m: int, train: bool, precision: str = "fp32"):
+    def __init__(self, kind: str, n: int, k: int, m: int, train: bool, precision: str = "fp32",
+                 path: str = "wgmma"):
         self.kind, self.n, self.k, self.m, self.train = kind, n, k, m, train
         self.nk, self.mk, self.nm = n * k, m * k, n * m
         self.s = 1 if kind == "84" else m  # elements of the scale parameter
         self.passes: list[Pass] = []
-        self.w_reads = self.mk  # W read once at every precision (3xtf32 splits it on the chip)
+        # W read once (3xtf32 splits it on the chip), or its two parts made by a pass and read
+        self.w_pass = w_parts_pass(precision, path, n)
+        self.w_reads = 2 * self.mk if self.w_pass else self.mk
         # Row tiles of the GEMM (and of its statistics partials).
         self.tiles = -(-n // tile_rows(n, m, precision))
 
@@ -330,7 +337,8 @@ def _compiled(b: _Builder) -> None:
         b.add("fused scale + normalize", nm + 4 * m + s, nm, 5 * nm)
 
 
-def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", precision: str = "fp32") -> Cost:
+def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", precision: str = "fp32",
+         path: str = "wgmma") -> Cost:
     """FLOPs and compulsory DRAM bytes of ``impl`` for one call, pass by pass.
 
     Args:
@@ -340,8 +348,11 @@ def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", prec
         mode: "train" (batch statistics, running buffers updated) or "eval".
         precision: "fp32", "tf32" or "3xtf32". Stages: the GEMM's row tiles (hence the
             statistics partials of sums and fused); the bytes are the same at every
-            precision (3xtf32 splits X and W on the chip). Peers: unchanged (cuBLAS reads X and W once at any precision; PyTorch has no
-            3xtf32).
+            precision (3xtf32 splits X and W on the chip) but for 3xtf32's pass over W
+            (:func:`fusedlib.engine.w_parts_pass`). Peers: unchanged (cuBLAS reads X and W
+            once at any precision; PyTorch has no 3xtf32).
+        path: the stages' GEMM path, "wgmma" (the H100's, the default) or "mma"/"simt": where
+            3xtf32 makes W's parts by a pass.
 
     Returns:
         :class:`Cost` with ``flops``, ``bytes``, ``intensity`` and ``passes``. The reasoning
@@ -361,7 +372,9 @@ def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", prec
         raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
     if min(n, k, m) < 1:
         raise ValueError(f"shape: every dimension must be >= 1, got {n}x{k}->{m}")
-    b = _Builder(kind, n, k, m, mode == "train", precision)
+    b = _Builder(kind, n, k, m, mode == "train", precision, path)
+    if b.w_pass and impl in STAGES:
+        b.add("W's TF32 parts (3xtf32 pass)", b.mk, 2 * b.mk, 0)
     if impl == "gemm_only":
         b.cublas_gemm_bias("GEMM + bias (cuBLAS)")
     elif impl == "naive":
