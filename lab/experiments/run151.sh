@@ -7,6 +7,7 @@
 #   PART=abbench   bench of the fused 3xtf32 train forward with FUSEDLIB_WGMMA_WSPLIT=smem and =pass in turn (two
 #                  rounds) for 84 and 33 at 1024x8192:8192, 16384x4096:4096 (39's) and 4096x4096:4096,
 #                  and eager fp32 at each
+#   PART=all       the whole GPU suite, the large part alone at its end (or PART=large, then PART=suite)
 #   PART=large / suite / 84 / 33 / train (NOTEBOOKS=1): as run150.sh
 # Later parts start from the carried cache (.cache/flcache.part-*).
 set -u
@@ -58,6 +59,10 @@ for k in sorted(rows):
           f"{e:.3f}", "|", f"{s / e:.3f} {p / e:.3f}")
 PY
       tar czf $OUT/ab.tgz -C /tmp ab ;;
+  all) timeout 575 python tests/run_gpu_suite.py --out build/gpu-suite 2>&1 | tee $OUT/suite.log
+       tail -n 3 build/gpu-suite/*.log > $OUT/suite-tails.log; tail -n 15 build/gpu-suite/large.log > $OUT/large-tail.log
+       (cd build && tar czf $OUT/suite-logs.tgz gpu-suite)
+       cp results/h100/validation.json $OUT/ ;;
   large)          timeout 480 python tests/run_gpu_suite.py --parts large --out build/gpu-suite 2>&1 | tee $OUT/large.log
          cp build/gpu-suite/large.json $OUT/; tail -n 15 build/gpu-suite/large.log > $OUT/large-tail.log ;;
   suite) cp .cache/gpu-suite/large.json build/gpu-suite/
