@@ -111,6 +111,12 @@ results: check-gpu
 	$(BIN)/python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
 		--impl stages,eager,compile,gemm_only
 	$(BIN)/python -m fusedlib train-step --fresh
+	# the peers' run-to-run spread (course.peer_spread): two more runs of eager, compile and the GEMM
+	# alone at each KernelBench shape, train mode (≈ 4 min)
+	gpu=$$($(BIN)/python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))") && \
+	rm -rf results/$$gpu/peers && for run in 1 2; do for p in 84 33 39; do $(BIN)/python -m fusedlib bench --problem $$p \
+		--shape $$p --mode train --impl eager,compile,gemm_only --remeasure --out results/$$gpu/peers/bench.csv || exit 1; \
+	done; done
 	$(MAKE) figures notebooks
 
 clean:
