@@ -161,8 +161,8 @@ def prediction_by_precision(stage: str, problem: str, precisions=("fp32", "tf32"
     return out, totals
 
 
-#: The peers timed again in runs of their own (``make results``: two more bench runs of eager,
-#: compile and the GEMM alone at each KernelBench shape, appended with ``--remeasure``), for
+#: The peers timed again in a run of their own (``make results``: one more bench run of eager,
+#: compile and the GEMM alone at each KernelBench shape, with ``--remeasure``), for
 #: :func:`peer_spread`.
 PEER_REPEATS = "peers/bench.csv"
 
