@@ -415,12 +415,16 @@ def _naive(kind, x, weight, bias, scale, bn: BNState, training, precision, gathe
     z = matmul_nt(x, weight, precision) + bias      # GEMM + bias
     dt = z.dtype
     s = _scale_vector(scale, z.shape[1], dt)
+    n = x.shape[0]
+    if training and gather is not None and kind == "33":
+        # across ranks the moments of Z travel (those of every stage), then scale: Z∘s has s∘μ, s²σ²
+        mean, var, n = _batch_stats(z, None, gather)
+        mean, var = s * mean, s * s * var
     if kind == "33":
         z = z * s                                   # scale
-    n = x.shape[0]
-    if training:
+    if training and (gather is None or kind == "84"):
         mean, var, n = _batch_stats(z, None, gather)  # mean pass, variance pass (and the ranks' merge)
-    else:
+    elif not training:
         mean, var = bn.running_mean.to(dt), bn.running_var.to(dt)
     u = (z - mean) / torch.sqrt(var + bn.eps)       # normalize
     y = bn.weight.to(dt) * u + bn.bias.to(dt)       # affine
