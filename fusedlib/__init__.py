@@ -8,8 +8,9 @@ package does not import; its dependencies come with ``pip install "fusedlib[lab]
 """
 from ._version import __version__
 from .algebra import PRECISIONS, STAGES
-from .modules import FusedGemmBatchNormScalingSoftmax, FusedGemmScaleBatchNorm, from_reference
+from .modules import FusedGemmBatchNormScalingSoftmax, FusedGemmScaleBatchNorm, convert_sync_batchnorm, from_reference
 from .reference import GemmBatchNormScalingSoftmax, GemmScaleBatchNorm
 
 __all__ = ["STAGES", "PRECISIONS", "FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm",
-           "from_reference", "GemmBatchNormScalingSoftmax", "GemmScaleBatchNorm", "__version__"]
+           "convert_sync_batchnorm", "from_reference", "GemmBatchNormScalingSoftmax", "GemmScaleBatchNorm",
+           "__version__"]

@@ -26,7 +26,8 @@ __all__ = [
     "tile_partials", "chan_merge", "column_stats_chan", "column_stats_textbook", "train_coefficients",
     "eval_coefficients", "fold_linear", "update_running_stats", "tracked_stats", "softmax_three_pass",
     "softmax_online", "stage_forward", "train_backward", "eval_backward", "backward_tile_partials",
-    "train_backward_fused", "shifted_matmul_nt", "SHIFTED_PRECISIONS", "train_gemm",
+    "train_backward_fused", "shifted_matmul_nt", "SHIFTED_PRECISIONS", "train_gemm", "column_moments",
+    "merge_ranks",
 ]
 
 #: The four optimisation stages, in teaching order.
@@ -225,6 +226,12 @@ def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor) -> tuple[t
     flight) and four threads can take a column's quarters at once. Returns the column mean
     and the biased variance M2/N, both (M,).
     """
+    cn, mean, m2 = _chan_merge_moments(n, mean, m2)
+    return mean, m2 / cn
+
+
+def _chan_merge_moments(n, mean, m2):
+    """:func:`chan_merge`'s order, returning the merged (n, mean, M2)."""
     quarters = []
     for qlo, qhi in _runs(0, n.shape[0], MERGE_QUARTERS):
         ref = mean[qlo]  # the quarter's means about its first: rounding at the spread, not at |mean|
@@ -233,8 +240,7 @@ def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor) -> tuple[t
                   for lo, hi in _runs(qlo, qhi - qlo, MERGE_CHAINS)]
         cn, cmean, cm2 = _in_order(chains)
         quarters.append((cn, cmean + ref, cm2))
-    acc = _in_order(quarters)
-    return acc[1], acc[2] / acc[0]
+    return _in_order(quarters)
 
 
 def column_stats_chan(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -258,6 +264,56 @@ def column_stats_textbook(z: torch.Tensor, tile_rows: int) -> tuple[torch.Tensor
 
 
 # --------------------------------------------------------------------------- coefficients
+
+# --------------------------------------------------------------------------- data parallel (SyncBN)
+# docs/design.md §14: in train mode under data parallelism every rank forms its columns' moments
+# (n, mean, M2) from its own rows, exactly as one process does, and one collective gathers them;
+# every rank then merges the R triples with Chan's formula in rank order, so all ranks hold the
+# same batch statistics, bit for bit, for any world size and uneven per-rank batches.
+
+def column_moments(z: torch.Tensor, tile_rows: int | None = None) -> torch.Tensor:
+    """One rank's column moments, what it sends: a (3, M) tensor [n; mean; M2] (n repeated in
+    every column), M2 = Σ(z − mean)². With ``tile_rows`` (sums, fused): the tile partials
+    merged in the kernels' order (:func:`chan_merge`); without (naive, fold): two passes. A
+    rank with no rows sends n = 0 (and zeros)."""
+    rows, m = z.shape
+    if rows == 0:
+        return z.new_zeros(3, m)
+    if tile_rows is None:
+        mean = z.sum(0) / rows
+        m2 = ((z - mean) ** 2).sum(0)
+        n = z.new_full((m,), float(rows))
+    else:
+        n, mean, m2 = _chan_merge_moments(*tile_partials(z, tile_rows))
+        n = z.new_full((m,), float(n))
+    return torch.stack([n, mean, m2])
+
+
+def merge_ranks(moments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Every rank's :func:`column_moments` (R, 3, M), as the collective gathered them, merged
+    with Chan's formula (:func:`_chan_pair`, the kernels' expression order) in rank order;
+    ranks with n = 0 are passed over. Returns the global column mean and biased variance, (M,)
+    each, and the global batch size N."""
+    parts = [(r[0], r[1], r[2]) for r in moments if r[0, 0] > 0]
+    if not parts:
+        return moments.new_zeros(moments.shape[2]), moments.new_zeros(moments.shape[2]), 0
+    n, mean, m2 = _in_order(parts)
+    return mean, m2 / n, int(n[0].item())
+
+
+def _batch_stats(z: torch.Tensor, tile: int | None, gather) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Column mean, biased variance and N of the batch: this process's rows (``gather`` None:
+    two passes, or with ``tile`` the tile partials merged), or every rank's through ``gather``
+    (:func:`column_moments`, :func:`merge_ranks`). Raises ValueError for N ≤ 1 (train mode)."""
+    if gather is None:
+        _check_train_batch(z)
+        mean, var = column_stats_two_pass(z) if tile is None else column_stats_chan(z, tile)
+        return mean, var, z.shape[0]
+    mean, var, n = merge_ranks(gather(column_moments(z, tile)))
+    if n <= 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got a global batch of {n}")
+    return mean, var, n
+
 
 def _scale_vector(scale: torch.Tensor, m: int, dtype) -> torch.Tensor:
     return scale.to(dtype).expand(m) if scale.numel() == 1 else scale.to(dtype).reshape(m)
@@ -358,23 +414,28 @@ def softmax_online(v: torch.Tensor, tile_cols: int = SOFTMAX_TILE_COLS) -> torch
 
 # --------------------------------------------------------------------------- stages
 
-def _naive(kind, x, weight, bias, scale, bn: BNState, training, precision):
+def _naive(kind, x, weight, bias, scale, bn: BNState, training, precision, gather=None):
     # One operator at a time, each reading and writing a full tensor.
     z = matmul_nt(x, weight, precision) + bias      # GEMM + bias
     dt = z.dtype
     s = _scale_vector(scale, z.shape[1], dt)
+    n = x.shape[0]
+    if training and gather is not None and kind == "33":
+        # across ranks the moments of Z travel (those of every stage), then scale: Z∘s has s∘μ, s²σ²
+        mean, var, n = _batch_stats(z, None, gather)
+        mean, var = s * mean, s * s * var
     if kind == "33":
         z = z * s                                   # scale
-    if training:
-        mean, var = column_stats_two_pass(z)        # mean pass, variance pass
-    else:
+    if training and (gather is None or kind == "84"):
+        mean, var, n = _batch_stats(z, None, gather)  # mean pass, variance pass (and the ranks' merge)
+    elif not training:
         mean, var = bn.running_mean.to(dt), bn.running_var.to(dt)
     u = (z - mean) / torch.sqrt(var + bn.eps)       # normalize
     y = bn.weight.to(dt) * u + bn.bias.to(dt)       # affine
     if kind == "84":
         y = softmax_three_pass(s * y)               # scale, softmax (max, sum, normalize)
     if training:                                    # stats were taken on what BN sees
-        update_running_stats(bn, mean, var, x.shape[0])
+        update_running_stats(bn, mean, var, n)
     return y
 
 
@@ -390,7 +451,8 @@ def _check_train_batch(x: torch.Tensor) -> None:
 
 
 def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                  scale: torch.Tensor, bn: BNState, training: bool, precision: str = "fp32") -> torch.Tensor:
+                  scale: torch.Tensor, bn: BNState, training: bool, precision: str = "fp32",
+                  gather=None) -> torch.Tensor:
     """Forward of problem family ``kind`` ("84" or "33") computed the way ``stage`` does it.
 
     Args:
@@ -402,20 +464,22 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
         training: batch statistics (True) or running statistics (False).
         precision: "fp32", "tf32" or "3xtf32": the GEMM's precision, in every stage and
             mode (see :func:`matmul_nt`).
+        gather: data parallelism (docs/design.md §14), train mode: the collective that takes
+            this rank's (3, M) :func:`column_moments` to every rank's, (R, 3, M) in rank order
+            (``torch.distributed.all_gather``); the batch statistics and the running buffers
+            are then the global batch's (:func:`merge_ranks`), identical on every rank.
+            None: this process's batch alone.
 
     Returns:
         (N, M) tensor of ``x``'s dtype.
 
     Raises:
-        ValueError: unknown stage or precision, or N = 1 in train mode (the message
-        PyTorch's BatchNorm raises).
+        ValueError: unknown stage or precision, or a batch of N ≤ 1 in train mode (the
+        global batch with ``gather``; the message PyTorch's BatchNorm raises).
     """
     check_stage_precision(stage, precision)
-    n = x.shape[0]
-    if training:
-        _check_train_batch(x)
     if stage == "naive":
-        return _naive(kind, x, weight, bias, scale, bn, training, precision)
+        return _naive(kind, x, weight, bias, scale, bn, training, precision, gather)
     dt = x.dtype
     if not training:
         a, c = eval_coefficients(kind, bn, scale, dt)
@@ -428,7 +492,7 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
         return _finish(kind, v)
     if stage == "fold":
         z = matmul_nt(x, weight, precision) + bias    # GEMM + bias
-        mean, var = column_stats_two_pass(z)          # mean pass, variance pass
+        mean, var, n = _batch_stats(z, None, gather)  # mean pass, variance pass (and the ranks' merge)
         a, c = train_coefficients(kind, mean, var, bn, scale)
         y = _finish(kind, a * z + c)                  # one affine (+ softmax) pass
         update_running_stats(bn, *tracked_stats(kind, mean, var, scale), n)
@@ -436,7 +500,7 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
     # sums and fused: Z' = X Wᵀ without bias, tile partials from the GEMM epilogue,
     # Chan merge in the kernels' fixed order, bias only in the running mean.
     zp = matmul_nt(x, weight, precision)
-    mean_p, var = column_stats_chan(zp, tile_rows(n, weight.shape[0], precision))
+    mean_p, var, n = _batch_stats(zp, tile_rows(max(x.shape[0], 1), weight.shape[0], precision), gather)
     a, c = train_coefficients(kind, mean_p, var, bn, scale)
     v = a * zp + c
     if stage == "fused" and kind == "84":
@@ -647,19 +711,29 @@ def backward_tile_partials(kind: str, dy: torch.Tensor, y: torch.Tensor | None, 
     else:
         r, g = None, dy
     n = dy.shape[0]
-    s1 = torch.stack([g[i:i + tile_rows].sum(dim=0) for i in range(0, n, tile_rows)])
-    s2 = torch.stack([(g[i:i + tile_rows] * zc[i:i + tile_rows]).sum(dim=0) for i in range(0, n, tile_rows)])
-    return r, s1, s2
+    s1 = [g[i:i + tile_rows].sum(dim=0) for i in range(0, n, tile_rows)]
+    s2 = [(g[i:i + tile_rows] * zc[i:i + tile_rows]).sum(dim=0) for i in range(0, n, tile_rows)]
+    if not s1:  # no rows (a rank of none under data parallelism)
+        return r, dy.new_zeros(0, dy.shape[1]), dy.new_zeros(0, dy.shape[1])
+    return r, torch.stack(s1), torch.stack(s2)
 
 
 def train_backward_fused(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch.Tensor, var: torch.Tensor,
                          x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, gamma: torch.Tensor,
-                         beta: torch.Tensor, eps: float, tile_rows: int = BACKWARD_TILE_ROWS):
+                         beta: torch.Tensor, eps: float, tile_rows: int = BACKWARD_TILE_ROWS, reduce=None):
     """:func:`train_backward` as the fused backward computes it: one pass over the N×M
     tensors for the column partials (:func:`backward_tile_partials`), their in-order merge into
     per-column coefficients, one elementwise dZ' = a₁∘G + a₂∘(Z − μ) + a₀, the two GEMMs.
 
-    Args and returns: as :func:`train_backward`, plus ``tile_rows`` (rows a tile of the pass).
+    Args and returns: as :func:`train_backward`, plus ``tile_rows`` (rows a tile of the pass)
+    and ``reduce``: data parallelism (docs/design.md §14), the collective that sums a tensor
+    over the ranks (``torch.distributed.all_reduce``), or None. With it, ``zc`` and ``var`` are
+    the global batch's (:func:`stage_forward` with ``gather``), and one call sums
+    [S1; S2; Σ_i X; N] (2M + K + 1 floats): dZ' takes the global S1, S2 and N, dW is centred
+    on the global x̄ (Σ over the ranks of dZ'_rᵀ(X_r − x̄) is then Σ dZ'ᵀX, since Σ dZ' = 0 over the
+    global batch only), and dγ, dβ, ds are this rank's part, from its own rows (33's ds from
+    its S2, Σ zc and Σ zc², the sums the global form above drops) — what ``nn.SyncBatchNorm``
+    returns, for DistributedDataParallel to sum.
 
     With S1 = Σ_i G, S2 = Σ_i G∘zc merged over the tiles (G = dV for 84, dY for 33) and σ̂ the
     standard deviation BatchNorm divides by (84: √(σ²+ε); 33: √(s²σ²+ε)), per column:
@@ -684,22 +758,33 @@ def train_backward_fused(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch
     g, b = gamma.to(dt), beta.to(dt)
     r, s1, s2 = backward_tile_partials(kind, dy, y, zc, tile_rows)
     s1, s2 = s1.sum(dim=0), s2.sum(dim=0)  # the tiles in order (a kernel: one thread a column)
+    xd = x.to(dt)
+    xbar = xd.mean(dim=0)
+    g1, g2 = s1, s2  # the sums dZ' needs: the global batch's
+    if reduce is not None:
+        k = x.shape[1]
+        total = reduce(torch.cat([s1, s2, xd.sum(dim=0), s1.new_full((1,), float(n))]))
+        g1, g2, n = total[:m], total[m:2 * m], int(total[-1].item())
+        xbar = total[2 * m:2 * m + k] / n
     if kind == "84":
         sig = torch.sqrt(var + eps)
         dbeta, dgamma = s * s1, s * s2 / sig
         ds_cols = g * s2 / sig + b * s1
-        a2 = -s * g * s2 / (n * sig ** 3)
+        a2 = -s * g * g2 / (n * sig ** 3)
         grad = y * (dy - r[:, None])
     else:
         sig = torch.sqrt(s * s * var + eps)
         dbeta, dgamma = s1, s * s2 / sig
-        ds_cols = g * s2 * eps / sig ** 3
-        a2 = -s ** 3 * g * s2 / (n * sig ** 3)
+        if reduce is None:
+            ds_cols = g * s2 * eps / sig ** 3
+        else:  # this rank's Σ_i dT∘zc: Σ zc = 0 and Σ zc² = Nσ² hold over the global batch only
+            ds_cols = (g / sig) * (s2 - g1 * zc.sum(dim=0) / n - s * s * g2 * (zc * zc).sum(dim=0) / (n * sig ** 2))
+        a2 = -s ** 3 * g * g2 / (n * sig ** 3)
         grad = dy
-    a1, a0 = s * g / sig, -s * g * s1 / (n * sig)
+    a1, a0 = s * g / sig, -s * g * g1 / (n * sig)
     dz = a1 * grad + a2 * zc + a0
     dscale = scale_gradient(ds_cols, scale)
-    xc = x.to(dt) - x.to(dt).mean(dim=0)
+    xc = xd - xbar
     return (dz @ weight.to(dt), dz.t() @ xc, dy.new_zeros(m, dtype=dt), dscale, dgamma, dbeta)
 
 

@@ -19,11 +19,11 @@ from torch import nn
 
 from . import algebra, cuda, ops
 
-__all__ = ["FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm", "from_reference",
-           "reference_kind", "validate_input"]
+__all__ = ["FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm", "convert_sync_batchnorm",
+           "from_reference", "reference_kind", "validate_input"]
 
 
-def validate_input(x, in_features: int, param: torch.Tensor, training: bool) -> None:
+def validate_input(x, in_features: int, param: torch.Tensor, training: bool, synced: bool = False) -> None:
     """Check the input of a fused module; raise a clear error instead of a wrong answer.
 
     Raises:
@@ -31,8 +31,9 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool) -> 
             (float32; float64 also on the CPU).
         ValueError: ``x`` is on another device than the parameters, is not 2-D
             (batch, in_features), has the wrong in_features, has an empty batch, or has a
-            batch of 1 in train mode. (A non-contiguous ``x`` is accepted: the forward makes
-            one row-major copy, as ``nn.Linear`` does internally.)
+            batch of 1 in train mode (unless ``synced``: the batch statistics are those of every
+            rank's rows, and only a global batch of 1 is refused). (A non-contiguous ``x`` is
+            accepted: the forward makes one row-major copy, as ``nn.Linear`` does internally.)
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor of shape (batch, in_features), got {type(x).__name__}")
@@ -46,7 +47,7 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool) -> 
         raise ValueError(f"x: expected in_features={in_features} columns, got shape {tuple(x.shape)}")
     if x.shape[0] == 0:
         raise ValueError(f"x: expected a non-empty batch, got shape {tuple(x.shape)}")
-    if training and x.shape[0] == 1:
+    if training and x.shape[0] == 1 and not synced:
         raise ValueError(
             f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)} "
             "(x: BatchNorm in train mode needs a batch of at least 2)")
@@ -57,9 +58,31 @@ class _FusedBase(nn.Module):
 
     _kind = ""
 
-    def _init_options(self, stage: str, precision: str) -> None:
+    def _init_options(self, stage: str, precision: str, process_group=None) -> None:
         algebra.check_stage_precision(stage, precision)
         self._stage, self._precision = stage, precision
+        self.process_group = process_group
+
+    @property
+    def process_group(self):
+        """Data parallelism (docs/design.md §14): the ``torch.distributed`` process group whose
+        ranks share the batch, or None (this process's batch alone, the default). In train mode
+        with a group of more than one rank, the batch statistics and running buffers are the
+        global batch's (one all-gather of 3 × out_features floats a forward, one all-reduce a
+        backward), as ``nn.SyncBatchNorm`` computes them; eval mode communicates nothing. CPU
+        tensors (gloo) for now: a CUDA forward with a group raises NotImplementedError."""
+        return self._process_group
+
+    @process_group.setter
+    def process_group(self, group) -> None:
+        if group is not None and not hasattr(group, "group_name"):
+            raise TypeError(f"process_group: expected a torch.distributed ProcessGroup or None, got "
+                            f"{type(group).__name__}")
+        self._process_group = group
+
+    def _synced(self) -> bool:
+        group = self._process_group
+        return self.training and group is not None and group.size() > 1
 
     @property
     def stage(self) -> str:
@@ -114,12 +137,16 @@ class _FusedBase(nn.Module):
         """x: (N, in_features) -> (N, out_features); see the class docstring."""
         tensors = self._tensors()
         bn = self._modules["bn"]
-        if isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling():
+        if isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not self._synced():
             y = cuda.eager_forward(self, x, tensors, bn.eps, bn.momentum)  # None: the operator's way below
             if y is not None:
                 return y
-        validate_input(x, self._modules["gemm"].in_features, tensors[0], self.training)
+        synced = self._synced()
+        validate_input(x, self._modules["gemm"].in_features, tensors[0], self.training, synced)
         x = x.contiguous()  # one copy for a strided or transposed input; none otherwise
+        if synced:  # the batch across the group's ranks (docs/design.md §14)
+            return ops.sync_train(x, *tensors, self._stage, self._kind, self._precision, bn.eps, bn.momentum,
+                                  self._process_group.group_name)
         args = (x, *tensors, self._kind, self._precision, self.training, bn.eps, bn.momentum)
         if x.is_cuda and not torch.compiler.is_compiling():
             return cuda.stage_forward(self, args)
@@ -127,8 +154,9 @@ class _FusedBase(nn.Module):
         return ops.OPS[self._stage](*args)
 
     def extra_repr(self) -> str:
-        """Shown by ``print(module)``: the stage and the precision."""
-        return f"stage={self._stage!r}, precision={self._precision!r}"
+        """Shown by ``print(module)``: the stage, the precision (and a process group's name)."""
+        group = "" if self._process_group is None else f", process_group={self._process_group.group_name!r}"
+        return f"stage={self._stage!r}, precision={self._precision!r}{group}"
 
 
 class FusedGemmBatchNormScalingSoftmax(_FusedBase):
@@ -141,6 +169,8 @@ class FusedGemmBatchNormScalingSoftmax(_FusedBase):
         precision: ``fp32`` | ``tf32`` | ``3xtf32``, the GEMM's precision (default ``fp32``;
             every stage runs each; on CUDA, tf32 and 3xtf32 need compute capability 8.0 or
             later and raise :class:`fusedlib.engine.UnsupportedPrecision` below it).
+        process_group: a ``torch.distributed`` process group whose ranks share each batch
+            (batch statistics across them, :attr:`process_group`), or None (default).
 
     Input (N, in_features) float32 (CPU: float32 or float64; a non-contiguous input is copied
     once); output (N, out_features).
@@ -154,9 +184,9 @@ class FusedGemmBatchNormScalingSoftmax(_FusedBase):
     _kind = "84"
 
     def __init__(self, in_features, out_features, bn_eps=1e-5, bn_momentum=0.1, scale_shape=(1,), *,
-                 stage: str = "fused", precision: str = "fp32"):
+                 stage: str = "fused", precision: str = "fp32", process_group=None):
         super().__init__()
-        self._init_options(stage, precision)
+        self._init_options(stage, precision, process_group)
         self.gemm = nn.Linear(in_features, out_features)
         self.bn = nn.BatchNorm1d(out_features, eps=bn_eps, momentum=bn_momentum)
         self.scale = nn.Parameter(torch.ones(scale_shape))
@@ -169,7 +199,7 @@ class FusedGemmScaleBatchNorm(_FusedBase):
     Args:
         in_features, out_features, scale_shape, eps, momentum: as
             :class:`fusedlib.reference.GemmScaleBatchNorm`.
-        stage, precision: as :class:`FusedGemmBatchNormScalingSoftmax`.
+        stage, precision, process_group: as :class:`FusedGemmBatchNormScalingSoftmax`.
 
     Input, output, modes and errors as :class:`FusedGemmBatchNormScalingSoftmax`.
     """
@@ -177,9 +207,9 @@ class FusedGemmScaleBatchNorm(_FusedBase):
     _kind = "33"
 
     def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1, *,
-                 stage: str = "fused", precision: str = "fp32"):
+                 stage: str = "fused", precision: str = "fp32", process_group=None):
         super().__init__()
-        self._init_options(stage, precision)
+        self._init_options(stage, precision, process_group)
         self.gemm = nn.Linear(in_features, out_features)
         self.scale = nn.Parameter(torch.randn(scale_shape))
         self.bn = nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
@@ -260,3 +290,34 @@ def from_reference(model: nn.Module, *, stage: str = "fused", precision: str = "
     fused.load_state_dict({k: state[k] for k in fused.state_dict()})
     fused.train(model.training)
     return fused
+
+
+def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
+    """Data parallelism for a whole model, like ``nn.SyncBatchNorm.convert_sync_batchnorm``: every
+    fused module in ``module`` (itself included) takes ``process_group`` (:attr:`process_group`
+    of the fused modules) and every other BatchNorm layer becomes an ``nn.SyncBatchNorm`` over
+    the same group (PyTorch's converter). Returns the module (a new one only where ``module`` is
+    itself a plain BatchNorm layer).
+
+    Args:
+        module: any ``nn.Module``.
+        process_group: a ``torch.distributed`` process group; None: the default group
+            (``torch.distributed.group.WORLD``).
+
+    Raises:
+        RuntimeError: ``process_group`` is None and ``torch.distributed`` is not initialized.
+    """
+    if process_group is None:
+        import torch.distributed as dist
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError("process_group: None means the default group, but torch.distributed is not "
+                               "initialized (call torch.distributed.init_process_group first)")
+        process_group = dist.group.WORLD
+    if isinstance(module, _FusedBase):
+        module.process_group = process_group
+        return module
+    if isinstance(module, nn.modules.batchnorm._BatchNorm):
+        return nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)
+    for name, child in module.named_children():
+        module.add_module(name, convert_sync_batchnorm(child, process_group))
+    return module

@@ -51,7 +51,8 @@ import torch
 
 from . import algebra, engine
 
-__all__ = ["OPS", "SCHEMA", "StageFunction", "backward_gemms", "needs_grad", "stage_op", "train_backward"]
+__all__ = ["OPS", "SCHEMA", "SYNC_SCHEMA", "StageFunction", "SyncStageFunction", "backward_gemms", "needs_grad",
+           "stage_op", "sync_train", "train_backward"]
 
 SCHEMA = ("(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma, Tensor beta, "
           "Tensor(a!) running_mean, Tensor(b!) running_var, Tensor(c!) num_batches_tracked, str kind, "
@@ -138,7 +139,8 @@ def three_tf32(a_big: torch.Tensor, a_small: torch.Tensor, b_big: torch.Tensor, 
 
 @torch.library.custom_op("fusedlib::train_backward", mutates_args=())
 def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                   scale: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, kind: str, precision: str, eps: float, need_dx: bool = True
+                   scale: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, kind: str, precision: str, eps: float,
+                   need_dx: bool = True, stats: torch.Tensor | None = None, group_name: str | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Train-mode gradients of a stage's forward (batch statistics), every stage alike.
 
@@ -150,20 +152,33 @@ def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x:
             need_dx: False when x needs no gradient (the data entering a network's first
             layer): dX's GEMM (a third of the backward's FLOPs) is skipped, as PyTorch's
             autograd skips it.
+            stats, group_name: data parallelism (:func:`sync_train`): the global batch's column
+            mean and variance of ``z`` (2, M) that the forward used, and the process group whose
+            ranks hold the rest of the batch; the backward sums its column sums over them in one
+            all-reduce (:func:`fusedlib.algebra.train_backward_fused` with ``reduce``). None:
+            this process's batch alone.
 
     Returns:
         (dx (N, K), or (0,) empty without need_dx, dweight (M, K), dbias (M,) zeros — the bias
         cancels —, dscale (scale's shape), dgamma (M,), dbeta (M,)). CPU: :func:`fusedlib.algebra.train_backward_fused`
         (float32 or float64); CUDA: float32, the fused kernels then :func:`backward_gemms`.
     """
-    mean, var = algebra.column_stats_two_pass(z)
-    dx, *grads = algebra.train_backward_fused(kind, dy, y, z - mean, var, x, weight, scale, gamma, beta, eps)
+    if group_name is None:
+        mean, var = algebra.column_stats_two_pass(z)
+        reduce = None
+    else:
+        if z.is_cuda:
+            raise NotImplementedError(_SYNC_CUDA)
+        mean, var = stats[0], stats[1]
+        reduce = _all_reduce(group_name)
+    dx, *grads = algebra.train_backward_fused(kind, dy, y, z - mean, var, x, weight, scale, gamma, beta, eps,
+                                              reduce=reduce)
     return (dx if need_dx else x.new_empty(0), *grads)
 
 
-
 @train_backward.register_fake
-def _train_backward_fake(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx=True):
+def _train_backward_fake(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx=True, stats=None,
+                         group_name=None):
     return (torch.empty_like(x) if need_dx else x.new_empty(0), torch.empty_like(weight), torch.empty_like(gamma),
             torch.empty_like(scale), torch.empty_like(gamma), torch.empty_like(beta))
 
@@ -255,3 +270,134 @@ def stage_op(stage: str):
     if stage not in OPS:
         raise ValueError(f"stage: expected one of {algebra.STAGES}, got {stage!r}")
     return OPS[stage]
+
+
+# ------------------------------------------------------------------ data parallelism (docs/design.md §14)
+#: ``torch.ops.fusedlib.sync_train``: a stage's train-mode forward over a batch spread across the
+#: ranks of a process group (``group_name``, ``torch.distributed``'s name of it). Returns Y and
+#: the global batch's column (mean, variance) of the Z it leaves in ``z_out`` (2, M), which the
+#: backward needs.
+SYNC_SCHEMA = ("(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma, Tensor beta, "
+               "Tensor(a!) running_mean, Tensor(b!) running_var, Tensor(c!) num_batches_tracked, str stage, str kind, "
+               "str precision, float eps, float? momentum, str group_name, Tensor(d!) z_out) -> (Tensor, Tensor)")
+_SYNC_CUDA = ("process_group: batch statistics across ranks run on the CPU (gloo) so far; the CUDA kernels' "
+              "cross-rank merge is not built yet (use nn.SyncBatchNorm on the reference model meanwhile)")
+
+
+def _group(group_name: str):
+    from torch.distributed import distributed_c10d
+    return distributed_c10d._resolve_process_group(group_name)
+
+
+def _all_gather(group_name: str):
+    """This rank's tensor to every rank's, stacked in rank order (``torch.distributed.all_gather``)."""
+    import torch.distributed as dist
+
+    def gather(t: torch.Tensor) -> torch.Tensor:
+        group = _group(group_name)
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, t.contiguous(), group=group)
+        return torch.stack(parts)
+    return gather
+
+
+def _all_reduce(group_name: str):
+    """A tensor summed over the ranks (``torch.distributed.all_reduce``), as a new tensor."""
+    import torch.distributed as dist
+
+    def reduce(t: torch.Tensor) -> torch.Tensor:
+        t = t.clone()
+        dist.all_reduce(t, group=_group(group_name))
+        return t
+    return reduce
+
+
+class SyncStageFunction(torch.autograd.Function):
+    """:func:`sync_train` below autograd, with the backward of :func:`train_backward` over the
+    same process group (saved: Y (84), Z, the global statistics, x and the parameters)."""
+
+    @staticmethod
+    def forward(ctx, args, x, weight, bias, scale, gamma, beta):
+        stage, kind, precision, eps, momentum, group_name, z = args[9:16]
+        ctx.kind, ctx.precision, ctx.eps, ctx.group_name = kind, precision, eps, group_name
+        y, stats = _SYNC_OP(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:])
+        ctx.save_for_backward(y if kind == "84" else None, z, stats, x, weight, scale, gamma, beta)
+        ctx.mark_non_differentiable(stats)
+        return y, stats
+
+    @staticmethod
+    def backward(ctx, dy, _dstats):
+        y, z, stats, x, weight, scale, gamma, beta = ctx.saved_tensors
+        need_dx = ctx.needs_input_grad[1]
+        with torch.no_grad():
+            grads = train_backward(dy, y, z, x, weight, scale, gamma, beta, ctx.kind, ctx.precision, ctx.eps,
+                                   need_dx, stats, ctx.group_name)
+        return (None, grads[0] if need_dx else None, *grads[1:])
+
+
+def _define_sync():
+    _LIB.define("sync_train" + SYNC_SCHEMA)
+    op = torch.ops.fusedlib.sync_train.default
+
+    def cpu(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, stage, kind,
+            precision, eps, momentum, group_name, z_out):
+        algebra.check_stage_precision(stage, precision)
+        bn = algebra.BNState(gamma, beta, running_mean, running_var, num_batches_tracked, momentum, eps)
+        seen = []
+        gather = _all_gather(group_name)
+
+        def collective(t):  # the one gather; its result also gives the backward's statistics
+            seen.append(gather(t))
+            return seen[-1]
+
+        y = algebra.stage_forward(kind, stage, x, weight, bias, scale, bn, True, precision, gather=collective)
+        # the Z whose moments were gathered (every stage's: XWᵀ + b in naive and fold, XWᵀ in sums and fused)
+        z_out.copy_(algebra.matmul_nt(x, weight, precision) + (bias if stage in ("naive", "fold") else 0))
+        mean, var, _ = algebra.merge_ranks(seen[0])
+        return y, torch.stack([mean, var])
+
+    def cuda(*args):
+        raise NotImplementedError(_SYNC_CUDA)
+
+    def fake(x, weight, *_):
+        return x.new_empty(x.shape[0], weight.shape[0]), x.new_empty(2, weight.shape[0])
+
+    def autograd_kernel(keyset, *args):
+        if needs_grad(args):
+            return SyncStageFunction.apply(args, *args[:_DIFFERENTIABLE])
+        return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+
+    _LIB.impl("sync_train", cpu, "CPU")
+    _LIB.impl("sync_train", cuda, "CUDA")
+    torch.library.register_fake("fusedlib::sync_train", fake, lib=_LIB)
+    _LIB.impl("sync_train", autograd_kernel, "Autograd", with_keyset=True)
+    return op
+
+
+_SYNC_OP = _define_sync()
+
+
+def sync_train(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, stage: str,
+               kind: str, precision: str, eps: float, momentum: float | None, group_name: str):
+    """A stage's train-mode forward over a batch spread across the ranks of a process group
+    (docs/design.md §14): ``torch.ops.fusedlib.sync_train``, differentiable.
+
+    Args:
+        x (N_r, K): this rank's rows (N_r ≥ 1; the global batch ≥ 2). weight, bias, scale, gamma,
+            beta, the running buffers, kind, precision, eps, momentum: as the stage operators'
+            (:data:`SCHEMA`). stage: "naive", "fold", "sums" or "fused". group_name: the process
+            group's name (``ProcessGroup.group_name``).
+
+    Returns:
+        Y (N_r, M): this rank's rows of the global batch's output. The running buffers are the
+        global batch's, the same on every rank. One all-gather of 3·M floats a forward, one
+        all-reduce of 2M + K + 1 floats a backward.
+
+    Raises:
+        NotImplementedError: CUDA tensors (the kernels' cross-rank merge is not built yet).
+        ValueError: a global batch of one row; unknown stage or precision.
+    """
+    z = x.new_empty(x.shape[0], weight.shape[0])
+    args = (x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, stage, kind,
+            precision, eps, momentum, group_name, z)
+    return _SYNC_OP(*args)[0]

@@ -357,12 +357,29 @@ def test_saved_table_is_the_percent_of_time_saved():
         course.saved_table("naive")
 
 
-def test_peer_spread_over_repeated_configurations():
+def test_peer_spread_over_repeated_configurations(tmp_path, monkeypatch):
+    """bench.csv's run and the repeats under peers/ together: the spread max/min − 1 of each
+    configuration's medians, the largest and the median over configurations per peer; the
+    stages and the v0 shape are left out; None where nothing was timed twice."""
+    import pandas as pd
+    monkeypatch.setattr(course, "results_dir", lambda gpu="h100": tmp_path)
+    cols = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl", "median_ms"]
+    kb84, kb39, v0 = (1024, 8192, 8192), (16384, 4096, 4096), (128, 1024, 512)
+    pd.DataFrame([("84", *kb84, "train", "fp32", "eager", 2.0), ("39", *kb39, "train", "fp32", "eager", 10.0),
+                  ("84", *kb84, "train", "fp32", "fused", 1.0), ("84", *v0, "train", "fp32", "eager", 0.1)],
+                 columns=cols).to_csv(tmp_path / "bench.csv", index=False)
+    assert course.peer_spread() is None  # one run: nothing to compare
+    (tmp_path / "peers").mkdir()
+    pd.DataFrame([("84", *kb84, "train", "fp32", "eager", 2.5), ("39", *kb39, "train", "fp32", "eager", 10.5),
+                  ("84", *kb84, "train", "fp32", "fused", 9.0), ("84", *v0, "train", "fp32", "eager", 9.0),
+                  ("39", *kb39, "train", "fp32", "eager", 9.8)],
+                 columns=cols).to_csv(tmp_path / "peers" / "bench.csv", index=False)
     s = course.peer_spread()
-    if s is None:
-        pytest.skip("no configuration timed twice in the committed bench.csv")
-    assert set(s.index) <= set(course.PEERS)
-    assert ((s["largest"] >= s["median"]) & (s["median"] >= 0) & (s["configurations"] >= 1)).all()
+    assert list(s.index) == ["eager"]
+    assert s.loc["eager", "configurations"] == 2
+    assert s.loc["eager", "largest"] == pytest.approx(25.0)            # 84: 2.5 / 2.0
+    assert s.loc["eager", "median"] == pytest.approx((25.0 + 100 * (10.5 / 9.8 - 1)) / 2)
+    assert course.peer_spread(mode="eval") is None
 
 
 @pytest.mark.parametrize("text, expected", [

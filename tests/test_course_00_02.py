@@ -13,7 +13,8 @@ def test_stage_savings_is_the_percentage_of_the_other_time(tmp_path, monkeypatch
                                 ("naive", "tf32", 1.0), ("eager", "tf32", 1.25)):
         for problem, (n, k, m) in (("84", (1024, 8192, 8192)), ("33", (1024, 8192, 8192)), ("39", (16384, 4096, 4096))):
             rows.append({"problem": problem, "batch": n, "in_features": k, "out_features": m, "mode": "train",
-                         "precision": precision, "impl": impl, "median_ms": ms, "rel_err": 1e-7})
+                         "precision": precision, "impl": impl, "median_ms": ms, "rel_err": 1e-7,
+                         "timestamp": "2026-01-01T00:00:00"})  # one run
     pd.DataFrame(rows).to_csv(tmp_path / "bench.csv", index=False)
     monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
     naive = course.stage_savings("naive", ("fp32", "tf32", "3xtf32"))

@@ -161,10 +161,17 @@ def prediction_by_precision(stage: str, problem: str, precisions=("fp32", "tf32"
     return out, totals
 
 
-def measured(impls=None, gpu: str = "h100"):
-    """The committed bench.csv as a DataFrame (optionally only some impls), or None."""
+#: The peers timed again in a run of their own (``make results``: one more bench run of eager,
+#: compile and the GEMM alone at each KernelBench shape, with ``--remeasure``), for
+#: :func:`peer_spread`.
+PEER_REPEATS = "peers/bench.csv"
+
+
+def measured(impls=None, gpu: str = "h100", name: str = "bench.csv"):
+    """The committed bench.csv (or ``name`` under results/<gpu>/, e.g. :data:`PEER_REPEATS`) as
+    a DataFrame (optionally only some impls), or None."""
     import pandas as pd
-    path = results_dir(gpu) / "bench.csv"
+    path = results_dir(gpu) / name
     if not path.exists():
         return None
     df = pd.read_csv(path, dtype={"problem": str})
@@ -790,26 +797,42 @@ def show_figure(fig, alt: str) -> None:
 
 
 # ---------------------------------------------------------------- notebooks 00–02: take-aways
-def stage_savings(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100"):
-    """What ``stage`` saves, from the committed bench.csv at the KernelBench shapes: one row
-    per problem and precision with the stage's median ms, the previous stage's (same
-    precision) and eager PyTorch's (its precision: fp32 for 3xtf32), and the % of their time
-    the stage saves, ``100·(other − stage)/other`` (negative: the stage is slower). NaN where
-    the committed run has no row; no previous-stage columns for the first stage. None without
-    bench.csv."""
-    import pandas as pd
+def pct_saved(before: float, after: float) -> float:
+    """The % of ``before``'s time that ``after`` saves, 100·(before − after)/before (negative:
+    slower): the one formula of every "% saved" the course shows."""
+    return 100 * (before - after) / before
 
-    from ..algebra import STAGES
+
+def preset_times(mode: str = "train", gpu: str = "h100"):
+    """Median ms of one run of the committed bench.csv (:func:`fusedlib.lab.figures.one_run`)
+    at each problem's KernelBench shape, as a function ``ms(problem, impl, precision)`` (NaN
+    where the run has no row), or None without bench.csv: what every savings table reads."""
+    from .figures import one_run
     bench = measured(gpu=gpu)
     if bench is None:
         return None
-    kb = at_presets(bench, mode)
-    previous = STAGES[STAGES.index(stage) - 1] if stage in STAGES and STAGES.index(stage) > 0 else None
+    kb = at_presets(one_run(bench), mode)
+    times = {(r.problem, r.impl, r.precision): float(r.median_ms) for r in kb.itertuples()}
+    return lambda problem, impl, precision: times.get((problem, impl, precision), float("nan"))
 
-    def ms(problem, impl, precision):
-        sel = kb[(kb.problem == problem) & (kb.impl == impl) & (kb.precision == precision)].median_ms
-        return float(sel.iloc[0]) if len(sel) else float("nan")
 
+def _previous_stage(stage: str) -> str | None:
+    from ..algebra import STAGES
+    return STAGES[STAGES.index(stage) - 1] if stage in STAGES and STAGES.index(stage) > 0 else None
+
+
+def stage_savings(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100"):
+    """What ``stage`` saves, from one run of the committed bench.csv at the KernelBench shapes
+    (:func:`preset_times`): one row per problem and precision with the stage's median ms, the
+    previous stage's (same precision) and eager PyTorch's (its precision: fp32 for 3xtf32), and
+    the % of their time the stage saves (:func:`pct_saved`; negative: the stage is slower).
+    NaN where the run has no row; no previous-stage columns for the first stage. None without
+    bench.csv."""
+    import pandas as pd
+    ms = preset_times(mode, gpu)
+    if ms is None:
+        return None
+    previous = _previous_stage(stage)
     rows = []
     for problem in PROBLEMS:
         for precision in precisions:
@@ -817,9 +840,9 @@ def stage_savings(stage: str, precisions=("fp32",), mode: str = "train", gpu: st
             row = {"problem": problem, "precision": precision, f"{stage} ms": t}
             if previous is not None:
                 p = ms(problem, previous, precision)
-                row.update({f"{previous} ms": p, f"% saved vs {previous}": 100 * (p - t) / p})
+                row.update({f"{previous} ms": p, f"% saved vs {previous}": pct_saved(p, t)})
             e = ms(problem, "eager", _peer_precision(precision))
-            row.update({"eager ms": e, "% saved vs eager": 100 * (e - t) / e})
+            row.update({"eager ms": e, "% saved vs eager": pct_saved(e, t)})
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -872,36 +895,28 @@ def without_history(listing: str) -> str:
 def step_table(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: str = "h100"):
     """What ``stage`` saves over the stage before it (:data:`fusedlib.algebra.STAGES`), one row
     per problem (84, 33, 39 at their KernelBench shapes) and precision: the previous stage's
-    and this stage's median ms from one run of bench.csv (:func:`fusedlib.lab.figures.one_run`:
-    the latest run of each group), the % of the previous time saved (negative: the step
-    costs time), and the % the cost model predicts (:func:`prediction`). NaN where the run
-    lacks a row. None without bench.csv.
+    and this stage's median ms from one run of bench.csv (:func:`preset_times`), the % of the
+    previous time saved (:func:`pct_saved`; negative: the step costs time), and the % the cost
+    model predicts (:func:`prediction`). NaN where the run lacks a row. None without bench.csv.
 
     Raises:
         ValueError: ``stage`` is the first stage (nothing before it).
     """
     import pandas as pd
-
-    from ..algebra import STAGES
-    from .figures import one_run
-    i = STAGES.index(stage)
-    if i == 0:
+    previous = _previous_stage(stage)
+    if previous is None:
         raise ValueError(f"step_table: {stage!r} is the first stage; there is no step before it")
-    previous = STAGES[i - 1]
-    bench = measured(gpu=gpu)
-    if bench is None:
+    ms = preset_times(mode, gpu)
+    if ms is None:
         return None
-    kb = at_presets(one_run(bench), mode)
     rows = []
     for problem in PROBLEMS:
         for precision in precisions:
-            sel = kb[(kb.problem == problem) & (kb.precision == precision)].set_index("impl").median_ms
-            before = float(sel[previous]) if previous in sel else float("nan")
-            after = float(sel[stage]) if stage in sel else float("nan")
+            before, after = ms(problem, previous, precision), ms(problem, stage, precision)
             p0 = prediction(previous, problem, None, mode, precision, gpu)[1]
             p1 = prediction(stage, problem, None, mode, precision, gpu)[1]
             rows.append({"problem": problem, "precision": precision, f"{previous} ms": before, f"{stage} ms": after,
-                         "% saved": 100 * (before - after) / before, "% saved predicted": 100 * (p0 - p1) / p0})
+                         "% saved": pct_saved(before, after), "% saved predicted": pct_saved(p0, p1)})
     return pd.DataFrame(rows)
 
 
@@ -975,9 +990,9 @@ def fused_versus_sums(mode: str = "train", gpu: str = "h100"):
 
 def saved_table(stage: str = "fused", mode: str = "train", gpu: str = "h100"):
     """The ladder's savings at the KernelBench shapes, one row per problem and precision:
-    ``naive ms``, the previous stage's ms, ``stage``'s ms (bench.csv medians) and the % of time
-    ``stage`` saves over each (100·(1 − t_stage / t_other); negative: slower). None without
-    bench.csv.
+    ``naive ms``, the previous stage's ms, ``stage``'s ms (one run of bench.csv,
+    :func:`preset_times`) and the % of time ``stage`` saves over each (:func:`pct_saved`;
+    negative: slower). Configurations the run lacks are left out. None without bench.csv.
 
     Raises:
         ValueError: ``stage`` is not one of algebra.STAGES after naive.
@@ -987,35 +1002,35 @@ def saved_table(stage: str = "fused", mode: str = "train", gpu: str = "h100"):
     from ..algebra import STAGES
     if stage not in STAGES[1:]:
         raise ValueError(f"stage: expected one of {STAGES[1:]}, got {stage!r}")
-    bench = measured(gpu=gpu)
-    if bench is None:
+    ms = preset_times(mode, gpu)
+    if ms is None:
         return None
-    previous = STAGES[STAGES.index(stage) - 1]
-    kb = at_presets(bench, mode)
+    previous = _previous_stage(stage)
     rows = []
     for problem in PROBLEMS:
         for precision in ("fp32", "tf32", "3xtf32"):
-            ms = kb[(kb.problem == problem) & (kb.precision == precision)].set_index("impl").median_ms
-            if not {"naive", previous, stage} <= set(ms.index):
+            naive, before, t = (ms(problem, impl, precision) for impl in ("naive", previous, stage))
+            if naive != naive or before != before or t != t:
                 continue
-            rows.append({"problem": problem, "precision": precision, "naive ms": float(ms["naive"]),
-                         f"{previous} ms": float(ms[previous]), f"{stage} ms": float(ms[stage]),
-                         f"% saved vs naive": 100 * (1 - ms[stage] / ms["naive"]),
-                         f"% saved vs {previous}": 100 * (1 - ms[stage] / ms[previous])})
+            rows.append({"problem": problem, "precision": precision, "naive ms": naive, f"{previous} ms": before,
+                         f"{stage} ms": t, "% saved vs naive": pct_saved(naive, t),
+                         f"% saved vs {previous}": pct_saved(before, t)})
     return pd.DataFrame(rows).set_index(["problem", "precision"]) if rows else None
 
 
 def peer_spread(mode: str = "train", gpu: str = "h100"):
-    """How much the peers (eager, torch.compile, the GEMM alone) moved between repeated runs
-    in bench.csv at the KernelBench shapes: one row per impl with the number of configurations
-    timed more than once and the largest and median relative spread (max/min − 1, in %) of
-    their medians. None without bench.csv or without repeated configurations."""
+    """How much the peers (eager, torch.compile, the GEMM alone) move between runs of the
+    benchmark at the KernelBench shapes: bench.csv's run and the runs of :data:`PEER_REPEATS`
+    together, one row per impl with the number of configurations (problem, precision) timed
+    more than once and the largest and median relative spread (max/min − 1, in %) of their
+    medians. None without bench.csv or without repeated configurations."""
     import pandas as pd
 
     from ..reference import presets_of
-    bench = measured(gpu=gpu)
-    if bench is None:
+    runs = [df for df in (measured(PEERS, gpu), measured(PEERS, gpu, PEER_REPEATS)) if df is not None]
+    if not runs:
         return None
+    bench = pd.concat(runs, ignore_index=True)
     sel = bench[[p not in (None, "v0") for p in presets_of(bench)]]
     sel = sel[(sel["mode"] == mode) & sel.impl.isin(list(PEERS))]
     g = sel.groupby(["problem", "precision", "impl"]).median_ms.agg(["min", "max", "size"])
@@ -1025,6 +1040,19 @@ def peer_spread(mode: str = "train", gpu: str = "h100"):
     g["spread %"] = 100 * (g["max"] / g["min"] - 1)
     out = g.groupby("impl")["spread %"].agg(configurations="size", largest="max", median="median")
     return out.reindex([p for p in PEERS if p in out.index])
+
+
+def peer_spread_md(mode: str = "train", gpu: str = "h100") -> str:
+    """:func:`peer_spread` in words (Markdown), for reading every ratio against a peer: how
+    many runs, and per peer the largest and median spread; :data:`NOT_MEASURED` where no
+    configuration was timed twice."""
+    spread = peer_spread(mode, gpu)
+    if spread is None:
+        return f"*The peers' run-to-run spread: {NOT_MEASURED} (results/{gpu}/{PEER_REPEATS}).*"
+    return ("Read the ratios against the peers with their own run-to-run spread, the same configuration "
+            "timed in separate runs of the benchmark: " + "; ".join(
+                f"{impl} moved by up to **{r['largest']:.1f} %** (median {r['median']:.1f} %) over "
+                f"{r['configurations']:.0f} configurations" for impl, r in spread.iterrows()) + ".")
 
 
 def strip_run_ids(text: str) -> str:

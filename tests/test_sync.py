@@ -1,0 +1,315 @@
+"""Data-parallel BatchNorm (docs/design.md §14), the specification on the CPU: every rank forms its
+columns' moments (n, mean, M2) from its own rows, one collective gathers them, and every rank
+merges them in rank order (:func:`fusedlib.algebra.merge_ranks`); the backward sums
+[S1; S2; Σx; N] in one collective. Checked against one process on the concatenated batch:
+ranks simulated in one process (every stage, both families, uneven batches, a rank of one row,
+a rank of none), then the same through ``torch.distributed`` with gloo in 2 and 3 processes."""
+from __future__ import annotations
+
+import copy
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from fusedlib import algebra
+
+SHARDS = [(20, 1, 16), (37,), (5, 0, 32)]  # per-rank batches: uneven, one row, none
+
+
+class _Gathered(Exception):
+    """Raised by the collecting collective: this rank's contribution was taken."""
+
+
+def _problem(kind: str, n: int, k: int = 5, m: int = 6, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, k, generator=g, dtype=torch.float64) * 2 + 3  # columns off zero
+    weight = torch.randn(m, k, generator=g, dtype=torch.float64)
+    bias = torch.randn(m, generator=g, dtype=torch.float64)
+    scale = torch.randn(1 if kind == "84" else m, generator=g, dtype=torch.float64)
+    bn = algebra.BNState(weight=torch.rand(m, generator=g, dtype=torch.float64) + 0.5,
+                         bias=torch.randn(m, generator=g, dtype=torch.float64),
+                         running_mean=torch.randn(m, generator=g, dtype=torch.float64),
+                         running_var=torch.rand(m, generator=g, dtype=torch.float64) + 0.5,
+                         num_batches_tracked=torch.tensor(3), eps=1e-5, momentum=0.1)
+    return x, weight, bias, scale, bn
+
+
+def _simulated(step, ranks: int):
+    """Run ``step(rank, collective)`` for every rank in one process, where ``collective`` stands
+    for the ranks' one collective: a first round collects each rank's tensor, a second gives every
+    rank the gathered (R, …) tensor. Returns each rank's result and the gathered tensor."""
+    sent = []
+
+    def collect(t):
+        sent.append(t)
+        raise _Gathered
+
+    for r in range(ranks):
+        with pytest.raises(_Gathered):
+            step(r, collect)
+    gathered = torch.stack(sent)
+
+    def give(r):
+        def collective(t):
+            assert torch.equal(t, gathered[r])  # the same contribution as in the first round
+            return gathered
+        return collective
+
+    return [step(r, give(r)) for r in range(ranks)], gathered
+
+
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("stage", algebra.STAGES)
+@pytest.mark.parametrize("shards", SHARDS, ids=lambda s: "+".join(map(str, s)))
+def test_ranks_merged_in_order_equal_one_process(kind, stage, shards):
+    """Outputs, running buffers and num_batches_tracked of R ranks equal one process's on the
+    concatenated batch (float64: to rounding), and every rank holds the same buffers bit for bit."""
+    n = sum(shards)
+    x, weight, bias, scale, bn = _problem(kind, n)
+    one = copy.deepcopy(bn)
+    want = algebra.stage_forward(kind, stage, x, weight, bias, scale, one, True)
+    bounds = torch.tensor([0, *shards]).cumsum(0).tolist()
+    bns = [copy.deepcopy(bn) for _ in shards]
+
+    def step(r, gather):
+        b = copy.deepcopy(bns[r])  # a first round must leave the buffers as they were
+        y = algebra.stage_forward(kind, stage, x[bounds[r]:bounds[r + 1]], weight, bias, scale, b, True,
+                                  gather=gather)
+        bns[r] = b
+        return y
+
+    ys, gathered = _simulated(step, len(shards))
+    assert gathered.shape == (len(shards), 3, weight.shape[0])
+    assert torch.allclose(torch.cat(ys), want, rtol=1e-12, atol=1e-13)
+    for b in bns:
+        assert torch.equal(b.running_mean, bns[0].running_mean) and torch.equal(b.running_var, bns[0].running_var)
+        assert int(b.num_batches_tracked) == int(one.num_batches_tracked) == 4
+    assert torch.allclose(bns[0].running_mean, one.running_mean, rtol=1e-12, atol=1e-13)
+    assert torch.allclose(bns[0].running_var, one.running_var, rtol=1e-12, atol=1e-13)
+
+
+def test_global_batch_of_one_row_is_refused():
+    x, weight, bias, scale, bn = _problem("84", 1)
+    gathered = torch.stack([algebra.column_moments(x @ weight.t()), algebra.column_moments((x @ weight.t())[:0])])
+    with pytest.raises(ValueError, match="global batch of 1"):
+        algebra.stage_forward("84", "fused", x, weight, bias, scale, bn, True, gather=lambda t: gathered)
+
+
+def test_merge_ranks_is_chan_in_rank_order():
+    """Two ranks: Chan's pair formula; an empty rank is passed over; the order is fixed."""
+    z = torch.randn(30, 4, dtype=torch.float64)
+    parts = torch.stack([algebra.column_moments(z[:11]), algebra.column_moments(z[11:11]),
+                         algebra.column_moments(z[11:])])
+    mean, var, n = algebra.merge_ranks(parts)
+    assert n == 30
+    assert torch.allclose(mean, z.mean(0), rtol=1e-14) and torch.allclose(var, z.var(0, unbiased=False), rtol=1e-13)
+    assert parts[1].abs().sum() == 0
+
+
+def _backward(kind, dy, y, zc, var, x, weight, scale, bn, reduce=None):
+    return algebra.train_backward_fused(kind, dy, y, zc, var, x, weight, scale, bn.weight, bn.bias, bn.eps,
+                                        reduce=reduce)
+
+
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("shards", SHARDS[:1] + SHARDS[2:], ids=lambda s: "+".join(map(str, s)))
+def test_backward_with_one_reduction_equals_one_process(kind, shards):
+    """Each rank's dX is one process's dX of its rows; dW, dγ, dβ and ds summed over the ranks
+    (what DistributedDataParallel does) are one process's; the bias's gradient stays zero."""
+    n = sum(shards)
+    x, weight, bias, scale, bn = _problem(kind, n, seed=1)
+    y = algebra.stage_forward(kind, "fused", x, weight, bias, scale, copy.deepcopy(bn), True)
+    z = x @ weight.t()
+    zc = z - z.mean(0)
+    var = zc.pow(2).mean(0)
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    want = _backward(kind, dy, y, zc, var, x, weight, scale, bn)
+    bounds = torch.tensor([0, *shards]).cumsum(0).tolist()
+    rows = [slice(bounds[r], bounds[r + 1]) for r in range(len(shards))]
+    grads, _ = _simulated(lambda r, gathered: _backward(
+        kind, dy[rows[r]], y[rows[r]], zc[rows[r]], var, x[rows[r]], weight, scale, bn,
+        reduce=lambda t: gathered(t).sum(0)), len(shards))
+    assert torch.allclose(torch.cat([g[0] for g in grads]), want[0], rtol=1e-10, atol=1e-12)  # dx
+    for i in (1, 3, 4, 5):  # dweight, dscale, dgamma, dbeta: the ranks' parts sum to the whole
+        assert torch.allclose(sum(g[i] for g in grads), want[i], rtol=1e-10, atol=1e-12), i
+    assert all(torch.equal(g[2], torch.zeros_like(g[2])) for g in grads)
+
+
+# ---------------------------------------------------------------------------------- gloo processes
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, shards, kind: str, stage: str, out: str) -> None:
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        n = sum(shards)
+        x, weight, bias, scale, bn = _problem(kind, n, seed=3)
+        lo = sum(shards[:rank])
+        xr = x[lo:lo + shards[rank]]
+
+        def gather(t):
+            parts = [torch.empty_like(t) for _ in range(world)]
+            dist.all_gather(parts, t)
+            return torch.stack(parts)
+
+        def reduce(t):
+            t = t.clone()
+            dist.all_reduce(t)
+            return t
+
+        y = algebra.stage_forward(kind, stage, xr, weight, bias, scale, bn, True, gather=gather)
+        mean, var, _ = algebra.merge_ranks(gather(algebra.column_moments(xr @ weight.t())))
+        dy = torch.randn(n, y.shape[1], generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+        grads = _backward(kind, dy[lo:lo + shards[rank]], y, xr @ weight.t() - mean, var, xr, weight, scale, bn,
+                          reduce=reduce)
+        torch.save({"y": y, "running_mean": bn.running_mean, "running_var": bn.running_var, "grads": grads},
+                   f"{out}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("kind,stage,shards", [("84", "fused", (9, 1)), ("33", "sums", (7, 12, 3)),
+                                               ("84", "naive", (4, 4, 4))])
+def test_gloo_processes_equal_one_process(kind, stage, shards, tmp_path):
+    """The same through torch.distributed's all_gather and all_reduce, gloo, one process a rank."""
+    world = len(shards)
+    mp.spawn(_worker, args=(world, _free_port(), shards, kind, stage, str(tmp_path)), nprocs=world, join=True)
+    got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+    n = sum(shards)
+    x, weight, bias, scale, bn = _problem(kind, n, seed=3)
+    y = algebra.stage_forward(kind, stage, x, weight, bias, scale, bn, True)
+    assert torch.allclose(torch.cat([g["y"] for g in got]), y, rtol=1e-12, atol=1e-13)
+    for g in got:
+        assert torch.equal(g["running_mean"], got[0]["running_mean"]) and torch.equal(g["running_var"], got[0]["running_var"])
+    assert torch.allclose(got[0]["running_mean"], bn.running_mean, rtol=1e-12, atol=1e-13)
+    assert torch.allclose(got[0]["running_var"], bn.running_var, rtol=1e-12, atol=1e-13)
+    z = x @ weight.t()
+    zc = z - z.mean(0)
+    dy = torch.randn(n, y.shape[1], generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    want = _backward(kind, dy, y, zc, zc.pow(2).mean(0), x, weight, scale, bn)
+    assert torch.allclose(torch.cat([g["grads"][0] for g in got]), want[0], rtol=1e-10, atol=1e-12)
+    for i in (1, 3, 4, 5):
+        assert torch.allclose(sum(g["grads"][i] for g in got), want[i], rtol=1e-10, atol=1e-12), i
+
+
+# ---------------------------------------------------------------------------------- the modules
+
+def _model(kind: str, k: int = 5, m: int = 6):
+    import fusedlib
+    from fusedlib.reference import make_reference
+    torch.manual_seed(5)
+    ref = make_reference(kind, k, m, seed=5).double()
+    with torch.no_grad():
+        ref.bn.weight.uniform_(0.5, 1.5)
+        ref.bn.bias.normal_()
+    return ref, fusedlib
+
+
+def _module_worker(rank: int, world: int, port: int, shards, kind: str, stage: str, out: str, what: str) -> None:
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        ref, fusedlib = _model(kind)
+        fused = fusedlib.from_reference(ref, stage=stage).train()
+        fusedlib.convert_sync_batchnorm(fused)
+        n = sum(shards)
+        g = torch.Generator().manual_seed(6)
+        x = torch.randn(n, 5, generator=g, dtype=torch.float64) + 2
+        dy = torch.randn(n, 6, generator=g, dtype=torch.float64)
+        lo, hi = sum(shards[:rank]), sum(shards[:rank + 1])
+        if what == "step":
+            xr = x[lo:hi].clone().requires_grad_()
+            run = torch.compile(fused, backend="aot_eager", fullgraph=True) if world == 2 and stage == "fused" else fused
+            y = run(xr)
+            (y * dy[lo:hi]).sum().backward()
+            grads = {name: p.grad for name, p in fused.named_parameters()}
+            torch.save({"y": y.detach(), "dx": xr.grad, "grads": grads, "buffers": dict(fused.named_buffers())},
+                       f"{out}/rank{rank}.pt")
+        else:  # 50 steps of SGD with momentum under DistributedDataParallel, equal shards
+            ddp = torch.nn.parallel.DistributedDataParallel(fused)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+            losses = []
+            for step in range(50):
+                xs = torch.randn(n, 5, generator=torch.Generator().manual_seed(100 + step), dtype=torch.float64) + 2
+                t = torch.randn(n, 6, generator=torch.Generator().manual_seed(200 + step), dtype=torch.float64)
+                loss = (ddp(xs[lo:hi]) - t[lo:hi]).pow(2).sum() * world / n  # DDP averages: the global mean
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                total = loss.detach().clone() / world
+                dist.all_reduce(total)
+                losses.append(total.item())
+            torch.save({"losses": losses, "state": fused.state_dict()}, f"{out}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("kind,stage,shards", [("84", "fused", (9, 1)), ("33", "naive", (7, 12, 3)),
+                                               ("33", "fold", (6, 6)), ("84", "sums", (2, 11, 5))])
+def test_module_under_a_process_group_equals_one_process(kind, stage, shards, tmp_path):
+    """A fused module with ``convert_sync_batchnorm`` in R gloo processes: each rank's output and
+    dX are one process's on the concatenated batch, the running buffers too (and the same on
+    every rank), and the parameters' gradients summed over the ranks are one process's. At world
+    size 2 the fused stage runs under ``torch.compile(fullgraph=True)``."""
+    world = len(shards)
+    mp.spawn(_module_worker, args=(world, _free_port(), shards, kind, stage, str(tmp_path), "step"), nprocs=world,
+             join=True)
+    got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+    ref, fusedlib = _model(kind)
+    one = fusedlib.from_reference(ref, stage=stage).train()
+    n = sum(shards)
+    g = torch.Generator().manual_seed(6)
+    x = (torch.randn(n, 5, generator=g, dtype=torch.float64) + 2).requires_grad_()
+    dy = torch.randn(n, 6, generator=g, dtype=torch.float64)
+    y = one(x)
+    (y * dy).sum().backward()
+    close = dict(rtol=1e-10, atol=1e-12)
+    assert torch.allclose(torch.cat([r["y"] for r in got]), y.detach(), **close)
+    assert torch.allclose(torch.cat([r["dx"] for r in got]), x.grad, **close)
+    for name, p in one.named_parameters():
+        assert torch.allclose(sum(r["grads"][name] for r in got), p.grad, **close), name
+    for name, b in one.named_buffers():
+        assert all(torch.equal(r["buffers"][name], got[0]["buffers"][name]) for r in got), name
+        assert torch.allclose(got[0]["buffers"][name].double(), b.double(), **close), name
+
+
+def test_ddp_training_tracks_one_process(tmp_path):
+    """50 SGD steps of 84's fused module under DistributedDataParallel on 2 gloo ranks of 8 rows
+    each track one process on the 16 rows: losses and final parameters and buffers."""
+    shards = (8, 8)
+    mp.spawn(_module_worker, args=(2, _free_port(), shards, "84", "fused", str(tmp_path), "ddp"), nprocs=2, join=True)
+    got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    ref, fusedlib = _model("84")
+    one = fusedlib.from_reference(ref, stage="fused").train()
+    opt = torch.optim.SGD(one.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for step in range(50):
+        xs = torch.randn(16, 5, generator=torch.Generator().manual_seed(100 + step), dtype=torch.float64) + 2
+        t = torch.randn(16, 6, generator=torch.Generator().manual_seed(200 + step), dtype=torch.float64)
+        loss = (one(xs) - t).pow(2).sum() / 16
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert got[0]["losses"] == pytest.approx(losses, rel=1e-9)
+    for name, v in one.state_dict().items():
+        assert torch.equal(got[0]["state"][name], got[1]["state"][name]), name
+        assert torch.allclose(got[0]["state"][name].double(), v.double(), rtol=1e-8, atol=1e-10), name
+
+
+def test_process_group_is_checked_and_shown():
+    import fusedlib
+    with pytest.raises(TypeError, match="process_group: expected a torch.distributed ProcessGroup"):
+        fusedlib.FusedGemmBatchNormScalingSoftmax(4, 3, process_group="world")
+    with pytest.raises(RuntimeError, match="torch.distributed is not initialized"):
+        fusedlib.convert_sync_batchnorm(fusedlib.FusedGemmScaleBatchNorm(4, 3, (3,)))
