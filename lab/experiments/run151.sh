@@ -8,7 +8,9 @@
 #                  rounds) for 84 and 33 at 1024x8192:8192, 16384x4096:4096 (39's) and 4096x4096:4096,
 #                  and eager fp32 at each
 #   PART=all       the whole GPU suite, the large part alone at its end (or PART=large, then PART=suite)
-#   PART=large / suite / 84 / 33 / train (NOTEBOOKS=1): as run150.sh
+#   PART=large / suite / 84 / 33: as run150.sh
+#   PART=train     train steps, then the peers once more into results/h100/peers/ (make results);
+#                  with NOTEBOOKS=1 then the notebooks (or PART=notebooks after, carrying results/h100/peers)
 # Later parts start from the carried cache (.cache/flcache.part-*).
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
@@ -81,6 +83,10 @@ PY
   train) python -m fusedlib train-step --fresh > $OUT/train_step.log 2>&1
           echo "train-step: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 22 $OUT/train_step.log
           cp results/h100/train_step.csv results/h100/train_step.sources.json $OUT/
+          rm -rf results/h100/peers  # the peers once more (make results), for their run-to-run spread
+          for p in 84 33 39; do python -m fusedlib bench --problem $p --shape $p --mode train \
+            --impl eager,compile,gemm_only --remeasure --out results/h100/peers/bench.csv >> $OUT/peers.log 2>&1; done
+          echo "peers: rc=$? ($(( $(date +%s) - t0 )) s)"; mkdir -p $OUT/peers && cp results/h100/peers/* $OUT/peers/
           [ -n "${NOTEBOOKS:-}" ] || exit 0 ;&
   notebooks) pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -3
           export PYTHONPATH=/tmp/site:$PYTHONPATH
