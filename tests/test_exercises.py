@@ -34,7 +34,7 @@ def test_notebook_runs_the_check(key):
 
 
 def test_every_stage_notebook_has_two_exercises():
-    counts = {f"nb{n:02d}": 0 for n in range(1, 9)}
+    counts = {f"nb{n:02d}": 0 for n in range(1, 10)}
     for ex in EXERCISES.values():
         counts[ex.notebook] = counts.get(ex.notebook, 0) + 1
     few = {nb: c for nb, c in counts.items() if c < 2}
