@@ -27,7 +27,7 @@ __all__ = [
     "eval_coefficients", "fold_linear", "update_running_stats", "tracked_stats", "softmax_three_pass",
     "softmax_online", "stage_forward", "train_backward", "eval_backward", "backward_tile_partials",
     "train_backward_fused", "shifted_matmul_nt", "SHIFTED_PRECISIONS", "train_gemm", "column_moments",
-    "merge_ranks",
+    "merge_ranks", "LOW_PRECISION",
 ]
 
 #: The four optimisation stages, in teaching order.
@@ -414,9 +414,9 @@ def softmax_online(v: torch.Tensor, tile_cols: int = SOFTMAX_TILE_COLS) -> torch
 
 # --------------------------------------------------------------------------- stages
 
-def _naive(kind, x, weight, bias, scale, bn: BNState, training, precision, gather=None):
+def _naive(kind, x, weight, bias, scale, bn: BNState, training, precision, gather=None, store=None):
     # One operator at a time, each reading and writing a full tensor.
-    z = matmul_nt(x, weight, precision) + bias      # GEMM + bias
+    z = _stored(matmul_nt(x, weight, precision) + bias, store)  # GEMM + bias
     dt = z.dtype
     s = _scale_vector(scale, z.shape[1], dt)
     n = x.shape[0]
@@ -450,9 +450,38 @@ def _check_train_batch(x: torch.Tensor) -> None:
             f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
 
 
+#: Storage dtypes of the mixed-precision modules (docs/design.md §15): their GEMM multiplies
+#: these exactly into float32 sums, and everything after it runs in float32.
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def _stored(t: torch.Tensor, dtype) -> torch.Tensor:
+    """``t`` as a kernel leaves it in memory of ``dtype`` (None: as it is), back in t's dtype."""
+    return t if dtype is None else t.to(dtype).to(t.dtype)
+
+
+def _low_precision_forward(kind, stage, x, weight, bias, scale, bn: BNState, training, gather):
+    """:func:`stage_forward` for bf16/fp16 operands (docs/design.md §15): the products exact in
+    float32, the GEMM's output rounded once to x's dtype (naive, fold: Z; sums, fused: Z', whose
+    epilogue rounds its float32 sums before it forms the statistics, so that they are those of
+    the Z' the row pass and the backward read), the rest in float32; the running buffers
+    updated in float32 and stored in their dtype; Y in the dtype of x promoted with the scale's
+    (x's own for a module in bf16 or fp16; float32 under autocast, where the scale stays float32)."""
+    f = torch.float32
+    bn32 = BNState(bn.weight.to(f), bn.bias.to(f), bn.running_mean.to(f), bn.running_var.to(f),
+                   bn.num_batches_tracked, bn.momentum, bn.eps)
+    y = stage_forward(kind, stage, x.to(f), weight.to(f), bias.to(f), scale.to(f), bn32, training, "fp32",
+                      gather, _store=x.dtype)
+    if training and bn32.running_mean is not bn.running_mean:
+        with torch.no_grad():
+            bn.running_mean.copy_(bn32.running_mean)
+            bn.running_var.copy_(bn32.running_var)
+    return y.to(torch.promote_types(x.dtype, scale.dtype))
+
+
 def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                   scale: torch.Tensor, bn: BNState, training: bool, precision: str = "fp32",
-                  gather=None) -> torch.Tensor:
+                  gather=None, _store=None) -> torch.Tensor:
     """Forward of problem family ``kind`` ("84" or "33") computed the way ``stage`` does it.
 
     Args:
@@ -464,6 +493,8 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
         training: batch statistics (True) or running statistics (False).
         precision: "fp32", "tf32" or "3xtf32": the GEMM's precision, in every stage and
             mode (see :func:`matmul_nt`).
+        (x and weight in bfloat16 or float16: the mixed-precision rule of docs/design.md §15,
+        :func:`_low_precision_forward`; ``precision`` then does not apply.)
         gather: data parallelism (docs/design.md §14), train mode: the collective that takes
             this rank's (3, M) :func:`column_moments` to every rank's, (R, 3, M) in rank order
             (``torch.distributed.all_gather``); the batch statistics and the running buffers
@@ -478,20 +509,22 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
         global batch with ``gather``; the message PyTorch's BatchNorm raises).
     """
     check_stage_precision(stage, precision)
+    if x.dtype in LOW_PRECISION:
+        return _low_precision_forward(kind, stage, x, weight, bias, scale, bn, training, gather)
     if stage == "naive":
-        return _naive(kind, x, weight, bias, scale, bn, training, precision, gather)
+        return _naive(kind, x, weight, bias, scale, bn, training, precision, gather, _store)
     dt = x.dtype
     if not training:
         a, c = eval_coefficients(kind, bn, scale, dt)
         if stage == "fold":                           # GEMM + bias, then one affine pass
-            return _finish(kind, a * (matmul_nt(x, weight, precision) + bias) + c)
+            return _finish(kind, a * _stored(matmul_nt(x, weight, precision) + bias, _store) + c)
         # sums, fused: BN, s and the bias in the GEMM's epilogue, V = a∘(X Wᵀ) + (a∘b + c)
         v = a * matmul_nt(x, weight, precision) + (a * bias.to(dt) + c)
         if stage == "fused" and kind == "84":
             return softmax_online(v)
         return _finish(kind, v)
     if stage == "fold":
-        z = matmul_nt(x, weight, precision) + bias    # GEMM + bias
+        z = _stored(matmul_nt(x, weight, precision) + bias, _store)  # GEMM + bias
         mean, var, n = _batch_stats(z, None, gather)  # mean pass, variance pass (and the ranks' merge)
         a, c = train_coefficients(kind, mean, var, bn, scale)
         y = _finish(kind, a * z + c)                  # one affine (+ softmax) pass
@@ -499,7 +532,7 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
         return y
     # sums and fused: Z' = X Wᵀ without bias, tile partials from the GEMM epilogue,
     # Chan merge in the kernels' fixed order, bias only in the running mean.
-    zp = matmul_nt(x, weight, precision)
+    zp = _stored(matmul_nt(x, weight, precision), _store)  # (low precision: the epilogue rounds first, §15)
     mean_p, var, n = _batch_stats(zp, tile_rows(max(x.shape[0], 1), weight.shape[0], precision), gather)
     a, c = train_coefficients(kind, mean_p, var, bn, scale)
     v = a * zp + c

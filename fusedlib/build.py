@@ -43,11 +43,22 @@ class KernelBuildError(RuntimeError):
     """The kernels could not be built or there is no CUDA device to build them for."""
 
 
-def source_files() -> list[Path]:
+def source_files(kernel_dir: Path | None = None) -> list[Path]:
     """Every kernel source: the shared headers, the stage files in stage order, the backward,
-    the operators' host sides."""
+    the operators' host sides (in ``kernel_dir``, default the package's :data:`KERNEL_DIR`)."""
     files = [*HEADERS, *STAGE_FILES.values(), BACKWARD_FILE, HOST_COMMON, HOST, BACKWARD_HOST]
-    return [KERNEL_DIR / f for f in files]
+    return [Path(kernel_dir or KERNEL_DIR) / f for f in files]
+
+
+def copy_kernels(dest: Path) -> Path:
+    """A copy of every kernel source in folder ``dest`` (made if missing), to edit and build with
+    ``load_stage(..., kernel_dir=dest)`` (the course's exercise on epilogues). Returns ``dest``."""
+    import shutil
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in source_files():
+        shutil.copy2(path, dest / path.name)
+    return dest
 
 
 def sources_sha256(root: Path | None = None) -> dict[str, str]:
@@ -79,7 +90,8 @@ def arch_flags(capability: tuple[int, int]) -> list[str]:
     return [f"-gencode=arch=compute_{cc},code=sm_{cc}"]
 
 
-def _load(unit: str, cuda_src: str, decl: str, functions: list[str] | None, device_index: int, defines: list[str]):
+def _load(unit: str, cuda_src: str, decl: str, functions: list[str] | None, device_index: int, defines: list[str],
+          kernel_dir: Path | None = None):
     """Build (or load from the cache) one extension: ``cuda_src`` compiled with ninja for
     the device's compute capability, exporting ``functions`` (declared by ``decl``) through
     pybind11; None: ``cuda_src`` defines the Python module itself."""
@@ -91,7 +103,7 @@ def _load(unit: str, cuda_src: str, decl: str, functions: list[str] | None, devi
 
     capability = torch.cuda.get_device_capability(device_index)
     digest = hashlib.sha256()
-    for path in source_files():
+    for path in source_files(kernel_dir):
         digest.update(path.read_bytes())
     digest.update(decl.encode())
     cuda_flags = ["-O3", *defines, *arch_flags(capability)]
@@ -104,7 +116,7 @@ def _load(unit: str, cuda_src: str, decl: str, functions: list[str] | None, devi
         return load_inline(
             name=name, cpp_sources=decl, cuda_sources=cuda_src, functions=functions,
             extra_cuda_cflags=cuda_flags,
-            extra_include_paths=[str(KERNEL_DIR)], build_directory=str(build_dir), verbose=False)
+            extra_include_paths=[str(kernel_dir or KERNEL_DIR)], build_directory=str(build_dir), verbose=False)
     except Exception as exc:  # compiler or linker failure: keep the log, say where it is
         log = build_dir / "build.log"
         log.write_text(str(exc))
@@ -112,13 +124,18 @@ def _load(unit: str, cuda_src: str, decl: str, functions: list[str] | None, devi
 
 
 @functools.lru_cache(maxsize=None)
-def load_stage(stage: str, device_index: int = 0):
+def load_stage(stage: str, device_index: int = 0, kernel_dir: Path | None = None):
     """Build (or load from the cache) the extension of ``stage`` and return it.
 
     Loading it registers the stage's CUDA kernel of ``torch.ops.fusedlib.<stage>``
     (:mod:`fusedlib.ops`); the extension's one Python function, ``eager_forward``, is the
     modules' way to the same C++ function without the dispatcher
     (:func:`fusedlib.cuda.eager_forward`).
+
+    ``kernel_dir``: build from an edited copy of the sources (:func:`copy_kernels`) instead of
+    the package's: a separate extension (its own cache entry); call its ``eager_forward``
+    directly (loading it also re-registers the operator's CUDA kernel, which the package's
+    stays the modules' way).
 
     Raises:
         ValueError: unknown stage.
@@ -127,7 +144,7 @@ def load_stage(stage: str, device_index: int = 0):
     if stage not in STAGE_FILES:
         raise ValueError(f"stage: expected one of {tuple(STAGE_FILES)}, got {stage!r}")
     cuda_src = f'#include "{STAGE_FILES[stage]}"\n#include "{HOST}"\n'
-    return _load(stage, cuda_src, "", None, device_index, [f"-DFL_STAGE={stage}"])
+    return _load(stage, cuda_src, "", None, device_index, [f"-DFL_STAGE={stage}"], kernel_dir)
 
 
 @functools.lru_cache(maxsize=None)

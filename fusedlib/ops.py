@@ -163,6 +163,13 @@ def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x:
         cancels —, dscale (scale's shape), dgamma (M,), dbeta (M,)). CPU: :func:`fusedlib.algebra.train_backward_fused`
         (float32 or float64); CUDA: float32, the fused kernels then :func:`backward_gemms`.
     """
+    low = {name: t.dtype for name, t in (("x", x), ("weight", weight), ("scale", scale), ("gamma", gamma),
+                                          ("beta", beta))}
+    if z.dtype in algebra.LOW_PRECISION:  # docs/design.md §15: the backward in float32, gradients in each input's dtype
+        f = torch.float32
+        dy, z, x, weight, scale, gamma, beta = (t.to(f) for t in (dy, z, x, weight, scale, gamma, beta))
+        y = None if y is None else y.to(f)
+        stats = None if stats is None else stats.to(f)
     if group_name is None:
         mean, var = algebra.column_stats_two_pass(z)
         reduce = None
@@ -171,9 +178,11 @@ def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x:
             raise NotImplementedError(_SYNC_CUDA)
         mean, var = stats[0], stats[1]
         reduce = _all_reduce(group_name)
-    dx, *grads = algebra.train_backward_fused(kind, dy, y, z - mean, var, x, weight, scale, gamma, beta, eps,
-                                              reduce=reduce)
-    return (dx if need_dx else x.new_empty(0), *grads)
+    dx, dw, db, ds, dg, dbeta = algebra.train_backward_fused(kind, dy, y, z - mean, var, x, weight, scale, gamma,
+                                                             beta, eps, reduce=reduce)
+    dx = dx.to(low["x"]) if need_dx else x.new_empty(0, dtype=low["x"])
+    return (dx, dw.to(low["weight"]), db.to(low["weight"]), ds.to(low["scale"]), dg.to(low["gamma"]),
+            dbeta.to(low["beta"]))
 
 
 @train_backward.register_fake
@@ -221,11 +230,17 @@ class StageFunction(torch.autograd.Function):
                                        need_dx)
                 grads = (grads[0] if need_dx else None, *grads[1:])
             else:
-                y, x, weight, bias, scale, gamma, beta, running_mean, running_var = ctx.saved_tensors
+                saved = ctx.saved_tensors
+                y, x, weight, bias, scale, gamma, beta, running_mean, running_var = saved
+                dtypes = [t.dtype for t in (x, weight, bias, scale, gamma, beta)]
+                if x.dtype in algebra.LOW_PRECISION:  # in float32, the gradients in each input's dtype (§15)
+                    dy, y, x, weight, bias, scale, gamma, beta, running_mean, running_var = (
+                        t.float() for t in (dy, *saved))
                 with engine.cublas_precision(ctx.precision):
                     z = algebra.matmul_nt(x, weight, ctx.precision) + bias  # Z as the forward's GEMM made it
                     grads = algebra.eval_backward(ctx.kind, dy, y, z, x, weight, scale, gamma, beta, running_mean,
                                                   running_var, ctx.eps)
+                grads = tuple(g.to(d) for g, d in zip(grads, dtypes))
         return (None, None, *grads)
 
 
@@ -239,7 +254,10 @@ def _define(stage: str):
             if not training or z_out.shape != (x.shape[0], weight.shape[0]):
                 raise ValueError(f"z_out: expected a ({x.shape[0]}, {weight.shape[0]}) tensor in train mode, got "
                                  f"{tuple(z_out.shape)} in {'train' if training else 'eval'} mode")
-            z_out.copy_(algebra.train_gemm(x, weight, precision)[0])  # Z', as sums and fused keep it
+            if x.dtype in algebra.LOW_PRECISION:  # Z' from float32 sums, stored in x's dtype (§15)
+                z_out.copy_(algebra.matmul_nt(x.float(), weight.float()))
+            else:
+                z_out.copy_(algebra.train_gemm(x, weight, precision)[0])  # Z', as sums and fused keep it
         bn = algebra.BNState(gamma, beta, running_mean, running_var, num_batches_tracked, momentum, eps)
         return algebra.stage_forward(kind, stage, x, weight, bias, scale, bn, training, precision)
 
@@ -251,9 +269,17 @@ def _define(stage: str):
             return StageFunction.apply(op, args, *args[:_DIFFERENTIABLE])
         return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
 
+    def autocast_cpu(*args):
+        # torch.autocast on the CPU (docs/design.md §15): the Linear's operands in the autocast
+        # dtype, as eager autocast runs nn.Linear; BatchNorm's parameters and buffers stay.
+        dtype = torch.get_autocast_dtype("cpu")
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)):
+            return op(*(t.to(dtype) if t.is_floating_point() else t for t in args[:3]), *args[3:])
+
     _LIB.impl(stage, cpu, "CPU")
     torch.library.register_fake(f"fusedlib::{stage}", fake, lib=_LIB)
     _LIB.impl(stage, autograd_kernel, "Autograd", with_keyset=True)
+    _LIB.impl(stage, autocast_cpu, "AutocastCPU")
     return op
 
 

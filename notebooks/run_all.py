@@ -3,7 +3,7 @@
 On a machine with CUDA the cells tagged ``gpu`` run the kernels; elsewhere they print that
 they were skipped, so the same command works everywhere. Run from anywhere:
 
-    python notebooks/run_all.py                  # all notebooks (00–08, then the appendices), in place
+    python notebooks/run_all.py                  # all notebooks (00–09, then the appendices), in place
     python notebooks/run_all.py 02 05            # only those whose name contains 02 or 05
     python notebooks/run_all.py appendix         # only the appendices
     python notebooks/run_all.py --out /tmp/nb    # write the executed copies elsewhere
@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="folder for the executed notebooks (default: in place)")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell (default 1800)")
     args = parser.parse_args(argv)
-    paths = sorted(HERE.glob("[0-9][0-9]_*.ipynb")) + sorted(HERE.glob("appendix_*.ipynb"))  # appendices after 08
+    paths = sorted(HERE.glob("[0-9][0-9]_*.ipynb")) + sorted(HERE.glob("appendix_*.ipynb"))  # appendices after 09
     if args.names:
         paths = [p for p in paths if any(n in p.name for n in args.names)]
     if args.out:

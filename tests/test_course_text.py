@@ -1,4 +1,4 @@
-"""The course's text rules (notebooks 00 → 08, in reading order): every glossary term defined in
+"""The course's text rules (notebooks 00 → 09, in reading order): every glossary term defined in
 bold before its first use, no measured number typed into Markdown, no experiment IDs or
 references to the lab's notes, and slides that fit a screen with alt text on every image.
 
@@ -15,7 +15,7 @@ import pytest
 from fusedlib import glossary
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
-NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("0[0-8]_*.ipynb"))  # reading order: 00 → 08
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("0[0-9]_*.ipynb"))  # reading order: 00 → 09
 
 
 def _read(path):

@@ -203,106 +203,68 @@ def test_gloo_processes_equal_one_process(kind, stage, shards, tmp_path):
 
 # ---------------------------------------------------------------------------------- the modules
 
-def _model(kind: str, k: int = 5, m: int = 6):
-    import fusedlib
-    from fusedlib.reference import make_reference
-    torch.manual_seed(5)
-    ref = make_reference(kind, k, m, seed=5).double()
-    with torch.no_grad():
-        ref.bn.weight.uniform_(0.5, 1.5)
-        ref.bn.bias.normal_()
-    return ref, fusedlib
+@pytest.mark.parametrize("kind,stage,shards", [("84", "fused", (9, 1)), ("33", "naive", (7, 12, 3)),
+                                               ("33", "fold", (6, 6)), ("84", "sums", (2, 11, 5))])
+def test_module_under_a_process_group_equals_one_process(kind, stage, shards):
+    """A fused module with ``convert_sync_batchnorm`` in R gloo processes
+    (:func:`fusedlib.lab.sync_demo.run_ranks`): each rank's output and dX are one process's on
+    the concatenated batch, the running buffers too (and the same on every rank), and the
+    parameters' gradients summed over the ranks are one process's. At world size 2 the fused
+    stage runs under ``torch.compile(fullgraph=True)``."""
+    from fusedlib.lab import sync_demo
+    ranks = sync_demo.run_ranks(kind, stage, shards, compile_it=len(shards) == 2 and stage == "fused")
+    diff = sync_demo.compare(ranks, sync_demo.one_process(kind, stage, sum(shards)))
+    assert diff.pop("buffers equal on every rank")
+    assert max(diff.values()) <= 1e-12, diff
+    assert set(diff) >= {"Y", "dX", "d gemm.weight", "d scale", "d bn.weight", "bn.running_mean"}
 
 
-def _module_worker(rank: int, world: int, port: int, shards, kind: str, stage: str, out: str, what: str) -> None:
+def _ddp_worker(rank: int, world: int, port: int, n: int, out: str) -> None:
     import torch.distributed as dist
+
+    import fusedlib
+    from fusedlib.lab import sync_demo
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        ref, fusedlib = _model(kind)
-        fused = fusedlib.from_reference(ref, stage=stage).train()
-        fusedlib.convert_sync_batchnorm(fused)
-        n = sum(shards)
-        g = torch.Generator().manual_seed(6)
-        x = torch.randn(n, 5, generator=g, dtype=torch.float64) + 2
-        dy = torch.randn(n, 6, generator=g, dtype=torch.float64)
-        lo, hi = sum(shards[:rank]), sum(shards[:rank + 1])
-        if what == "step":
-            xr = x[lo:hi].clone().requires_grad_()
-            run = torch.compile(fused, backend="aot_eager", fullgraph=True) if world == 2 and stage == "fused" else fused
-            y = run(xr)
-            (y * dy[lo:hi]).sum().backward()
-            grads = {name: p.grad for name, p in fused.named_parameters()}
-            torch.save({"y": y.detach(), "dx": xr.grad, "grads": grads, "buffers": dict(fused.named_buffers())},
-                       f"{out}/rank{rank}.pt")
-        else:  # 50 steps of SGD with momentum under DistributedDataParallel, equal shards
-            ddp = torch.nn.parallel.DistributedDataParallel(fused)
-            opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-            losses = []
-            for step in range(50):
-                xs = torch.randn(n, 5, generator=torch.Generator().manual_seed(100 + step), dtype=torch.float64) + 2
-                t = torch.randn(n, 6, generator=torch.Generator().manual_seed(200 + step), dtype=torch.float64)
-                loss = (ddp(xs[lo:hi]) - t[lo:hi]).pow(2).sum() * world / n  # DDP averages: the global mean
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                total = loss.detach().clone() / world
-                dist.all_reduce(total)
-                losses.append(total.item())
-            torch.save({"losses": losses, "state": fused.state_dict()}, f"{out}/rank{rank}.pt")
+        fused = fusedlib.convert_sync_batchnorm(sync_demo._model("84", "fused"))
+        ddp = torch.nn.parallel.DistributedDataParallel(fused)
+        lo, hi = n * rank // world, n * (rank + 1) // world
+        torch.save(_train(ddp, fused, slice(lo, hi), world, n), f"{out}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("kind,stage,shards", [("84", "fused", (9, 1)), ("33", "naive", (7, 12, 3)),
-                                               ("33", "fold", (6, 6)), ("84", "sums", (2, 11, 5))])
-def test_module_under_a_process_group_equals_one_process(kind, stage, shards, tmp_path):
-    """A fused module with ``convert_sync_batchnorm`` in R gloo processes: each rank's output and
-    dX are one process's on the concatenated batch, the running buffers too (and the same on
-    every rank), and the parameters' gradients summed over the ranks are one process's. At world
-    size 2 the fused stage runs under ``torch.compile(fullgraph=True)``."""
-    world = len(shards)
-    mp.spawn(_module_worker, args=(world, _free_port(), shards, kind, stage, str(tmp_path), "step"), nprocs=world,
-             join=True)
-    got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
-    ref, fusedlib = _model(kind)
-    one = fusedlib.from_reference(ref, stage=stage).train()
-    n = sum(shards)
-    g = torch.Generator().manual_seed(6)
-    x = (torch.randn(n, 5, generator=g, dtype=torch.float64) + 2).requires_grad_()
-    dy = torch.randn(n, 6, generator=g, dtype=torch.float64)
-    y = one(x)
-    (y * dy).sum().backward()
-    close = dict(rtol=1e-10, atol=1e-12)
-    assert torch.allclose(torch.cat([r["y"] for r in got]), y.detach(), **close)
-    assert torch.allclose(torch.cat([r["dx"] for r in got]), x.grad, **close)
-    for name, p in one.named_parameters():
-        assert torch.allclose(sum(r["grads"][name] for r in got), p.grad, **close), name
-    for name, b in one.named_buffers():
-        assert all(torch.equal(r["buffers"][name], got[0]["buffers"][name]) for r in got), name
-        assert torch.allclose(got[0]["buffers"][name].double(), b.double(), **close), name
+def _train(model, module, rows: slice, world: int, n: int) -> dict:
+    """50 steps of SGD with momentum on the mean squared error over the global batch of n rows
+    (each rank's loss × world: DistributedDataParallel averages the ranks' gradients)."""
+    import torch.distributed as dist
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for step in range(50):
+        xs = torch.randn(n, 5, generator=torch.Generator().manual_seed(100 + step), dtype=torch.float64) + 2
+        t = torch.randn(n, 6, generator=torch.Generator().manual_seed(200 + step), dtype=torch.float64)
+        loss = (model(xs[rows]) - t[rows]).pow(2).sum() * world / n
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total = loss.detach() / world
+        if world > 1:
+            dist.all_reduce(total)
+        losses.append(total.item())
+    return {"losses": losses, "state": module.state_dict()}
 
 
 def test_ddp_training_tracks_one_process(tmp_path):
     """50 SGD steps of 84's fused module under DistributedDataParallel on 2 gloo ranks of 8 rows
     each track one process on the 16 rows: losses and final parameters and buffers."""
-    shards = (8, 8)
-    mp.spawn(_module_worker, args=(2, _free_port(), shards, "84", "fused", str(tmp_path), "ddp"), nprocs=2, join=True)
+    from fusedlib.lab import sync_demo
+    mp.spawn(_ddp_worker, args=(2, _free_port(), 16, str(tmp_path)), nprocs=2, join=True)
     got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
-    ref, fusedlib = _model("84")
-    one = fusedlib.from_reference(ref, stage="fused").train()
-    opt = torch.optim.SGD(one.parameters(), lr=0.05, momentum=0.9)
-    losses = []
-    for step in range(50):
-        xs = torch.randn(16, 5, generator=torch.Generator().manual_seed(100 + step), dtype=torch.float64) + 2
-        t = torch.randn(16, 6, generator=torch.Generator().manual_seed(200 + step), dtype=torch.float64)
-        loss = (one(xs) - t).pow(2).sum() / 16
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    assert got[0]["losses"] == pytest.approx(losses, rel=1e-9)
-    for name, v in one.state_dict().items():
+    one = sync_demo._model("84", "fused")
+    want = _train(one, one, slice(0, 16), 1, 16)
+    assert got[0]["losses"] == pytest.approx(want["losses"], rel=1e-9)
+    for name, v in want["state"].items():
         assert torch.equal(got[0]["state"][name], got[1]["state"][name]), name
         assert torch.allclose(got[0]["state"][name].double(), v.double(), rtol=1e-8, atol=1e-10), name
 

@@ -38,6 +38,7 @@ class Exercise:
     check: Callable[[Any], None]
     solution: Any
     wrong: Any
+    gpu: bool = False  # the check runs kernels: without a CUDA GPU it can only compile the answer
 
 
 REGISTRY: dict[str, Exercise] = {}
@@ -49,9 +50,11 @@ def expect(condition: bool, message: str) -> None:
         raise ExerciseError(message)
 
 
-def exercise(solution: Any, wrong: Any, verified: str):
+def exercise(solution: Any, wrong: Any, verified: str, gpu: bool = False):
     """Register the decorated ``check_<name>(answer)`` of module ``nbXX`` with its ``solution``
-    and a known-``wrong`` answer; on success the check prints "✓ <verified>"."""
+    and a known-``wrong`` answer; on success the check prints "✓ <verified>". ``gpu``: the
+    check needs a CUDA GPU to tell right from wrong (without one it raises ExerciseError saying
+    so, after what it can check)."""
     def register(check: Callable[[Any], None]) -> Callable[[Any], None]:
         notebook = check.__module__.rsplit(".", 1)[-1]
         name = check.__name__.removeprefix("check_")
@@ -64,7 +67,7 @@ def exercise(solution: Any, wrong: Any, verified: str):
                 raise ExerciseError("not answered yet: write your answer in the cell above the check") from None
             print(f"✓ {verified}")
 
-        REGISTRY[f"{notebook}.{name}"] = Exercise(notebook, name, run, solution, wrong)
+        REGISTRY[f"{notebook}.{name}"] = Exercise(notebook, name, run, solution, wrong, gpu)
         return run
     return register
 

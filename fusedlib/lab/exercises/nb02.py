@@ -1,8 +1,9 @@
-"""Checks for notebook 02 (the naive stage): predict its DRAM bytes; count a grid's waves."""
+"""Checks for notebook 02 (the naive stage): predict its DRAM bytes; count a grid's waves; (GPU)
+move 33's scale into the GEMM's epilogue in a copy of the kernels and rebuild it."""
 from __future__ import annotations
 
 from fusedlib.lab.costmodel import cost
-from fusedlib.lab.exercises import exercise, expect
+from fusedlib.lab.exercises import ExerciseError, exercise, expect
 from fusedlib.lab.exercises.solutions import nb02 as solutions
 
 
@@ -44,3 +45,91 @@ def check_waves(waves) -> None:
         expect(int(got[0]) == want[0], f"{tiles} tiles, {sms} SMs × {per_sm} blocks: {want[0]} waves, got {got[0]}")
         expect(abs(float(got[1]) - want[1]) < 1e-9,
                f"{tiles} tiles, {sms} SMs × {per_sm} blocks: busy share {want[1]:.3f}, got {float(got[1]):.3f}")
+
+
+# ---------------------------------------------------------------- GPU: an epilogue edited and rebuilt
+#: Problem 33 shapes the edited naive stage runs (fp32: the SIMT GEMM and its C-tile epilogue).
+FUSE_SHAPES = ((257, 1000, 999), (64, 256, 128))
+
+
+def _scale_twice(kernels):
+    """The known-wrong answer: the epilogue multiplies by s, but the scale pass still runs (Z∘s∘s)."""
+    epilogue = kernels / "epilogue.cuh"
+    bias = "      if (S == Store::kBias && !p.z0) v += p.bias[j];  // (Z − Z₀ of the first-row shift has none)\n"
+    epilogue.write_text(epilogue.read_text().replace(
+        bias, bias + "      if (S == Store::kBias && p.kind != 84) v *= scale_at(p, j);  // Z∘s\n"))
+
+
+def _run_edited(kernel_dir: str, out: str) -> None:
+    """In a process of its own (loading the edited extension re-registers the operator's CUDA
+    kernel): the edited naive stage's eager forward and the package's, problem 33, fp32, train
+    mode, at FUSE_SHAPES: each one's error against float64 and the CUDA kernels it launches."""
+    import copy
+    from pathlib import Path
+
+    import torch
+
+    import fusedlib
+    from fusedlib import build
+    from fusedlib.reference import make_reference
+    edited, package = build.load_stage("naive", kernel_dir=Path(kernel_dir)), build.load_stage("naive")
+    rows = []
+    for n, k, m in FUSE_SHAPES:
+        ref = make_reference("33", k, m, seed=0).cuda()
+        x = torch.randn(n, k, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+        want = copy.deepcopy(ref).double()(x.double())
+        for name, ext in (("edited", edited), ("package", package)):
+            mod = fusedlib.from_reference(ref, stage="naive")
+            b = mod.bn
+            args = (x, mod.gemm.weight, mod.gemm.bias, mod.scale, b.weight, b.bias, b.running_mean, b.running_var,
+                    b.num_batches_tracked, "33", "fp32", True, b.eps, b.momentum)
+            with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                y = ext.eager_forward(*args)
+                torch.cuda.synchronize()
+            kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                          and "memset" not in e.name.lower() and "memcpy" not in e.name.lower())
+            err = ((y.double() - want).norm() / want.norm()).item()
+            rows.append({"shape": f"{n}x{k}->{m}", "build": name, "rel_err": err, "kernels": kernels})
+    torch.save(rows, Path(out) / "rows.pt")
+
+
+@exercise(solution=solutions.fuse_scale, wrong=_scale_twice, gpu=True,
+          verified="the edited naive stage is right at every shape and launches one kernel fewer (GPU)")
+def check_fuse_scale(edit) -> None:
+    """``edit(kernels)`` edits the copy of the kernel sources in folder ``kernels`` (a
+    pathlib.Path, :func:`fusedlib.build.copy_kernels`) so that problem 33's naive stage
+    multiplies by the scale in its GEMM's epilogue and drops the scale pass. With a CUDA GPU the
+    copy is built with the project's build (``load_stage("naive", kernel_dir=...)``, about two
+    minutes the first time) and run in a process of its own: its output against float64 at
+    FUSE_SHAPES (as the package's naive stage), and one CUDA kernel fewer. Without one, the
+    edited stage is only compiled (nvcc), and the check says it cannot run it."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    from fusedlib import build
+    if not torch.cuda.is_available() and shutil.which("nvcc") is None:
+        raise ExerciseError("this check builds and runs the edited kernels: it needs a CUDA GPU (or nvcc, to compile them)")
+    with tempfile.TemporaryDirectory() as tmp:
+        kernels = build.copy_kernels(Path(tmp) / "kernels")
+        edit(kernels)
+        if not torch.cuda.is_available():
+            try:
+                build.compile_check(kernels / build.STAGE_FILES["naive"], (8, 0))
+            except build.KernelBuildError as exc:
+                raise ExerciseError(f"the edited naive stage does not compile:\n{str(exc)[-1500:]}") from None
+            raise ExerciseError("the edited naive stage compiles; running it needs a CUDA GPU")
+        import torch.multiprocessing as mp
+        mp.spawn(_run_edited, args=(str(kernels), tmp), nprocs=1, join=True)
+        rows = torch.load(Path(tmp) / "rows.pt")
+    for shape in {r["shape"] for r in rows}:
+        got = next(r for r in rows if r["shape"] == shape and r["build"] == "edited")
+        base = next(r for r in rows if r["shape"] == shape and r["build"] == "package")
+        expect(got["rel_err"] <= max(1e-5, 2 * base["rel_err"]),
+               f"at {shape} the edited stage's output is {got['rel_err']:.1e} from float64 (the package's "
+               f"{base['rel_err']:.1e}): is Z∘s scaled once, and BatchNorm reading it?")
+        expect(got["kernels"] == base["kernels"] - 1,
+               f"at {shape} the edited stage launches {got['kernels']} kernels, the package's {base['kernels']}: "
+               "the scale pass should be gone")

@@ -19,3 +19,23 @@ def waves(tiles: int, sms: int, blocks_per_sm: int) -> tuple[int, float]:
     slots = sms * blocks_per_sm
     w = math.ceil(tiles / slots)
     return w, tiles / (w * slots)
+
+
+def fuse_scale(kernels):
+    """Problem 33's scale moved into the naive stage's GEMM epilogue, in the copy of the kernel
+    sources in folder ``kernels`` (a pathlib.Path): the SIMT epilogue's store multiplies each
+    column by s_j after adding the bias (epilogue.cuh, store_tile), and the naive forward drops
+    its scale pass, BatchNorm reading Z∘s where the GEMM left it (01_naive.cu)."""
+    epilogue = kernels / "epilogue.cuh"
+    text = epilogue.read_text()
+    bias = "      if (S == Store::kBias && !p.z0) v += p.bias[j];  // (Z − Z₀ of the first-row shift has none)\n"
+    epilogue.write_text(text.replace(bias, bias + "      if (S == Store::kBias && p.kind != 84) v *= scale_at(p, j);  // Z∘s\n"))
+    naive = kernels / "01_naive.cu"
+    text = naive.read_text()
+    scale_pass = """  if (p.kind != 84) {
+    scale_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, p.scale, p.scale_len, p.y, p.n, p.m);
+    FL_CHECK_LAUNCH();
+    t = p.y;
+  }
+"""
+    naive.write_text(text.replace(scale_pass, ""))

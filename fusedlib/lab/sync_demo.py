@@ -1,0 +1,110 @@
+"""(lab) Data parallelism on the CPU for the course (notebook 09) and the tests: a fused module
+under ``fusedlib.convert_sync_batchnorm`` run by R gloo processes, one a rank, each on its own
+rows of one batch, against one process on the whole batch (docs/design.md §14).
+
+:func:`run_ranks` spawns the processes (``torch.multiprocessing``, the ``spawn`` start method:
+it works from a notebook, since the worker lives in this module) and returns every rank's
+output, dX, parameter gradients and buffers; :func:`one_process` is the same step in this
+process on the concatenated batch; :func:`compare` puts the two side by side.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from pathlib import Path
+
+import torch
+
+__all__ = ["compare", "one_process", "run_ranks"]
+
+#: in_features, out_features of the demonstration model (small: the point is the arithmetic).
+K, M = 5, 6
+
+
+def _model(kind: str, stage: str):
+    """The fused module of the step: float64, from a seeded reference with γ and β randomised."""
+    import fusedlib
+    from fusedlib.reference import make_reference
+    ref = make_reference(kind, K, M, seed=5).double()
+    with torch.no_grad():
+        ref.bn.weight.copy_(torch.rand(M, generator=torch.Generator().manual_seed(7), dtype=torch.float64) + 0.5)
+        ref.bn.bias.copy_(torch.randn(M, generator=torch.Generator().manual_seed(8), dtype=torch.float64))
+    return fusedlib.from_reference(ref, stage=stage).train()
+
+
+def _batch(n: int):
+    """x (N, K) with columns off zero and dY (N, M), the same in every process."""
+    g = torch.Generator().manual_seed(6)
+    return torch.randn(n, K, generator=g, dtype=torch.float64) + 2, torch.randn(n, M, generator=g, dtype=torch.float64)
+
+
+def _step(module, x: torch.Tensor, dy: torch.Tensor, compile_it: bool = False) -> dict:
+    """One train step's forward and backward (loss Σ Y∘dY); what it produced."""
+    x = x.clone().requires_grad_()
+    run = torch.compile(module, backend="aot_eager", fullgraph=True) if compile_it else module
+    y = run(x)
+    (y * dy).sum().backward()
+    return {"y": y.detach(), "dx": x.grad, "grads": {n: p.grad.clone() for n, p in module.named_parameters()},
+            "buffers": {n: b.clone() for n, b in module.named_buffers()}}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, shards: tuple, kind: str, stage: str, compile_it: bool,
+            out: str) -> None:
+    import torch.distributed as dist
+
+    import fusedlib
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        module = fusedlib.convert_sync_batchnorm(_model(kind, stage))
+        x, dy = _batch(sum(shards))
+        lo, hi = sum(shards[:rank]), sum(shards[:rank + 1])
+        torch.save(_step(module, x[lo:hi], dy[lo:hi], compile_it), Path(out) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def run_ranks(kind: str, stage: str, shards: tuple[int, ...], compile_it: bool = False) -> list[dict]:
+    """One train step of problem ``kind``'s fused module (``stage``) on R = len(shards) gloo
+    processes, rank r holding ``shards[r]`` rows of one batch (float64, in_features 5,
+    out_features 6). Returns each rank's dict: ``y`` and ``dx`` (its rows), ``grads`` (its part
+    of each parameter's gradient) and ``buffers`` (the running buffers after the step).
+    ``compile_it``: the forward under ``torch.compile(fullgraph=True)`` (backend aot_eager).
+
+    Raises:
+        torch.multiprocessing.ProcessRaisedException: a rank failed (its traceback inside).
+    """
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as out:
+        mp.spawn(_worker, args=(len(shards), _free_port(), tuple(shards), kind, stage, compile_it, out),
+                 nprocs=len(shards), join=True)
+        return [torch.load(Path(out) / f"rank{r}.pt") for r in range(len(shards))]
+
+
+def one_process(kind: str, stage: str, n: int) -> dict:
+    """:func:`run_ranks`'s step in this process on the whole batch of ``n`` rows."""
+    x, dy = _batch(n)
+    return _step(_model(kind, stage), x, dy)
+
+
+def compare(ranks: list[dict], one: dict) -> dict:
+    """The ranks against one process: the largest absolute difference of Y and dX (the ranks'
+    rows concatenated), of each parameter's gradient (the ranks' parts summed, as
+    DistributedDataParallel sums them) and of the running buffers (rank 0's), and whether
+    every rank holds the same buffers bit for bit."""
+    diff = {"Y": (torch.cat([r["y"] for r in ranks]) - one["y"]).abs().max().item(),
+            "dX": (torch.cat([r["dx"] for r in ranks]) - one["dx"]).abs().max().item()}
+    for name, g in one["grads"].items():
+        diff[f"d {name}"] = (sum(r["grads"][name] for r in ranks) - g).abs().max().item()
+    for name, b in one["buffers"].items():
+        diff[name] = (ranks[0]["buffers"][name].double() - b.double()).abs().max().item()
+    diff["buffers equal on every rank"] = all(torch.equal(r["buffers"][k], ranks[0]["buffers"][k])
+                                              for r in ranks for k in one["buffers"])
+    return diff
