@@ -73,3 +73,11 @@ def test_merge_tree_follows_the_algebra_order():
     texts = _texts(fig)
     assert [f"t{t}" for t in range(8)] == [t for t in texts if t.startswith("t") and t[1:].isdigit()]
     assert sum(t.startswith("⊕") for t in texts) == 7
+
+
+def test_rank_merge_draws_each_rank_and_the_gather():
+    from fusedlib.lab.diagrams import sync
+    fig = sync.rank_merge((2, 1))
+    texts = " ".join(_texts(fig))
+    assert "rank 0: 2 tiles" in texts and "rank 1: 1 tile" in texts and "all-gather" in texts
+    assert "the same bits on every rank" in texts and figures.diagram_figures()["rank_merge"] is sync.rank_merge
