@@ -95,11 +95,16 @@ def stage_forward(module, args: tuple) -> torch.Tensor:
 
 
 @ops.train_backward.register_kernel("cuda")
-def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx=True):
+def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx=True, stats=None,
+                         group_name=None):
     """The CUDA kernel of ``torch.ops.fusedlib.train_backward`` (schema and CPU kernel in
     :mod:`fusedlib.ops`): the backward extension's fused passes, then the two GEMMs
     (:func:`fusedlib.ops.backward_gemms`). Registered here, beside the forward's use of the
-    build, so that :mod:`fusedlib.ops` does not import :mod:`fusedlib.build` (which imports it)."""
+    build, so that :mod:`fusedlib.ops` does not import :mod:`fusedlib.build` (which imports it).
+    ``stats`` and ``group_name`` (data parallelism) are the CPU kernel's only so far: with a
+    group it raises NotImplementedError, as the forward does."""
+    if group_name is not None:
+        raise NotImplementedError(ops._SYNC_CUDA)
     ext = load_backward(z.device.index if z.device.index is not None else torch.cuda.current_device())
     split = precision == "3xtf32"
     dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, z if y is None else y, z, scale, gamma, beta, kind,

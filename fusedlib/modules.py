@@ -71,7 +71,7 @@ class _FusedBase(nn.Module):
         global batch's (one all-gather of 3 × out_features floats a forward, one all-reduce a
         backward), as ``nn.SyncBatchNorm`` computes them; eval mode communicates nothing. CPU
         tensors (gloo) for now: a CUDA forward with a group raises NotImplementedError."""
-        return self._process_group
+        return self.__dict__.get("_process_group")
 
     @process_group.setter
     def process_group(self, group) -> None:
@@ -81,8 +81,21 @@ class _FusedBase(nn.Module):
         self._process_group = group
 
     def _synced(self) -> bool:
-        group = self._process_group
+        group = self.__dict__.get("_process_group")  # (a module pickled before the attribute existed has none)
         return self.training and group is not None and group.size() > 1
+
+    def __deepcopy__(self, memo):
+        """A deep copy that shares the process group (a group is the processes' connection, not
+        state: it cannot be copied), so that ``copy.deepcopy`` of a converted model (an EMA copy)
+        works; everything else is copied as ``nn.Module`` copies it."""
+        import copy
+        group = self.__dict__.get("_process_group")
+        if group is not None:
+            memo[id(group)] = group
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(self.__dict__, memo))
+        return new
 
     @property
     def stage(self) -> str:
@@ -155,7 +168,7 @@ class _FusedBase(nn.Module):
 
     def extra_repr(self) -> str:
         """Shown by ``print(module)``: the stage, the precision (and a process group's name)."""
-        group = "" if self._process_group is None else f", process_group={self._process_group.group_name!r}"
+        group = "" if self.process_group is None else f", process_group={self.process_group.group_name!r}"
         return f"stage={self._stage!r}, precision={self._precision!r}{group}"
 
 

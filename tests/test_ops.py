@@ -135,3 +135,13 @@ def test_three_tf32_sums_the_parts_slice_by_slice():
     assert ((got.double() - want).norm() / want.norm()).item() < 1e-6
     whole = ops.three_tf32(*algebra.tf32_split(a), *algebra.tf32_split(b), slice_len=64)
     assert torch.allclose(got, whole, rtol=1e-6, atol=1e-6)
+
+
+def test_cuda_backward_kernel_takes_the_schema_arguments():
+    """The CUDA kernel registered for train_backward (fusedlib.cuda) must take every argument of
+    the schema, in order: the dispatcher passes them all (a CPU machine cannot run it to see)."""
+    import inspect
+
+    from fusedlib import cuda
+    schema = [a.name for a in torch.ops.fusedlib.train_backward.default._schema.arguments]
+    assert list(inspect.signature(cuda._train_backward_cuda).parameters) == schema

@@ -275,3 +275,27 @@ def test_process_group_is_checked_and_shown():
         fusedlib.FusedGemmBatchNormScalingSoftmax(4, 3, process_group="world")
     with pytest.raises(RuntimeError, match="torch.distributed is not initialized"):
         fusedlib.convert_sync_batchnorm(fusedlib.FusedGemmScaleBatchNorm(4, 3, (3,)))
+
+
+def _copy_worker(rank: int, world: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    import fusedlib
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        fused = fusedlib.convert_sync_batchnorm(fusedlib.FusedGemmScaleBatchNorm(4, 3, (3,)))
+        twin = copy.deepcopy(fused)  # an EMA copy, say
+        same = twin.process_group is fused.process_group
+        separate = twin.gemm.weight is not fused.gemm.weight and torch.equal(twin.gemm.weight, fused.gemm.weight)
+        torch.save({"same group": same, "separate parameters": separate, "repr": repr(twin)}, f"{out}/copy.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_deepcopy_shares_the_process_group(tmp_path):
+    """``copy.deepcopy`` of a converted module (a process group cannot be copied): the copy shares
+    the group and has parameters of its own."""
+    mp.spawn(_copy_worker, args=(1, _free_port(), str(tmp_path)), nprocs=1, join=True)
+    got = torch.load(tmp_path / "copy.pt")
+    assert got["same group"] and got["separate parameters"] and "process_group=" in got["repr"]
