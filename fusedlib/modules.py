@@ -71,7 +71,7 @@ class _FusedBase(nn.Module):
         global batch's (one all-gather of 3 × out_features floats a forward, one all-reduce a
         backward), as ``nn.SyncBatchNorm`` computes them; eval mode communicates nothing. CPU
         tensors (gloo) for now: a CUDA forward with a group raises NotImplementedError."""
-        return self.__dict__.get("_process_group")
+        return self.__dict__.get("_process_group")  # (none in a module pickled before it existed)
 
     @process_group.setter
     def process_group(self, group) -> None:
@@ -81,7 +81,7 @@ class _FusedBase(nn.Module):
         self._process_group = group
 
     def _synced(self) -> bool:
-        group = self.__dict__.get("_process_group")  # (a module pickled before the attribute existed has none)
+        group = self.process_group
         return self.training and group is not None and group.size() > 1
 
     def __deepcopy__(self, memo):
@@ -150,16 +150,16 @@ class _FusedBase(nn.Module):
         """x: (N, in_features) -> (N, out_features); see the class docstring."""
         tensors = self._tensors()
         bn = self._modules["bn"]
-        if isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not self._synced():
+        synced = self._synced()
+        if isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not synced:
             y = cuda.eager_forward(self, x, tensors, bn.eps, bn.momentum)  # None: the operator's way below
             if y is not None:
                 return y
-        synced = self._synced()
         validate_input(x, self._modules["gemm"].in_features, tensors[0], self.training, synced)
         x = x.contiguous()  # one copy for a strided or transposed input; none otherwise
         if synced:  # the batch across the group's ranks (docs/design.md §14)
             return ops.sync_train(x, *tensors, self._stage, self._kind, self._precision, bn.eps, bn.momentum,
-                                  self._process_group.group_name)
+                                  self.process_group.group_name)
         args = (x, *tensors, self._kind, self._precision, self.training, bn.eps, bn.momentum)
         if x.is_cuda and not torch.compiler.is_compiling():
             return cuda.stage_forward(self, args)

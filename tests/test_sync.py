@@ -7,14 +7,12 @@ a rank of none), then the same through ``torch.distributed`` with gloo in 2 and 
 from __future__ import annotations
 
 import copy
-import os
-import socket
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from fusedlib import algebra
+from fusedlib.lab import sync_demo
 
 SHARDS = [(20, 1, 16), (37,), (5, 0, 32)]  # per-rank batches: uneven, one row, none
 
@@ -140,41 +138,30 @@ def test_backward_with_one_reduction_equals_one_process(kind, shards):
 
 # ---------------------------------------------------------------------------------- gloo processes
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank: int, world: int, port: int, shards, kind: str, stage: str, out: str) -> None:
+def _worker(rank: int, world: int, shards, kind: str, stage: str, out: str) -> None:
     import torch.distributed as dist
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        n = sum(shards)
-        x, weight, bias, scale, bn = _problem(kind, n, seed=3)
-        lo = sum(shards[:rank])
-        xr = x[lo:lo + shards[rank]]
+    n = sum(shards)
+    x, weight, bias, scale, bn = _problem(kind, n, seed=3)
+    lo = sum(shards[:rank])
+    xr = x[lo:lo + shards[rank]]
 
-        def gather(t):
-            parts = [torch.empty_like(t) for _ in range(world)]
-            dist.all_gather(parts, t)
-            return torch.stack(parts)
+    def gather(t):
+        parts = [torch.empty_like(t) for _ in range(world)]
+        dist.all_gather(parts, t)
+        return torch.stack(parts)
 
-        def reduce(t):
-            t = t.clone()
-            dist.all_reduce(t)
-            return t
+    def reduce(t):
+        t = t.clone()
+        dist.all_reduce(t)
+        return t
 
-        y = algebra.stage_forward(kind, stage, xr, weight, bias, scale, bn, True, gather=gather)
-        mean, var, _ = algebra.merge_ranks(gather(algebra.column_moments(xr @ weight.t())))
-        dy = torch.randn(n, y.shape[1], generator=torch.Generator().manual_seed(4), dtype=torch.float64)
-        grads = _backward(kind, dy[lo:lo + shards[rank]], y, xr @ weight.t() - mean, var, xr, weight, scale, bn,
-                          reduce=reduce)
-        torch.save({"y": y, "running_mean": bn.running_mean, "running_var": bn.running_var, "grads": grads},
-                   f"{out}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+    y = algebra.stage_forward(kind, stage, xr, weight, bias, scale, bn, True, gather=gather)
+    mean, var, _ = algebra.merge_ranks(gather(algebra.column_moments(xr @ weight.t())))
+    dy = torch.randn(n, y.shape[1], generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    grads = _backward(kind, dy[lo:lo + shards[rank]], y, xr @ weight.t() - mean, var, xr, weight, scale, bn,
+                      reduce=reduce)
+    torch.save({"y": y, "running_mean": bn.running_mean, "running_var": bn.running_var, "grads": grads},
+               f"{out}/rank{rank}.pt")
 
 
 @pytest.mark.parametrize("kind,stage,shards", [("84", "fused", (9, 1)), ("33", "sums", (7, 12, 3)),
@@ -182,7 +169,7 @@ def _worker(rank: int, world: int, port: int, shards, kind: str, stage: str, out
 def test_gloo_processes_equal_one_process(kind, stage, shards, tmp_path):
     """The same through torch.distributed's all_gather and all_reduce, gloo, one process a rank."""
     world = len(shards)
-    mp.spawn(_worker, args=(world, _free_port(), shards, kind, stage, str(tmp_path)), nprocs=world, join=True)
+    sync_demo.spawn_gloo(_worker, world, shards, kind, stage, str(tmp_path))
     got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
     n = sum(shards)
     x, weight, bias, scale, bn = _problem(kind, n, seed=3)
@@ -211,7 +198,6 @@ def test_module_under_a_process_group_equals_one_process(kind, stage, shards):
     the concatenated batch, the running buffers too (and the same on every rank), and the
     parameters' gradients summed over the ranks are one process's. At world size 2 the fused
     stage runs under ``torch.compile(fullgraph=True)``."""
-    from fusedlib.lab import sync_demo
     ranks = sync_demo.run_ranks(kind, stage, shards, compile_it=len(shards) == 2 and stage == "fused")
     diff = sync_demo.compare(ranks, sync_demo.one_process(kind, stage, sum(shards)))
     assert diff.pop("buffers equal on every rank")
@@ -219,20 +205,12 @@ def test_module_under_a_process_group_equals_one_process(kind, stage, shards):
     assert set(diff) >= {"Y", "dX", "d gemm.weight", "d scale", "d bn.weight", "bn.running_mean"}
 
 
-def _ddp_worker(rank: int, world: int, port: int, n: int, out: str) -> None:
-    import torch.distributed as dist
-
+def _ddp_worker(rank: int, world: int, n: int, out: str) -> None:
     import fusedlib
-    from fusedlib.lab import sync_demo
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        fused = fusedlib.convert_sync_batchnorm(sync_demo._model("84", "fused"))
-        ddp = torch.nn.parallel.DistributedDataParallel(fused)
-        lo, hi = n * rank // world, n * (rank + 1) // world
-        torch.save(_train(ddp, fused, slice(lo, hi), world, n), f"{out}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+    fused = fusedlib.convert_sync_batchnorm(sync_demo._model("84", "fused"))
+    ddp = torch.nn.parallel.DistributedDataParallel(fused)
+    lo, hi = n * rank // world, n * (rank + 1) // world
+    torch.save(_train(ddp, fused, slice(lo, hi), world, n), f"{out}/rank{rank}.pt")
 
 
 def _train(model, module, rows: slice, world: int, n: int) -> dict:
@@ -258,8 +236,7 @@ def _train(model, module, rows: slice, world: int, n: int) -> dict:
 def test_ddp_training_tracks_one_process(tmp_path):
     """50 SGD steps of 84's fused module under DistributedDataParallel on 2 gloo ranks of 8 rows
     each track one process on the 16 rows: losses and final parameters and buffers."""
-    from fusedlib.lab import sync_demo
-    mp.spawn(_ddp_worker, args=(2, _free_port(), 16, str(tmp_path)), nprocs=2, join=True)
+    sync_demo.spawn_gloo(_ddp_worker, 2, 16, str(tmp_path))
     got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     one = sync_demo._model("84", "fused")
     want = _train(one, one, slice(0, 16), 1, 16)
@@ -277,25 +254,18 @@ def test_process_group_is_checked_and_shown():
         fusedlib.convert_sync_batchnorm(fusedlib.FusedGemmScaleBatchNorm(4, 3, (3,)))
 
 
-def _copy_worker(rank: int, world: int, port: int, out: str) -> None:
-    import torch.distributed as dist
-
+def _copy_worker(rank: int, world: int, out: str) -> None:
     import fusedlib
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        fused = fusedlib.convert_sync_batchnorm(fusedlib.FusedGemmScaleBatchNorm(4, 3, (3,)))
-        twin = copy.deepcopy(fused)  # an EMA copy, say
-        same = twin.process_group is fused.process_group
-        separate = twin.gemm.weight is not fused.gemm.weight and torch.equal(twin.gemm.weight, fused.gemm.weight)
-        torch.save({"same group": same, "separate parameters": separate, "repr": repr(twin)}, f"{out}/copy.pt")
-    finally:
-        dist.destroy_process_group()
+    fused = fusedlib.convert_sync_batchnorm(fusedlib.FusedGemmScaleBatchNorm(4, 3, (3,)))
+    twin = copy.deepcopy(fused)  # an EMA copy, say
+    same = twin.process_group is fused.process_group
+    separate = twin.gemm.weight is not fused.gemm.weight and torch.equal(twin.gemm.weight, fused.gemm.weight)
+    torch.save({"same group": same, "separate parameters": separate, "repr": repr(twin)}, f"{out}/copy.pt")
 
 
 def test_deepcopy_shares_the_process_group(tmp_path):
     """``copy.deepcopy`` of a converted module (a process group cannot be copied): the copy shares
     the group and has parameters of its own."""
-    mp.spawn(_copy_worker, args=(1, _free_port(), str(tmp_path)), nprocs=1, join=True)
+    sync_demo.spawn_gloo(_copy_worker, 1, str(tmp_path))
     got = torch.load(tmp_path / "copy.pt")
     assert got["same group"] and got["separate parameters"] and "process_group=" in got["repr"]

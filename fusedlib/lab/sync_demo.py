@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["compare", "one_process", "run_ranks"]
+__all__ = ["compare", "one_process", "run_ranks", "spawn_gloo"]
 
 #: in_features, out_features of the demonstration model (small: the point is the arithmetic).
 K, M = 5, 6
@@ -55,20 +55,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, shards: tuple, kind: str, stage: str, compile_it: bool,
-            out: str) -> None:
+def _gloo_rank(rank: int, world: int, port: int, fn, args: tuple) -> None:
     import torch.distributed as dist
-
-    import fusedlib
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        module = fusedlib.convert_sync_batchnorm(_model(kind, stage))
-        x, dy = _batch(sum(shards))
-        lo, hi = sum(shards[:rank]), sum(shards[:rank + 1])
-        torch.save(_step(module, x[lo:hi], dy[lo:hi], compile_it), Path(out) / f"rank{rank}.pt")
+        fn(rank, world, *args)
     finally:
         dist.destroy_process_group()
+
+
+def spawn_gloo(fn, world: int, *args) -> None:
+    """Run ``fn(rank, world, *args)`` in ``world`` new processes (the ``spawn`` start method), each
+    a rank of one gloo process group on this machine (the default group, on a free port); ``fn``
+    must be importable (a module's top-level function).
+
+    Raises:
+        torch.multiprocessing.ProcessRaisedException: a rank failed (its traceback inside).
+    """
+    import torch.multiprocessing as mp
+    mp.spawn(_gloo_rank, args=(world, _free_port(), fn, args), nprocs=world, join=True)
+
+
+def _worker(rank: int, world: int, shards: tuple, kind: str, stage: str, compile_it: bool, out: str) -> None:
+    import fusedlib
+    module = fusedlib.convert_sync_batchnorm(_model(kind, stage))
+    x, dy = _batch(sum(shards))
+    lo, hi = sum(shards[:rank]), sum(shards[:rank + 1])
+    torch.save(_step(module, x[lo:hi], dy[lo:hi], compile_it), Path(out) / f"rank{rank}.pt")
 
 
 def run_ranks(kind: str, stage: str, shards: tuple[int, ...], compile_it: bool = False) -> list[dict]:
@@ -81,10 +95,8 @@ def run_ranks(kind: str, stage: str, shards: tuple[int, ...], compile_it: bool =
     Raises:
         torch.multiprocessing.ProcessRaisedException: a rank failed (its traceback inside).
     """
-    import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_worker, args=(len(shards), _free_port(), tuple(shards), kind, stage, compile_it, out),
-                 nprocs=len(shards), join=True)
+        spawn_gloo(_worker, len(shards), tuple(shards), kind, stage, compile_it, out)
         return [torch.load(Path(out) / f"rank{r}.pt") for r in range(len(shards))]
 
 

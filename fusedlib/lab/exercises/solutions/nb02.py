@@ -26,10 +26,7 @@ def fuse_scale(kernels):
     sources in folder ``kernels`` (a pathlib.Path): the SIMT epilogue's store multiplies each
     column by s_j after adding the bias (epilogue.cuh, store_tile), and the naive forward drops
     its scale pass, BatchNorm reading Z∘s where the GEMM left it (01_naive.cu)."""
-    epilogue = kernels / "epilogue.cuh"
-    text = epilogue.read_text()
-    bias = "      if (S == Store::kBias && !p.z0) v += p.bias[j];  // (Z − Z₀ of the first-row shift has none)\n"
-    epilogue.write_text(text.replace(bias, bias + "      if (S == Store::kBias && p.kind != 84) v *= scale_at(p, j);  // Z∘s\n"))
+    scale_in_epilogue(kernels)
     naive = kernels / "01_naive.cu"
     text = naive.read_text()
     scale_pass = """  if (p.kind != 84) {
@@ -39,3 +36,12 @@ def fuse_scale(kernels):
   }
 """
     naive.write_text(text.replace(scale_pass, ""))
+
+
+def scale_in_epilogue(kernels):
+    """The epilogue half of :func:`fuse_scale`: store_tile multiplies column j by s_j after the bias
+    (problem 33)."""
+    epilogue = kernels / "epilogue.cuh"
+    bias = "      if (S == Store::kBias && !p.z0) v += p.bias[j];  // (Z − Z₀ of the first-row shift has none)\n"
+    epilogue.write_text(epilogue.read_text().replace(
+        bias, bias + "      if (S == Store::kBias && p.kind != 84) v *= scale_at(p, j);  // Z∘s\n"))
