@@ -57,10 +57,11 @@ def _scale_twice(kernels):
     solutions.scale_in_epilogue(kernels)
 
 
-def _run_edited(kernel_dir: str, out: str) -> None:
+def _run_edited(rank: int, kernel_dir: str, out: str) -> None:
     """In a process of its own (loading the edited extension re-registers the operator's CUDA
-    kernel): the edited naive stage's eager forward and the package's, problem 33, fp32, train
-    mode, at FUSE_SHAPES: each one's error against float64 and the CUDA kernels it launches."""
+    kernel; ``rank`` is the index torch.multiprocessing.spawn passes): the edited naive stage's
+    eager forward and the package's, problem 33, fp32, train mode, at FUSE_SHAPES: each one's
+    error against float64 and the CUDA kernels it launches, saved to ``out``/rows.pt."""
     import copy
     from pathlib import Path
 
