@@ -101,10 +101,12 @@ def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
     :mod:`fusedlib.ops`): the backward extension's fused passes, then the two GEMMs
     (:func:`fusedlib.ops.backward_gemms`). Registered here, beside the forward's use of the
     build, so that :mod:`fusedlib.ops` does not import :mod:`fusedlib.build` (which imports it).
-    ``stats`` and ``group_name`` (data parallelism) are the CPU kernel's only so far: with a
-    group it raises NotImplementedError, as the forward does."""
+    With ``group_name`` (data parallelism) the derivation in PyTorch's operators and one
+    all-reduce (:func:`fusedlib.algebra.train_backward_fused` with ``reduce``), as on the CPU: the
+    fused passes do not yet take the global column sums."""
     if group_name is not None:
-        raise NotImplementedError(ops._SYNC_CUDA)
+        return ops._train_backward_derived(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx,
+                                           stats, group_name)
     ext = load_backward(z.device.index if z.device.index is not None else torch.cuda.current_device())
     split = precision == "3xtf32"
     dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, z if y is None else y, z, scale, gamma, beta, kind,

@@ -163,6 +163,15 @@ def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x:
         cancels —, dscale (scale's shape), dgamma (M,), dbeta (M,)). CPU: :func:`fusedlib.algebra.train_backward_fused`
         (float32 or float64); CUDA: float32, the fused kernels then :func:`backward_gemms`.
     """
+    return _train_backward_derived(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx, stats,
+                                   group_name)
+
+
+def _train_backward_derived(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx, stats,
+                            group_name):
+    """:func:`train_backward` by :func:`fusedlib.algebra.train_backward_fused` in PyTorch's operators
+    (CPU, and CUDA with a process group), its GEMMs at the forward's precision through
+    :func:`fusedlib.engine.cublas_precision`."""
     low = {name: t.dtype for name, t in (("x", x), ("weight", weight), ("scale", scale), ("gamma", gamma),
                                           ("beta", beta))}
     if z.dtype in algebra.LOW_PRECISION:  # docs/design.md §15: the backward in float32, gradients in each input's dtype
@@ -174,12 +183,13 @@ def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x:
         mean, var = algebra.column_stats_two_pass(z)
         reduce = None
     else:
-        if z.is_cuda:
-            raise NotImplementedError(_SYNC_CUDA)
         mean, var = stats[0], stats[1]
         reduce = _all_reduce(group_name)
-    dx, dw, db, ds, dg, dbeta = algebra.train_backward_fused(kind, dy, y, z - mean, var, x, weight, scale, gamma,
-                                                             beta, eps, reduce=reduce)
+    # (CUDA with a group: the same derivation in PyTorch's operators, its GEMMs through cuBLAS at the
+    # forward's precision — TF32 for "tf32", fp32 otherwise —, not yet the fused backward's kernels)
+    with engine.cublas_precision(precision):
+        dx, dw, db, ds, dg, dbeta = algebra.train_backward_fused(kind, dy, y, z - mean, var, x, weight, scale, gamma,
+                                                                 beta, eps, reduce=reduce)
     dx = dx.to(low["x"]) if need_dx else x.new_empty(0, dtype=low["x"])
     return (dx, dw.to(low["weight"]), db.to(low["weight"]), ds.to(low["scale"]), dg.to(low["gamma"]),
             dbeta.to(low["beta"]))
@@ -306,8 +316,6 @@ def stage_op(stage: str):
 SYNC_SCHEMA = ("(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma, Tensor beta, "
                "Tensor(a!) running_mean, Tensor(b!) running_var, Tensor(c!) num_batches_tracked, str stage, str kind, "
                "str precision, float eps, float? momentum, str group_name, Tensor(d!) z_out) -> (Tensor, Tensor)")
-_SYNC_CUDA = ("process_group: batch statistics across ranks run on the CPU (gloo) so far; the CUDA kernels' "
-              "cross-rank merge is not built yet (use nn.SyncBatchNorm on the reference model meanwhile)")
 
 
 def _group(group_name: str):
@@ -336,6 +344,51 @@ def _all_reduce(group_name: str):
         dist.all_reduce(t, group=_group(group_name))
         return t
     return reduce
+
+
+def _sync_forward_cuda(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, stage,
+                       kind, precision, eps, momentum, group_name, z_out):
+    """sync_train's CUDA kernel: the stage's kernels in two phases around one all-gather
+    (``fusedlib/kernels/torch_op.cuh`` sync_forward), on the current stream, nothing waiting for
+    the GPU. Phase 1: the GEMM and this rank's column moments (n, mean, M2, z₀) of the Z the
+    stage holds; the all-gather of every rank's (4 × out_features floats each); phase 2: the
+    merge in rank order, the coefficients and running buffers, the row pass.
+
+    Under the first-row shift (fp32 and 3xTF32, :func:`fusedlib.algebra.train_gemm`) every rank
+    shifts by the same row, rank 0's first, so that the moments share one frame and merge
+    exactly: one broadcast of in_features floats before the GEMM, and the other ranks run their
+    GEMM over [x₀; X] (their Z's row 0, exactly 0, is left out of their moments; Z and Y are
+    copied out without it). Returns (Y, stats (2, M): the global mean and biased variance of Z).
+    """
+    import torch.distributed as dist
+
+    from .build import load_stage
+    group = _group(group_name)
+    ranks, rank = dist.get_world_size(group), dist.get_rank(group)
+    if x.shape[0] < 1 or (ranks == 1 and x.shape[0] < 2):
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)} "
+                         f"on a process group of {ranks} rank(s) (x: every rank needs a row of its own)")
+    ext = load_stage(stage, x.get_device())
+    borrow = precision in algebra.SHIFTED_PRECISIONS and rank != 0
+    if precision in algebra.SHIFTED_PRECISIONS:
+        row = x[:1].clone() if rank == 0 else x.new_empty(1, x.shape[1])
+        dist.broadcast(row, group_src=0, group=group)
+        if borrow:
+            x = torch.cat([row, x])
+    rows, m = x.shape[0], weight.shape[0]
+    z = x.new_empty(rows, m) if borrow else z_out
+    y = x.new_empty(rows, m)
+    moments, stats = x.new_empty(4, m), x.new_empty(2, m)
+    common = (x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision,
+              eps, momentum, z, y)
+    ext.sync_forward(*common, 1, moments, stats, borrow)
+    gathered = x.new_empty(ranks, 4, m)
+    dist.all_gather_into_tensor(gathered, moments, group=group)
+    ext.sync_forward(*common, 2, gathered, stats, borrow)
+    if borrow:
+        z_out.copy_(z[1:])
+        y = y[1:].clone()
+    return y, stats
 
 
 class SyncStageFunction(torch.autograd.Function):
@@ -382,8 +435,10 @@ def _define_sync():
         mean, var, _ = algebra.merge_ranks(seen[0])
         return y, torch.stack([mean, var])
 
-    def cuda(*args):
-        raise NotImplementedError(_SYNC_CUDA)
+    def cuda(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, stage, kind,
+             precision, eps, momentum, group_name, z_out):
+        return _sync_forward_cuda(x, weight, bias, scale, gamma, beta, running_mean, running_var,
+                                  num_batches_tracked, stage, kind, precision, eps, momentum, group_name, z_out)
 
     def fake(x, weight, *_):
         return x.new_empty(x.shape[0], weight.shape[0]), x.new_empty(2, weight.shape[0])
@@ -420,8 +475,8 @@ def sync_train(x, weight, bias, scale, gamma, beta, running_mean, running_var, n
         all-reduce of 2M + K + 1 floats a backward.
 
     Raises:
-        NotImplementedError: CUDA tensors (the kernels' cross-rank merge is not built yet).
-        ValueError: a global batch of one row; unknown stage or precision.
+        ValueError: a global batch of one row (CUDA: a rank without rows, or one rank alone
+            with one row); unknown stage or precision.
     """
     z = x.new_empty(x.shape[0], weight.shape[0])
     args = (x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, stage, kind,

@@ -169,7 +169,7 @@ def _worker(rank: int, world: int, shards, kind: str, stage: str, out: str) -> N
 def test_gloo_processes_equal_one_process(kind, stage, shards, tmp_path):
     """The same through torch.distributed's all_gather and all_reduce, gloo, one process a rank."""
     world = len(shards)
-    sync_demo.spawn_gloo(_worker, world, shards, kind, stage, str(tmp_path))
+    sync_demo.spawn_ranks(_worker, world, shards, kind, stage, str(tmp_path))
     got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
     n = sum(shards)
     x, weight, bias, scale, bn = _problem(kind, n, seed=3)
@@ -236,7 +236,7 @@ def _train(model, module, rows: slice, world: int, n: int) -> dict:
 def test_ddp_training_tracks_one_process(tmp_path):
     """50 SGD steps of 84's fused module under DistributedDataParallel on 2 gloo ranks of 8 rows
     each track one process on the 16 rows: losses and final parameters and buffers."""
-    sync_demo.spawn_gloo(_ddp_worker, 2, 16, str(tmp_path))
+    sync_demo.spawn_ranks(_ddp_worker, 2, 16, str(tmp_path))
     got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     one = sync_demo._model("84", "fused")
     want = _train(one, one, slice(0, 16), 1, 16)
@@ -266,6 +266,6 @@ def _copy_worker(rank: int, world: int, out: str) -> None:
 def test_deepcopy_shares_the_process_group(tmp_path):
     """``copy.deepcopy`` of a converted module (a process group cannot be copied): the copy shares
     the group and has parameters of its own."""
-    sync_demo.spawn_gloo(_copy_worker, 1, str(tmp_path))
+    sync_demo.spawn_ranks(_copy_worker, 1, str(tmp_path))
     got = torch.load(tmp_path / "copy.pt")
     assert got["same group"] and got["separate parameters"] and "process_group=" in got["repr"]

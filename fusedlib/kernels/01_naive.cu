@@ -7,7 +7,9 @@
 // the bias cancels; common.cuh column_shift).
 // The first pass that changes Z writes Y's memory and every later one works in place there
 // (Z itself lives in Y's memory too, unless the backward keeps it: torch_op.cuh's z_out);
-// BatchNorm updates the running buffers as soon as its batch statistics exist.
+// BatchNorm updates the running buffers as soon as its batch statistics exist. Data parallelism
+// (p.sync_phase, common.cuh): phase 1 stops at this rank's moments of Z, phase 2 merges every
+// rank's (passes.cuh rank_merge_kernel) and runs the rest.
 // Specification: fusedlib/algebra.py, _naive().
 #include "gemm.cuh"
 #include "passes.cuh"
@@ -76,9 +78,7 @@ __global__ void update_running_kernel(const Problem p, const float* __restrict__
                                       const float* __restrict__ var) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= p.m) return;
-  const float mom = step_momentum(p), z0 = column_shift(p, j) * (p.kind == 84 ? 1.f : scale_at(p, j));
-  p.running_mean[j] = (1.f - mom) * p.running_mean[j] + mom * (mean[j] + z0);
-  p.running_var[j] = (1.f - mom) * p.running_var[j] + mom * (var[j] * ((float)p.n / (float)(p.n - 1)));
+  update_running(p, j, mean[j] + column_shift(p, j) * (p.kind == 84 ? 1.f : scale_at(p, j)), var[j], (float)p.n);
 }
 
 }  // namespace fl
@@ -87,10 +87,10 @@ extern "C" const char* fl_naive_forward(const fl::Problem* pp, cudaStream_t st) 
   using namespace fl;
   const Problem& p = *pp;
   const int ew_blocks = sm_count() * 8, ew_threads = 256;
-  const char* err = launch_gemm<BiasStore>(p, p.x, p.w, p.z, st);  // Z = XWᵀ + b
-  if (err) return err;
+  const char* err;
+  if (p.sync_phase != 2 && (err = launch_gemm<BiasStore>(p, p.x, p.w, p.z, st))) return err;  // Z = XWᵀ + b
   const float* t = p.z;  // what BatchNorm sees: Z (84), or Z∘s in Y's memory (33/39)
-  if (p.kind != 84) {
+  if (p.kind != 84 && p.sync_phase != 1) {
     scale_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, p.scale, p.scale_len, p.y, p.n, p.m);
     FL_CHECK_LAUNCH();
     t = p.y;
@@ -100,9 +100,16 @@ extern "C" const char* fl_naive_forward(const fl::Problem* pp, cudaStream_t st) 
   if (p.training) {
     float* bmean = p.coef + 2 * (size_t)p.m;  // (4M may pass 2³¹)
     float* bvar = p.coef + 3 * (size_t)p.m;
-    if ((err = launch_column_stats(t, bmean, bvar, p.n, p.m, st))) return err;
-    update_running_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p, bmean, bvar);
-    FL_CHECK_LAUNCH();
+    if (p.sync_phase == 0) {
+      if ((err = launch_column_stats(t, bmean, bvar, p.n, p.m, st))) return err;
+      update_running_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p, bmean, bvar);
+      FL_CHECK_LAUNCH();
+    } else if (p.sync_phase == 1) {  // data parallelism: this rank's moments of Z (the scale comes after)
+      if ((err = launch_column_stats(p.z, bmean, bvar, p.n, p.m, st))) return err;
+      return launch_local_moments(p, bmean, bvar, st);
+    } else if ((err = launch_rank_merge(p, true, false, st))) {  // every rank's moments: Z∘s's statistics
+      return err;
+    }
     mean = bmean;
     var = bvar;
   }

@@ -2,7 +2,8 @@
 // normalize + affine + scale is one pass V = a∘Z + c (84: inside the row softmax kernel).
 // GEMM+bias → column mean → column variance → coefficients (+ running buffers) → one row pass.
 // What changes from naive: the passes after the statistics (the GEMM and its bias-store
-// epilogue are the same). Eval mode: coefficients from the running buffers.
+// epilogue are the same). Eval mode: coefficients from the running buffers. Data parallelism
+// (p.sync_phase, common.cuh): phase 1 stops at this rank's moments, phase 2 merges every rank's.
 // Specification: algebra.stage_forward("fold").
 #include "gemm.cuh"
 #include "passes.cuh"
@@ -15,7 +16,7 @@ __global__ void fold_coefficients_kernel(const Problem p) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= p.m) return;
   if (p.training) {
-    finalize_column(p, j, p.coef[2 * (size_t)p.m + j], p.coef[3 * (size_t)p.m + j], true);
+    finalize_column(p, j, p.coef[2 * (size_t)p.m + j], p.coef[3 * (size_t)p.m + j], true, (float)p.n);
   } else {
     const Affine ac = eval_affine(p, j, false);
     p.coef[j] = ac.a;
@@ -28,13 +29,19 @@ __global__ void fold_coefficients_kernel(const Problem p) {
 extern "C" const char* fl_fold_forward(const fl::Problem* pp, cudaStream_t st) {
   using namespace fl;
   const Problem& p = *pp;
-  const char* err = launch_gemm<BiasStore>(p, p.x, p.w, p.z, st);  // Z = XWᵀ + b
-  if (err) return err;
-  if (p.training &&
-      (err = launch_column_stats(p.z, p.coef + 2 * (size_t)p.m, p.coef + 3 * (size_t)p.m, p.n, p.m, st)))
-    return err;
-  fold_coefficients_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p);
-  FL_CHECK_LAUNCH();
+  const char* err;
+  float *mean = p.coef + 2 * (size_t)p.m, *var = p.coef + 3 * (size_t)p.m;
+  if (p.sync_phase != 2) {
+    if ((err = launch_gemm<BiasStore>(p, p.x, p.w, p.z, st))) return err;  // Z = XWᵀ + b
+    if (p.training && (err = launch_column_stats(p.z, mean, var, p.n, p.m, st))) return err;
+    if (p.sync_phase == 1) return launch_local_moments(p, mean, var, st);  // data parallelism: this rank's
+  }
+  if (p.sync_phase == 2) {
+    if ((err = launch_rank_merge(p, false, true, st))) return err;  // every rank's moments merged
+  } else {
+    fold_coefficients_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p);
+    FL_CHECK_LAUNCH();
+  }
   long long* step = p.training ? p.num_batches_tracked : nullptr;
   return p.kind == 84 ? launch_affine_softmax_rows(p.z, p.coef, p.y, p.n, p.m, step, st)
                       : launch_affine(p.z, p.coef, p.y, p.n, p.m, step, st);

@@ -3,6 +3,8 @@
 // partials (mean_t, M2_t); a finalize kernel merges them in the merge order (common.cuh) with Chan's formula
 // into a, c and the running buffers; one row pass writes Y (84: with the row softmax).
 // What changes from fold: the epilogue (the two column passes are gone).
+// Data parallelism (p.sync_phase, common.cuh): phase 1 stops at this rank's moments, phase 2
+// merges every rank's and runs the row pass.
 // Eval mode: the GEMM's AffineStore epilogue computes the coefficients a, c from the
 // running buffers (bias folded into c) and applies them, then the softmax (84).
 // Specification: algebra.stage_forward("sums"), algebra.tile_rows.
@@ -29,9 +31,14 @@ extern "C" const char* fl_sums_forward(const fl::Problem* pp, cudaStream_t st) {
     if ((err = launch_gemm<AffineStore>(p, p.x, p.w, p.y, st))) return err;
     return p.kind == 84 ? launch_affine_softmax_rows(p.y, nullptr, p.y, p.n, p.m, nullptr, st) : nullptr;
   }
-  if ((err = launch_gemm<ColumnStats>(p, p.x, p.w, p.z, st))) return err;  // Z', partials
-  sums_finalize_kernel<<<ceil_div(p.m, 64), 256, 0, st>>>(p, gemm_tile_rows(p));
-  FL_CHECK_LAUNCH();
+  if (p.sync_phase != 2) {
+    if ((err = launch_gemm<ColumnStats>(p, p.x, p.w, p.z, st))) return err;  // Z', partials
+    sums_finalize_kernel<<<ceil_div(p.m, 64), 256, 0, st>>>(p, gemm_tile_rows(p));  // (phase 1: the moments)
+    FL_CHECK_LAUNCH();
+    if (p.sync_phase == 1) return nullptr;
+  } else if ((err = launch_rank_merge(p, false, false, st))) {  // data parallelism: every rank's moments
+    return err;
+  }
   return p.kind == 84 ? launch_affine_softmax_rows(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st)
                       : launch_affine(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st);
 }

@@ -6,7 +6,9 @@
 // What changes from sums: the finalize kernel moves into the epilogue and the row softmax
 // reads each row once (online). Eval mode: as sums (coefficients from the running buffers
 // in the GEMM's AffineStore epilogue), then the online softmax (84). Two kernels a forward.
-// The column-tile counters are the host's, zero between calls (torch_op.cuh).
+// The column-tile counters are the host's, zero between calls (torch_op.cuh). Data parallelism
+// (p.sync_phase, common.cuh): phase 1 stops after the GEMM, whose merge wrote this rank's
+// moments; phase 2 merges every rank's and runs the row pass.
 // Specification: algebra.stage_forward("fused"), algebra.tile_rows.
 #include "gemm.cuh"
 #include "passes.cuh"
@@ -19,7 +21,12 @@ extern "C" const char* fl_fused_forward(const fl::Problem* pp, cudaStream_t st) 
     if ((err = launch_gemm<AffineStore>(p, p.x, p.w, p.y, st))) return err;
     return p.kind == 84 ? launch_online_softmax_rows(p.y, nullptr, p.y, p.n, p.m, nullptr, st) : nullptr;
   }
-  if ((err = launch_gemm<ColumnStatsMerge>(p, p.x, p.w, p.z, st))) return err;  // Z', partials, a, c
+  if (p.sync_phase != 2) {
+    if ((err = launch_gemm<ColumnStatsMerge>(p, p.x, p.w, p.z, st))) return err;  // Z', partials, a, c
+    if (p.sync_phase == 1) return nullptr;  // (the epilogue's merge wrote this rank's moments)
+  } else if ((err = launch_rank_merge(p, false, false, st))) {  // data parallelism: every rank's moments
+    return err;
+  }
   return p.kind == 84 ? launch_online_softmax_rows(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st)
                       : launch_affine(p.z, p.coef, p.y, p.n, p.m, p.num_batches_tracked, st);
 }

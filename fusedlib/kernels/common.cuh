@@ -59,6 +59,17 @@ struct Problem {
   float eps;               // BatchNorm eps
   float momentum;          // exponential-average factor (when momentum_none is 0)
   int momentum_none;       // 1: bn.momentum is None, cumulative average 1/num_batches_tracked
+  // Data parallelism (docs/design.md §14; train mode; torch_op.cuh sync_forward): a forward in two
+  // phases around one collective. Phase 1 runs up to the batch statistics and writes this rank's
+  // column moments instead of coefficients; phase 2 merges every rank's and runs the rest.
+  int sync_phase;          // 0: one process (the whole forward); 1: up to the moments; 2: from every rank's
+  float* moments;          // (4, M) phase 1: this rank's [n; mean; M2; z₀] of the Z the stage holds (z₀: its
+                           //        GEMM's row 0 under the first-row shift, where p.z0 points), the message
+  const float* gathered;   // (R, 4, M) phase 2: every rank's moments in rank order (p.z0: rank 0's z₀)
+  float* stats;            // (2, M) phase 2: the global batch's mean and biased variance of that Z
+  int ranks;               // R
+  int drop_row0;           // phase 1: Z's row 0 is rank 0's shift row, borrowed (D's row 0, exactly 0): not
+                           //        one of this rank's rows, left out of its moments
 };
 
 #define FL_RETURN_IF_ERROR(expr)                        \
@@ -294,12 +305,20 @@ __device__ __forceinline__ void count_train_step(long long* num_batches_tracked)
 // mean adds back (0 without the shift).
 __device__ __forceinline__ float column_shift(const Problem& p, int j) { return p.z0 ? p.z0[j] + p.bias[j] : 0.f; }
 
+// running ← (1 − m)·running + m·batch for column j, of what BatchNorm saw (its batch mean and
+// biased variance over n rows); the variance stored unbiased, ×n/(n−1).
+__device__ __forceinline__ void update_running(const Problem& p, int j, float mean, float var, float n) {
+  const float mom = step_momentum(p);
+  p.running_mean[j] = (1.f - mom) * p.running_mean[j] + mom * mean;
+  p.running_var[j] = (1.f - mom) * p.running_var[j] + mom * (var * (n / (n - 1.f)));
+}
+
 // Train mode, column j: coefficients a, c with V = a·Z + c from the batch mean and biased
-// variance of the Z the stage holds (with bias if z_has_bias; D when p.z0 is set), then the
-// running buffers.
+// variance of the Z the stage holds over n rows (with bias if z_has_bias; D when p.z0 is set),
+// then the running buffers.
 // 84: a = sγ/√(σ²+ε), c = sβ − aμ.  33: a = γs/√(s²σ²+ε), c = β − aμ (s = 0 gives c = β).
-// Running buffers track Z (84) or Z∘s (33); variance stored unbiased, ×N/(N−1).
-__device__ void finalize_column(const Problem& p, int j, float mean, float var, bool z_has_bias) {
+// Running buffers track Z (84) or Z∘s (33).
+__device__ void finalize_column(const Problem& p, int j, float mean, float var, bool z_has_bias, float n) {
   const float s = scale_at(p, j), g = p.gamma[j], be = p.beta[j];
   float a, c;
   if (p.kind == 84) {
@@ -313,9 +332,36 @@ __device__ void finalize_column(const Problem& p, int j, float mean, float var, 
   p.coef[(size_t)p.m + j] = c;
   float tm = mean + (p.z0 ? column_shift(p, j) : z_has_bias ? 0.f : p.bias[j]), tv = var;
   if (p.kind != 84) { tm = s * tm; tv = s * s * tv; }
-  const float mom = step_momentum(p);
-  p.running_mean[j] = (1.f - mom) * p.running_mean[j] + mom * tm;
-  p.running_var[j] = (1.f - mom) * p.running_var[j] + mom * (tv * ((float)p.n / (float)(p.n - 1)));
+  update_running(p, j, tm, tv, n);
+}
+
+// Column j's statistics done, from its moments over this process's rows: the coefficients and the
+// running buffers (finalize_column), or in phase 1 of a data-parallel forward this rank's
+// moments, the message (p.moments). With drop_row0, Z's row 0 (exactly 0) is taken out of them,
+// Chan's merge with (1, 0, 0) undone: n' = n − 1, mean' = mean·n/n', M2' = M2 − mean'²·n'/n.
+__device__ __forceinline__ void column_done(const Problem& p, int j, Moments mo, bool z_has_bias) {
+  if (!p.moments) return finalize_column(p, j, mo.mean, mo.m2 / mo.n, z_has_bias, mo.n);
+  if (p.drop_row0) {
+    const float n1 = mo.n - 1.f, mean1 = mo.mean * (mo.n / n1);
+    mo = {n1, mean1, fmaxf(mo.m2 - mean1 * mean1 * (n1 / mo.n), 0.f)};
+  }
+  p.moments[j] = mo.n;
+  p.moments[(size_t)p.m + j] = mo.mean;
+  p.moments[2 * (size_t)p.m + j] = mo.m2;
+}
+
+// Phase 2 of a data-parallel forward, column j: every rank's moments (p.gathered) merged with
+// Chan's formula in rank order (a rank with no rows passed over: merge_in_order), the same
+// bits on every rank; the global mean and biased variance to p.stats. Returns them, with N.
+__device__ __forceinline__ Moments merge_ranks(const Problem& p, int j) {
+  Moments r{0.f, 0.f, 0.f};
+  for (int q = 0; q < p.ranks; ++q) {
+    const float* g = p.gathered + (size_t)q * 4 * p.m;
+    r = merge_in_order(r, {g[j], g[(size_t)p.m + j], g[2 * (size_t)p.m + j]});
+  }
+  p.stats[j] = r.mean;
+  p.stats[(size_t)p.m + j] = r.m2 / r.n;
+  return r;
 }
 
 // Eval mode, column j: a, c with V = a·(XWᵀ + b) + c from the running buffers.

@@ -219,8 +219,7 @@ __device__ __forceinline__ void count_and_merge(const Problem& p, int* flag, int
   if (!*flag) return;
   __threadfence();
   for (int cc = tid; cc < cols; cc += THREADS) {
-    const Moments mo = merge_column_partials(p, n0 + cc, BM);
-    finalize_column(p, n0 + cc, mo.mean, mo.m2 / mo.n, false);
+    column_done(p, n0 + cc, merge_column_partials(p, n0 + cc, BM), false);
   }
 }
 
@@ -243,7 +242,7 @@ __device__ __forceinline__ void merge_columns(const Problem& p, float* smem, int
       const float* s = smem + 3 * (64 * k + c);
       r = merge_in_order(r, {s[0], s[1], s[2]});
     }
-    finalize_column(p, j0 + c, r.mean, r.m2 / r.n, false);
+    column_done(p, j0 + c, r, false);
   }
   epilogue_sync<256>();  // smem read before anyone writes it again
 }

@@ -281,4 +281,41 @@ inline const char* launch_online_softmax_rows(const float* z, const float* coef,
                      st);
 }
 
+// ---------------------------------------------------------------- data parallelism (docs/design.md §14)
+// Phase 1 of naive and fold: this rank's moments (n, mean, M2 = n·var) from the two column passes.
+__global__ void local_moments_kernel(const Problem p, const float* __restrict__ mean, const float* __restrict__ var) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j < p.m) column_done(p, j, {(float)p.n, mean[j], (float)p.n * var[j]}, false);
+}
+
+inline const char* launch_local_moments(const Problem& p, const float* mean, const float* var, cudaStream_t st) {
+  local_moments_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p, mean, var);
+  FL_CHECK_LAUNCH();
+  return nullptr;
+}
+
+// Phase 2: every rank's moments merged (common.cuh merge_ranks), then the coefficients and the
+// running buffers over the global batch (finalize_column; z_has_bias as there), or for naive
+// (NAIVE) the batch mean and variance of what its BatchNorm normalises — Z (84), Z∘s (33: s·mean,
+// s²·var, from the moments of Z) — into coef[2M:4M], and the running buffers.
+template <bool NAIVE>
+__global__ void rank_merge_kernel(const Problem p, bool z_has_bias) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= p.m) return;
+  const Moments r = merge_ranks(p, j);
+  const float var = r.m2 / r.n;
+  if (!NAIVE) return finalize_column(p, j, r.mean, var, z_has_bias, r.n);
+  const float s = p.kind == 84 ? 1.f : scale_at(p, j), mean = s * r.mean, v = s * s * var;
+  p.coef[2 * (size_t)p.m + j] = mean;
+  p.coef[3 * (size_t)p.m + j] = v;
+  update_running(p, j, mean + column_shift(p, j) * s, v, r.n);
+}
+
+inline const char* launch_rank_merge(const Problem& p, bool naive, bool z_has_bias, cudaStream_t st) {
+  const auto kernel = naive ? rank_merge_kernel<true> : rank_merge_kernel<false>;
+  kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p, z_has_bias);
+  FL_CHECK_LAUNCH();
+  return nullptr;
+}
+
 }  // namespace fl

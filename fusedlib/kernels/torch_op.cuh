@@ -63,6 +63,16 @@ inline int parse_path(std::optional<c10::string_view> gemm_path, int precision, 
     }                                           \
   } while (0)
 
+// Data parallelism (docs/design.md §14): what a phase of a train-mode forward split around its
+// collective takes besides the operator's arguments (sync_forward, below).
+struct SyncArgs {
+  int phase;           // 1: up to this rank's column moments; 2: from every rank's (Problem::sync_phase)
+  at::Tensor y;        // (N, M) Y, the caller's, the same in both phases
+  at::Tensor moments;  // phase 1: (4, M) the message; phase 2: (R, 4, M) every rank's, in rank order
+  at::Tensor stats;    // phase 2: (2, M) the global batch's mean and biased variance of Z
+  bool drop_row0;      // phase 1: x's row 0 is rank 0's shift row, borrowed (common.cuh column_done)
+};
+
 }  // namespace fl
 
 // torch.ops.fusedlib.<stage> on CUDA (forward, below) and the modules' eager call
@@ -73,7 +83,7 @@ static std::optional<at::Tensor> forward_impl(
     const at::Tensor& gamma, const at::Tensor& beta, at::Tensor& running_mean, at::Tensor& running_var,
     at::Tensor& num_batches_tracked, c10::string_view kind, c10::string_view precision, bool training, double eps,
     std::optional<double> momentum, std::optional<c10::string_view> gemm_path, const std::optional<at::Tensor>& z_out,
-    bool eager) {
+    bool eager, const fl::SyncArgs* sync = nullptr) {
   using namespace fl;
   FL_ARG_CHECK(x_in.is_cuda(), "x: expected a CUDA tensor, got one on ", x_in.device());
   FL_ARG_CHECK(x_in.scalar_type() == at::kFloat, "x: the CUDA kernels take float32, got ", x_in.scalar_type());
@@ -130,7 +140,8 @@ static std::optional<at::Tensor> forward_impl(
   // hold Y or the scratch, torch.OutOfMemoryError says what this forward needs (explain_oom).
   const int64_t tiles = (n + 31) / 32, n_part = aligned_floats(std::max(2 * tiles * m, 2 * n));
   // 3xTF32 on wgmma with many row tiles: W's parts (2, M, K) made at this call (gemm_wgmma.cuh wg_w_pass)
-  const bool w_pass = path == PATH_WGMMA && prec == TF32X3 && n > 0 && m > 0 && k > 0 && wg_w_pass((int)n);
+  const bool w_pass = path == PATH_WGMMA && prec == TF32X3 && n > 0 && m > 0 && k > 0 && wg_w_pass((int)n) &&
+                      (!sync || sync->phase == 1);  // (phase 2 runs no GEMM)
   const auto needs = [&] {
     const int64_t y_bytes = n * m * (int64_t)sizeof(float), scratch_bytes = (n_part + 5 * m) * (int64_t)sizeof(float);
     const int64_t parts_bytes = w_pass ? 2 * m * k * (int64_t)sizeof(float) : 0;
@@ -143,8 +154,10 @@ static std::optional<at::Tensor> forward_impl(
              "and its transpose then need " + mib((prec == TF32X3 ? 4 : 2) * y_bytes) + " more)";
     return msg;
   };
-  at::Tensor y = explain_oom(  // no dispatcher
-      [&] { return at::detail::empty_cuda({n, m}, at::kFloat, x.device(), std::nullopt); }, needs);
+  at::Tensor y = sync ? sync->y
+                      : explain_oom(  // no dispatcher
+                            [&] { return at::detail::empty_cuda({n, m}, at::kFloat, x.device(), std::nullopt); },
+                            needs);
   // split-K where the tiles would leave SMs idle (its partial tiles and counters): wgmma, SIMT
   const SplitK sk = path == PATH_WGMMA  ? wg_split_k(prec, (int)n, (int)k, (int)m)
                     : path == PATH_SIMT ? simt_split_k((int)n, (int)k, (int)m)
@@ -194,12 +207,20 @@ static std::optional<at::Tensor> forward_impl(
   p.eps = (float)eps;
   p.momentum = momentum ? (float)*momentum : 0.f;
   p.momentum_none = !momentum;
+  p.sync_phase = sync ? sync->phase : 0;
+  p.moments = sync && sync->phase == 1 ? sync->moments.data_ptr<float>() : nullptr;
+  p.gathered = sync && sync->phase == 2 ? sync->moments.data_ptr<float>() : nullptr;
+  p.stats = sync && sync->phase == 2 ? sync->stats.data_ptr<float>() : nullptr;
+  p.ranks = sync && sync->phase == 2 ? (int)sync->moments.size(0) : 0;
+  p.drop_row0 = sync && sync->drop_row0;
+  if (sync && shift)  // z₀ into the message (phase 1); rank 0's, the same on every rank (phase 2)
+    p.z0 = (sync->phase == 1 ? p.moments : const_cast<float*>(p.gathered)) + 3 * m;
 
   const char* poison = std::getenv("FUSEDLIB_POISON");
   if (poison && poison[0] == '1') {  // correctness tests: every unwritten element reads NaN (0xFFFFFFFF)
     C10_CUDA_CHECK(cudaMemsetAsync(scratch.floats, 0xFF, n_floats * sizeof(float), stream));
     C10_CUDA_CHECK(cudaMemsetAsync(p.y, 0xFF, y.nbytes(), stream));
-    if (keep_z) C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, y.nbytes(), stream));
+    if (keep_z && p.sync_phase != 2) C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, y.nbytes(), stream));  // (2: Z is phase 1's)
   }
   const char* err = FL_ENTRY(&p, stream);
   TORCH_CHECK(err == nullptr, "fusedlib " FL_STR(FL_STAGE) " kernels: ", err ? err : "");
@@ -220,6 +241,40 @@ at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const at::Tens
 }
 
 TORCH_LIBRARY_IMPL(fusedlib, CUDA, m) { m.impl(FL_STR(FL_STAGE), &forward); }
+
+// Data parallelism (docs/design.md §14; fusedlib/ops.py sync_train, which runs the collective
+// between the two calls): a train-mode forward of the operator's arguments in two phases on the
+// current stream, with Z kept in z_out and Y written to y (both (N, M), the caller's).
+// phase 1: the GEMM and this rank's column moments into moments (4, M): [n; mean; M2; z₀] of the
+// Z the stage holds (z₀ under the first-row shift, fp32 and 3xTF32; with drop_row0 x's row 0 is
+// rank 0's first row, borrowed as the shift, and left out). phase 2: moments (R, 4, M) every
+// rank's in rank order (rank 0 first: its z₀ is the shift's, and its first row the shift row);
+// merged (Chan, rank order), the coefficients, the running buffers over the global batch, the
+// row pass; stats (2, M) gets the global mean and biased variance of Z. Nothing waits for the GPU.
+void sync_forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& scale,
+                  const at::Tensor& gamma, const at::Tensor& beta, at::Tensor running_mean, at::Tensor running_var,
+                  at::Tensor num_batches_tracked, const std::string& kind, const std::string& precision, double eps,
+                  std::optional<double> momentum, const at::Tensor& z_out, const at::Tensor& y, int64_t phase,
+                  const at::Tensor& moments, const at::Tensor& stats, bool drop_row0) {
+  using namespace fl;
+  TORCH_CHECK(phase == 1 || phase == 2, "phase: expected 1 or 2, got ", std::to_string(phase));
+  const int64_t n = x.size(0), m = weight.size(0);
+  for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{y, "y"}, {moments, "moments"}, {stats, "stats"}})
+    TORCH_CHECK(t.device() == x.device() && t.scalar_type() == at::kFloat && t.is_contiguous(), name,
+                ": expected a contiguous float32 tensor on ", x.device());
+  TORCH_CHECK(y.dim() == 2 && y.size(0) == n && y.size(1) == m, "y: expected ", float32_shape(n, m), ", got ",
+              shape_str(y));
+  TORCH_CHECK(phase == 1 ? moments.dim() == 2 && moments.size(0) == 4 && moments.size(1) == m
+                         : moments.dim() == 3 && moments.size(0) >= 1 && moments.size(1) == 4 && moments.size(2) == m,
+              "moments: expected (", phase == 1 ? "" : "ranks, ", "4, ", std::to_string(m), "), got ",
+              shape_str(moments));
+  TORCH_CHECK(phase == 1 || (stats.dim() == 2 && stats.size(0) == 2 && stats.size(1) == m), "stats: expected (2, ",
+              std::to_string(m), "), got ", shape_str(stats));
+  TORCH_CHECK(!drop_row0 || n >= 2, "x: a borrowed shift row needs at least one row of this rank's own");
+  const SyncArgs args{(int)phase, y, moments, stats, drop_row0};
+  forward_impl(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision,
+               true, eps, momentum, std::nullopt, z_out, false, &args);
+}
 
 // The modules' eager call (fusedlib.cuda.eager_forward): eager_forward(x, weight, bias, scale,
 // gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision, training, eps,
@@ -270,4 +325,7 @@ static PyMethodDef fl_methods[] = {
      "Y, or None where the call must go through the operator (fusedlib/kernels/torch_op.cuh)."},
     {nullptr, nullptr, 0, nullptr}};
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { PyModule_AddFunctions(m.ptr(), fl_methods); }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  PyModule_AddFunctions(m.ptr(), fl_methods);
+  m.def("sync_forward", &sync_forward, "A data-parallel train forward's phase 1 or 2 (fusedlib/kernels/torch_op.cuh).");
+}

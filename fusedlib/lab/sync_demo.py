@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["compare", "one_process", "run_ranks", "spawn_gloo"]
+__all__ = ["compare", "one_process", "run_ranks", "spawn_ranks"]
 
 #: in_features, out_features of the demonstration model (small: the point is the arithmetic).
 K, M = 5, 6
@@ -55,26 +55,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _gloo_rank(rank: int, world: int, port: int, fn, args: tuple) -> None:
+def _rank(rank: int, world: int, port: int, backend: str, fn, args: tuple) -> None:
     import torch.distributed as dist
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if backend == "nccl":  # one GPU a rank
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, rank=rank, world_size=world)
     try:
         fn(rank, world, *args)
     finally:
         dist.destroy_process_group()
 
 
-def spawn_gloo(fn, world: int, *args) -> None:
+def spawn_ranks(fn, world: int, *args, backend: str = "gloo") -> None:
     """Run ``fn(rank, world, *args)`` in ``world`` new processes (the ``spawn`` start method), each
-    a rank of one gloo process group on this machine (the default group, on a free port); ``fn``
-    must be importable (a module's top-level function).
+    a rank of one process group on this machine (the default group, on a free port): ``backend``
+    "gloo" (CPU tensors) or "nccl" (rank r on GPU r, its current device); ``fn`` must be
+    importable (a module's top-level function).
 
     Raises:
         torch.multiprocessing.ProcessRaisedException: a rank failed (its traceback inside).
     """
     import torch.multiprocessing as mp
-    mp.spawn(_gloo_rank, args=(world, _free_port(), fn, args), nprocs=world, join=True)
+    mp.spawn(_rank, args=(world, _free_port(), backend, fn, args), nprocs=world, join=True)
 
 
 def _worker(rank: int, world: int, shards: tuple, kind: str, stage: str, compile_it: bool, out: str) -> None:
@@ -96,7 +99,7 @@ def run_ranks(kind: str, stage: str, shards: tuple[int, ...], compile_it: bool =
         torch.multiprocessing.ProcessRaisedException: a rank failed (its traceback inside).
     """
     with tempfile.TemporaryDirectory() as out:
-        spawn_gloo(_worker, len(shards), tuple(shards), kind, stage, compile_it, out)
+        spawn_ranks(_worker, len(shards), tuple(shards), kind, stage, compile_it, out)
         return [torch.load(Path(out) / f"rank{r}.pt") for r in range(len(shards))]
 
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# run153 (2 or 4 H100s): data parallelism in the CUDA kernels (the forward in two phases around
+# one all-gather, torch_op.cuh sync_forward): build, a CUDA check of every stage on the changed
+# kernels (one process), the NCCL cases (tests/test_sync_gpu.py), the notebook 02 GPU exercise.
+#   PART=check (default)   all of the above
+#   PART=bench             the DDP step timings (lab/experiments/run153-sync-bench.py)
+set -u
+export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
+t0=$(date +%s)
+for s in naive fold sums fused; do python -c "from fusedlib.build import load_stage; load_stage('$s')" > /tmp/build-$s.log 2>&1 & done
+python -c "from fusedlib.build import load_backward; load_backward()" > /tmp/build-bwd.log 2>&1 &
+wait
+echo "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log && grep -h -B2 -A12 "error" /tmp/build-*.log | head -60
+case ${PART:-check} in
+  check)
+    timeout 200 python -m fusedlib check --device cuda --problem 84,33 --stage all --mode all --precision all \
+      --shape 257x192:320 --shape 1000x132:97 --inputs randn,offset --seeds 2 > $OUT/check.log 2>&1
+    echo "check: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 3 $OUT/check.log
+    timeout 330 python -m pytest -q -m gpu tests/test_sync_gpu.py -x -s -p no:cacheprovider > $OUT/sync.log 2>&1
+    echo "sync: $(tail -n 1 $OUT/sync.log) ($(( $(date +%s) - t0 )) s)"; grep -h "world size\|^E  \|Error" $OUT/sync.log | head -40
+    timeout 120 python -m pytest -q -m gpu tests/test_exercises.py -p no:cacheprovider > $OUT/exercises.log 2>&1
+    echo "exercises: $(tail -n 1 $OUT/exercises.log) ($(( $(date +%s) - t0 )) s)" ;;
+  bench)
+    timeout 500 python lab/experiments/run153-sync-bench.py --out $OUT 2>&1 | tail -30 ;;
+esac

@@ -1,0 +1,252 @@
+"""Data parallelism on GPUs (docs/design.md §14): the fused modules under
+``fusedlib.convert_sync_batchnorm`` in R processes, one GPU each, over NCCL.
+
+A world size runs all its cases in one spawn (NCCL's set-up and the kernels' load once). A case
+is (problem, stage, precision, per-rank batches, offset): each rank holds its rows of one batch
+and runs one train step (forward, backward of Σ Y∘dY), keeping its Y, dX, its part of every
+parameter's gradient and the running buffers. Checked:
+
+* against float64 (the KernelBench model on the concatenated batch, on the CPU) within the
+  forward's budgets, ``check.case_budget(precision, noise)`` = max(BUDGET, 2·noise), noise
+  being PyTorch fp32's own error on the same quantity; with the columns far off zero
+  (offset 1000) fp32 and 3xtf32 held to BUDGET itself, which only a shift shared by the ranks
+  meets (PyTorch's own error there is far larger);
+* against one GPU on the concatenated batch (the same module without a group), and against
+  DistributedDataParallel's usual way, the reference model with ``nn.SyncBatchNorm``, each
+  within the same budget;
+* running buffers bit for bit the same on every rank.
+
+Then at world size 2: the forward under ``torch.compile(fullgraph=True)`` and captured in a CUDA
+graph, and 50 steps of DistributedDataParallel training that track one GPU.
+Marked gpu; needs 2 CUDA devices (4 for the world-size-4 cases): tests/run_gpu_suite.py's part
+"sync", on a machine with several GPUs.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from fusedlib import algebra, check
+from fusedlib.lab import sync_demo
+
+pytestmark = pytest.mark.gpu
+
+K, M = 192, 320
+#: per-rank batches at each world size: uneven, a rank of one row
+SHARDS = {2: [(1000, 24), (1, 63)], 4: [(5, 300, 1, 77)]}
+PRECISIONS = ("fp32", "tf32", "3xtf32")
+
+
+def _cases(world: int) -> list[tuple]:
+    cases = [(kind, stage, prec, shards, 3.0) for shards in SHARDS[world] for kind in ("84", "33")
+             for stage in algebra.STAGES for prec in PRECISIONS]
+    if world == 2:  # columns far off zero: the shared shift's test
+        cases += [(kind, "fused", prec, (200, 56), 1000.0) for kind in ("84", "33") for prec in ("fp32", "3xtf32")]
+    return cases
+
+
+def _reference(kind: str):
+    from fusedlib.reference import make_reference
+    ref = make_reference(kind, K, M, seed=11)
+    with torch.no_grad():
+        ref.bn.weight.copy_(torch.rand(M, generator=torch.Generator().manual_seed(12)) + 0.5)
+        ref.bn.bias.copy_(torch.randn(M, generator=torch.Generator().manual_seed(13)))
+    return ref
+
+
+def _batch(n: int, offset: float):
+    g = torch.Generator().manual_seed(14)
+    return torch.randn(n, K, generator=g) + offset, torch.randn(n, M, generator=g)
+
+
+def _step(model, x: torch.Tensor, dy: torch.Tensor) -> dict:
+    x = x.clone().requires_grad_()
+    y = model(x)
+    (y * dy).sum().backward()
+    return {"y": y.detach().cpu().double(), "dx": x.grad.cpu().double(),
+            "grads": {n: p.grad.cpu().double() for n, p in model.named_parameters()},
+            "buffers": {n: b.cpu().clone() for n, b in model.named_buffers()}}
+
+
+def _fused(kind, stage, precision, group: bool):
+    import fusedlib
+    module = fusedlib.from_reference(_reference(kind), stage=stage, precision=precision).cuda().train()
+    return fusedlib.convert_sync_batchnorm(module) if group else module
+
+
+def _worker(rank: int, world: int, cases: list, out: str) -> None:
+    from fusedlib import engine
+    dev = torch.device("cuda", rank)
+    results = []
+    for kind, stage, precision, shards, offset in cases:
+        x, dy = _batch(sum(shards), offset)
+        lo, hi = sum(shards[:rank]), sum(shards[:rank + 1])
+        xr, dyr = x[lo:hi].to(dev), dy[lo:hi].to(dev)
+        fused = _step(_fused(kind, stage, precision, True), xr, dyr)
+        peer = torch.nn.SyncBatchNorm.convert_sync_batchnorm(_reference(kind)).to(dev).train()
+        with engine.cublas_precision(precision):
+            peer = _step(peer, xr, dyr)
+        results.append({"fused": fused, "peer": peer})
+    torch.save(results, f"{out}/rank{rank}.pt")
+
+
+@pytest.fixture(scope="module", params=sorted(SHARDS))
+def world_results(request, tmp_path_factory):
+    world = request.param
+    if torch.cuda.device_count() < world:
+        pytest.skip(f"needs {world} CUDA devices, this machine has {torch.cuda.device_count()}")
+    out = tmp_path_factory.mktemp(f"sync{world}")
+    cases = _cases(world)
+    sync_demo.spawn_ranks(_worker, world, cases, str(out), backend="nccl")
+    ranks = [torch.load(out / f"rank{r}.pt") for r in range(world)]
+    return world, cases, ranks
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def _merged(ranks: list[dict], key: str) -> dict:
+    """The ranks' step as one: Y and dX concatenated, gradients summed, rank 0's buffers."""
+    parts = [r[key] for r in ranks]
+    return {"y": torch.cat([p["y"] for p in parts]), "dx": torch.cat([p["dx"] for p in parts]),
+            "grads": {n: sum(p["grads"][n] for p in parts) for n in parts[0]["grads"]},
+            "buffers": parts[0]["buffers"]}
+
+
+def test_ranks_equal_float64_one_gpu_and_syncbatchnorm(world_results):
+    """Every case at this world size: see the module docstring."""
+    from fusedlib import engine
+    world, cases, ranks = world_results
+    failures, worst = [], 0.0
+    for i, (kind, stage, precision, shards, offset) in enumerate(cases):
+        name = f"{kind}/{stage}/{precision}/{'+'.join(map(str, shards))}/offset {offset:g}"
+        per_rank = [r[i] for r in ranks]
+        for r in per_rank[1:]:
+            for b, v in r["fused"]["buffers"].items():
+                if not torch.equal(v, per_rank[0]["fused"]["buffers"][b]):
+                    failures.append(f"{name}: {b} differs between ranks")
+        got, peer = _merged(per_rank, "fused"), _merged(per_rank, "peer")
+        x, dy = _batch(sum(shards), offset)
+        want = _step(copy.deepcopy(_reference(kind)).double(), x.double(), dy.double())
+        fp32 = _step(_reference(kind), x, dy)
+        with engine.cublas_precision(precision):
+            one = _step(_fused(kind, stage, precision, False), x.cuda(), dy.cuda())
+        quantities = [("Y", "y", None), ("dX", "dx", None)] + [
+            (f"d {n}", "grads", n) for n in want["grads"] if n != "gemm.bias"] + [
+            (n, "buffers", n) for n in ("bn.running_mean", "bn.running_var")]
+        for label, key, sub in quantities:
+            pick = (lambda d: d[key]) if sub is None else (lambda d: d[key][sub].double())
+            noise = _rel(pick(fp32).double(), pick(want))
+            budget = check.BUDGET[precision] if offset > 100 else check.case_budget(precision, noise)
+            if key == "buffers":
+                budget = max(budget, 1e-5)
+            for against, ref in (("float64", want), ("one GPU", one), ("nn.SyncBatchNorm", peer)):
+                if offset > 100 and against != "float64":
+                    continue  # (PyTorch's own error there is the larger one)
+                err = _rel(pick(got), pick(ref))
+                worst = max(worst, err / budget)
+                if not err <= budget:
+                    failures.append(f"{name}: {label} against {against} {err:.2e} > {budget:.1e}")
+        if not torch.all(got["grads"]["gemm.bias"] == 0):
+            failures.append(f"{name}: the Linear bias's gradient is not exactly zero")
+    print(f"world size {world}: {len(cases)} cases, worst error / budget {worst:.3f}")
+    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:30])
+
+
+# ----------------------------------------------------------------- compile, CUDA graphs, DDP training
+
+def _extras_worker(rank: int, world: int, out: str) -> None:
+    import fusedlib
+    dev = torch.device("cuda", rank)
+    x, _ = _batch(512, 3.0)
+    xr = x[rank * 256:(rank + 1) * 256].to(dev)
+    res = {}
+    for precision in ("tf32", "3xtf32"):
+        eager = _fused("84", "fused", precision, True)
+        compiled = copy.deepcopy(eager)
+        graphed = copy.deepcopy(eager)
+        with torch.no_grad():
+            want = eager(xr)
+            got = torch.compile(compiled, fullgraph=True)(xr)
+            static = xr.clone()
+            for _ in range(2):  # warm-up on a side stream, as torch.cuda.graphs asks
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    copy.deepcopy(graphed)(static)
+                torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out_static = graphed(static)
+            g.replay()
+            torch.cuda.synchronize()
+        res[precision] = {"eager": want.cpu(), "compiled": got.cpu(), "graphed": out_static.cpu(),
+                          "buffers": [m.bn.running_mean.cpu() for m in (eager, compiled, graphed)]}
+    # 50 steps of DDP training: 33 as a hidden layer, 84 as the output layer, fp32
+    model = _two_layers(group=True).to(dev)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    res["train"] = _train(ddp, model, slice(rank * 128, (rank + 1) * 128), world)
+    torch.save(res, f"{out}/rank{rank}.pt")
+
+
+def _two_layers(group: bool):
+    import fusedlib
+    from fusedlib.reference import make_reference
+    hidden = fusedlib.from_reference(make_reference("33", 64, 96, seed=21), stage="fused", precision="fp32")
+    head = fusedlib.from_reference(make_reference("84", 96, 10, seed=22), stage="fused", precision="fp32")
+    model = torch.nn.Sequential(hidden, head).cuda().train()
+    return fusedlib.convert_sync_batchnorm(model) if group else model
+
+
+def _train(model, module, rows: slice, world: int) -> dict:
+    """50 steps of SGD with momentum, cross-entropy on the global batch of 256 rows (each rank's
+    loss × world: DistributedDataParallel averages the ranks' gradients)."""
+    import torch.distributed as dist
+    dev = next(module.parameters()).device
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    losses = []
+    for step in range(50):
+        g = torch.Generator().manual_seed(300 + step)
+        xs, t = torch.randn(256, 64, generator=g) + 1, torch.randint(0, 10, (256,), generator=g)
+        p = model(xs[rows].to(dev))  # 84's output is the softmax
+        loss = -(p.clamp_min(1e-30).log().gather(1, t[rows].to(dev)[:, None])).sum() * world / 256
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total = loss.detach() / world
+        if world > 1:
+            dist.all_reduce(total)
+        losses.append(total.item())
+    return {"losses": losses, "state": {k: v.cpu() for k, v in module.state_dict().items()}}
+
+
+def test_compile_cuda_graph_and_ddp_training():
+    """At world size 2: the forward traced by ``torch.compile(fullgraph=True)`` and captured in a
+    CUDA graph equals the eager one (and so do the running buffers), and 50 DDP training steps
+    track one GPU on the concatenated batch (losses within 1e-4, the parameters within 1e-4 of
+    their size, the ranks' parameters bit for bit equal)."""
+    import tempfile
+    from pathlib import Path
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 CUDA devices")
+    with tempfile.TemporaryDirectory() as out:
+        sync_demo.spawn_ranks(_extras_worker, 2, out, backend="nccl")
+        got = [torch.load(Path(out) / f"rank{r}.pt") for r in range(2)]
+    for r in got:
+        for precision in ("tf32", "3xtf32"):
+            d = r[precision]
+            budget = check.BUDGET[precision]
+            for way in ("compiled", "graphed"):
+                assert _rel(d[way].double(), d["eager"].double()) <= budget, (precision, way)
+            for b in d["buffers"][1:]:
+                assert _rel(b.double(), d["buffers"][0].double()) <= budget, precision
+    one_model = _two_layers(group=False)
+    one = _train(one_model, one_model, slice(0, 256), 1)
+    assert got[0]["train"]["losses"] == pytest.approx(one["losses"], rel=1e-4)
+    for name, v in one["state"].items():
+        assert torch.equal(got[0]["train"]["state"][name], got[1]["train"]["state"][name]), name
+        if v.is_floating_point():
+            assert _rel(got[0]["train"]["state"][name].double(), v.double()) <= 1e-4, name
