@@ -155,9 +155,9 @@ static std::optional<at::Tensor> forward_impl(
     return msg;
   };
   at::Tensor y = sync ? sync->y
-                      : explain_oom(  // no dispatcher
+                      : at::Tensor(explain_oom(  // no dispatcher
                             [&] { return at::detail::empty_cuda({n, m}, at::kFloat, x.device(), std::nullopt); },
-                            needs);
+                            needs));
   // split-K where the tiles would leave SMs idle (its partial tiles and counters): wgmma, SIMT
   const SplitK sk = path == PATH_WGMMA  ? wg_split_k(prec, (int)n, (int)k, (int)m)
                     : path == PATH_SIMT ? simt_split_k((int)n, (int)k, (int)m)

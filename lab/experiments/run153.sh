@@ -10,7 +10,8 @@ t0=$(date +%s)
 for s in naive fold sums fused; do python -c "from fusedlib.build import load_stage; load_stage('$s')" > /tmp/build-$s.log 2>&1 & done
 python -c "from fusedlib.build import load_backward; load_backward()" > /tmp/build-bwd.log 2>&1 &
 wait
-echo "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log && grep -h -B2 -A12 "error" /tmp/build-*.log | head -60
+echo "built in $(( $(date +%s) - t0 )) s"
+if grep -il "error" /tmp/build-*.log; then grep -h -B2 -A12 "error" /tmp/build-*.log | head -60; exit 1; fi
 case ${PART:-check} in
   check)
     timeout 200 python -m fusedlib check --device cuda --problem 84,33 --stage all --mode all --precision all \
