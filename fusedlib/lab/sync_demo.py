@@ -63,8 +63,13 @@ def _rank(rank: int, world: int, port: int, backend: str, fn, args: tuple) -> No
     dist.init_process_group(backend, rank=rank, world_size=world)
     try:
         fn(rank, world, *args)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:  # the other ranks may wait in a collective: no clean shutdown, exit now
+        import sys
+        import traceback
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    dist.destroy_process_group()
 
 
 def spawn_ranks(fn, world: int, *args, backend: str = "gloo") -> None:

@@ -21,6 +21,10 @@ case ${PART:-check} in
     echo "sync: $(tail -n 1 $OUT/sync.log) ($(( $(date +%s) - t0 )) s)"; grep -h "world size\|^E  \|Error" $OUT/sync.log | head -40
     timeout 120 python -m pytest -q -m gpu tests/test_exercises.py -p no:cacheprovider > $OUT/exercises.log 2>&1
     echo "exercises: $(tail -n 1 $OUT/exercises.log) ($(( $(date +%s) - t0 )) s)" ;;
+  debug)
+    timeout 200 python lab/experiments/run153-debug.py > $OUT/debug.log 2>&1; echo "debug rc=$?"; tail -c 5000 $OUT/debug.log
+    timeout 150 python -m pytest -q -x -m gpu tests/test_exercises.py -p no:cacheprovider > $OUT/exercises.log 2>&1
+    echo "exercises: $(tail -n 1 $OUT/exercises.log)"; grep -h "^E  " $OUT/exercises.log | head -30 ;;
   bench)
     timeout 500 python lab/experiments/run153-sync-bench.py --out $OUT 2>&1 | tail -30 ;;
 esac
