@@ -93,7 +93,8 @@ static std::optional<at::Tensor> forward_impl(
                    weight_in.size(1) == x_in.size(1),
                "weight: expected a float32 (out_features, " + std::to_string(x_in.size(1)) + ") tensor on ",
                x_in.device(), ", got ", weight_in.scalar_type(), " ", shape_str(weight_in), " on ", weight_in.device());
-  FL_ARG_CHECK(!training || x_in.size(0) > 1, "Expected more than 1 value per channel when training, got input size ",
+  FL_ARG_CHECK(!training || sync || x_in.size(0) > 1,  // (data parallelism: the global batch, checked by the caller)
+               "Expected more than 1 value per channel when training, got input size ",
                shape_str(x_in), " (x: BatchNorm in train mode needs a batch of at least 2)");
   FL_ARG_CHECK(kind == "84" || kind == "33", "kind: expected '84' or '33', got '", std::string(kind), "'");
   const int prec = precision == "fp32" ? FP32 : precision == "tf32" ? TF32 : precision == "3xtf32" ? TF32X3 : -1;
