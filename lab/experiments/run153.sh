@@ -26,7 +26,7 @@ case ${PART:-check} in
     timeout 150 python -m pytest -q -x -m gpu tests/test_exercises.py -p no:cacheprovider > $OUT/exercises.log 2>&1
     echo "exercises: $(tail -n 1 $OUT/exercises.log)"; grep -h "^E  " $OUT/exercises.log | head -30 ;;
   sync)
-    timeout 235 python -m pytest -q -x -m gpu tests/test_sync_gpu.py -p no:cacheprovider -s > $OUT/sync.log 2>&1
+    timeout ${SYNC_TIMEOUT:-235} python -m pytest -q -x -m gpu tests/test_sync_gpu.py -p no:cacheprovider -s ${SYNC_K:-} > $OUT/sync.log 2>&1
     echo "sync: rc=$? ($(( $(date +%s) - t0 )) s)"; grep -h "world size\|passed\|failed\|^E  " $OUT/sync.log | head -40 ;;
   bench)
     timeout 500 python lab/experiments/run153-sync-bench.py --out $OUT 2>&1 | tail -30 ;;
