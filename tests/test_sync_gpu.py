@@ -234,7 +234,8 @@ def test_compile_cuda_graph_and_ddp_training():
     """At world size 2: the forward traced by ``torch.compile(fullgraph=True)`` and captured in a
     CUDA graph equals the eager one (and so do the running buffers), and 50 DDP training steps
     track one GPU on the concatenated batch (losses within 1e-4, the parameters within 1e-4 of
-    their size, the ranks' parameters bit for bit equal)."""
+    their size or 1e-7 where their gradient is zero in exact arithmetic, the ranks' parameters
+    bit for bit equal)."""
     import tempfile
     from pathlib import Path
     if torch.cuda.device_count() < 2:
@@ -255,5 +256,6 @@ def test_compile_cuda_graph_and_ddp_training():
     assert got[0]["train"]["losses"] == pytest.approx(one["losses"], rel=1e-4)
     for name, v in one["state"].items():
         assert torch.equal(got[0]["train"]["state"][name], got[1]["train"]["state"][name]), name
-        if v.is_floating_point():
-            assert _rel(got[0]["train"]["state"][name].double(), v.double()) <= 1e-4, name
+        if v.is_floating_point():  # (the hidden layer's β stays ≈ 0: the next BatchNorm cancels a column's constant)
+            diff = (got[0]["train"]["state"][name].double() - v.double()).norm().item()
+            assert diff <= max(1e-4 * v.double().norm().item(), 1e-7), name
