@@ -1,10 +1,10 @@
-"""Command line: ``python -m fusedlib {info,check,kernelbench,bench,train-step,figures,report}``.
+"""Command line: ``python -m fusedlib {info,check,kernelbench,bench,train-step,sync-bench,figures,report}``.
 
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and
 ``main(args) -> int`` (the exit status); this file only dispatches, importing the
 module of the chosen command lazily so that ``info`` stays fast. ``info``, ``check`` and
 ``kernelbench`` are the library's and need only its dependencies; ``bench``,
-``train-step``, ``figures`` and ``report`` are the lab's (:mod:`fusedlib.lab`): without
+``train-step``, ``sync-bench``, ``figures`` and ``report`` are the lab's (:mod:`fusedlib.lab`): without
 its extra they stop with one line naming it. Every error a command reports is one line on
 standard error and a non-zero exit status (2: bad arguments or files, 1: a check failed).
 """
@@ -24,12 +24,14 @@ COMMANDS = {
     "bench": ("fusedlib.lab.bench", "(lab) time stages and peers on the GPU into results/<gpu>/bench.csv"),
     "train-step": ("fusedlib.lab.trainstep", "(lab) time forward + backward (a train step) of stages and peers, "
                    "with peak memory and gradient error, into results/<gpu>/train_step.csv"),
+    "sync-bench": ("fusedlib.lab.syncbench", "(lab) time the data-parallel DDP train step on several GPUs (NCCL) into "
+                   "results/<gpu>/sync.csv"),
     "figures": ("fusedlib.lab.figures", "(lab) draw the roofline, throughput, breakdown and ladder figures "
                 "from committed CSVs"),
     "report": ("fusedlib.lab.report", "(lab) regenerate the README's result sections from committed results"),
 }
 #: The commands of the lab: they need the ``lab`` extra (pandas, matplotlib, tqdm).
-LAB_COMMANDS = ("bench", "train-step", "figures", "report")
+LAB_COMMANDS = ("bench", "train-step", "sync-bench", "figures", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:

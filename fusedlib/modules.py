@@ -70,7 +70,7 @@ class _FusedBase(nn.Module):
         with a group of more than one rank, the batch statistics and running buffers are the
         global batch's (one all-gather of 3 × out_features floats a forward, one all-reduce a
         backward), as ``nn.SyncBatchNorm`` computes them; eval mode communicates nothing. CPU
-        tensors (gloo) for now: a CUDA forward with a group raises NotImplementedError."""
+        tensors over gloo, CUDA tensors over NCCL (one GPU a rank)."""
         return self.__dict__.get("_process_group")  # (none in a module pickled before it existed)
 
     @process_group.setter

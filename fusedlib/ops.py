@@ -346,51 +346,6 @@ def _all_reduce(group_name: str):
     return reduce
 
 
-def _sync_forward_cuda(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, stage,
-                       kind, precision, eps, momentum, group_name, z_out):
-    """sync_train's CUDA kernel: the stage's kernels in two phases around one all-gather
-    (``fusedlib/kernels/torch_op.cuh`` sync_forward), on the current stream, nothing waiting for
-    the GPU. Phase 1: the GEMM and this rank's column moments (n, mean, M2, z₀) of the Z the
-    stage holds; the all-gather of every rank's (4 × out_features floats each); phase 2: the
-    merge in rank order, the coefficients and running buffers, the row pass.
-
-    Under the first-row shift (fp32 and 3xTF32, :func:`fusedlib.algebra.train_gemm`) every rank
-    shifts by the same row, rank 0's first, so that the moments share one frame and merge
-    exactly: one broadcast of in_features floats before the GEMM, and the other ranks run their
-    GEMM over [x₀; X] (their Z's row 0, exactly 0, is left out of their moments; Z and Y are
-    copied out without it). Returns (Y, stats (2, M): the global mean and biased variance of Z).
-    """
-    import torch.distributed as dist
-
-    from .build import load_stage
-    group = _group(group_name)
-    ranks, rank = dist.get_world_size(group), dist.get_rank(group)
-    if x.shape[0] < 1 or (ranks == 1 and x.shape[0] < 2):
-        raise ValueError(f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)} "
-                         f"on a process group of {ranks} rank(s) (x: every rank needs a row of its own)")
-    ext = load_stage(stage, x.get_device())
-    borrow = precision in algebra.SHIFTED_PRECISIONS and rank != 0
-    if precision in algebra.SHIFTED_PRECISIONS:
-        row = x[:1].clone() if rank == 0 else x.new_empty(1, x.shape[1])
-        dist.broadcast(row, group_src=0, group=group)
-        if borrow:
-            x = torch.cat([row, x])
-    rows, m = x.shape[0], weight.shape[0]
-    z = x.new_empty(rows, m) if borrow else z_out
-    y = x.new_empty(rows, m)
-    moments, stats = x.new_empty(4, m), x.new_empty(2, m)
-    common = (x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision,
-              eps, momentum, z, y)
-    ext.sync_forward(*common, 1, moments, stats, borrow)
-    gathered = x.new_empty(ranks, 4, m)
-    dist.all_gather_into_tensor(gathered, moments, group=group)
-    ext.sync_forward(*common, 2, gathered, stats, borrow)
-    if borrow:
-        z_out.copy_(z[1:])
-        y = y[1:].clone()
-    return y, stats
-
-
 class SyncStageFunction(torch.autograd.Function):
     """:func:`sync_train` below autograd, with the backward of :func:`train_backward` over the
     same process group (saved: Y (84), Z, the global statistics, x and the parameters)."""
@@ -435,11 +390,6 @@ def _define_sync():
         mean, var, _ = algebra.merge_ranks(seen[0])
         return y, torch.stack([mean, var])
 
-    def cuda(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, stage, kind,
-             precision, eps, momentum, group_name, z_out):
-        return _sync_forward_cuda(x, weight, bias, scale, gamma, beta, running_mean, running_var,
-                                  num_batches_tracked, stage, kind, precision, eps, momentum, group_name, z_out)
-
     def fake(x, weight, *_):
         return x.new_empty(x.shape[0], weight.shape[0]), x.new_empty(2, weight.shape[0])
 
@@ -448,8 +398,7 @@ def _define_sync():
             return SyncStageFunction.apply(args, *args[:_DIFFERENTIABLE])
         return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
 
-    _LIB.impl("sync_train", cpu, "CPU")
-    _LIB.impl("sync_train", cuda, "CUDA")
+    _LIB.impl("sync_train", cpu, "CPU")  # (the CUDA kernel: fusedlib.cuda, beside the build it needs)
     torch.library.register_fake("fusedlib::sync_train", fake, lib=_LIB)
     _LIB.impl("sync_train", autograd_kernel, "Autograd", with_keyset=True)
     return op

@@ -105,6 +105,21 @@ def world_results(request, tmp_path_factory):
     return world, cases, ranks
 
 
+def _record(key: str, record: dict) -> None:
+    """With $FUSEDLIB_SYNC_VALIDATION_OUT set, add ``record`` under ``key`` to that JSON file
+    (the GPU and torch named), for results/<gpu>/sync_validation.json."""
+    import json
+    import os
+    from pathlib import Path
+    path = os.environ.get("FUSEDLIB_SYNC_VALIDATION_OUT")
+    if not path:
+        return
+    data = json.loads(Path(path).read_text()) if Path(path).exists() else {}
+    data[key] = {**record, "gpu": torch.cuda.get_device_name(), "devices": torch.cuda.device_count(),
+                 "torch": torch.__version__}
+    Path(path).write_text(json.dumps(data, indent=1) + "\n")
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
@@ -160,6 +175,8 @@ def test_ranks_equal_float64_one_gpu_and_syncbatchnorm(world_results):
         if not torch.all(got["grads"]["gemm.bias"] == 0):
             failures.append(f"{name}: the Linear bias's gradient is not exactly zero")
     print(f"world size {world}: {len(cases)} cases, worst error / budget {worst:.3f}")
+    _record(f"world {world}", {"cases": len(cases), "failures": failures, "worst_ratio": round(worst, 4),
+                               "passed": not failures})
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:30])
 
 
@@ -251,6 +268,7 @@ def test_compile_cuda_graph_and_ddp_training():
                 assert _rel(d[way].double(), d["eager"].double()) <= budget, (precision, way)
             for b in d["buffers"][1:]:
                 assert _rel(b.double(), d["buffers"][0].double()) <= budget, precision
+    _record("compile, CUDA graph", {"passed": True})
     one_model = _two_layers(group=False)
     one = _train(one_model, one_model, slice(0, 256), 1)
     assert got[0]["train"]["losses"] == pytest.approx(one["losses"], rel=1e-4)
@@ -259,3 +277,5 @@ def test_compile_cuda_graph_and_ddp_training():
         if v.is_floating_point():  # (the hidden layer's β stays ≈ 0: the next BatchNorm cancels a column's constant)
             diff = (got[0]["train"]["state"][name].double() - v.double()).norm().item()
             assert diff <= max(1e-4 * v.double().norm().item(), 1e-7), name
+    _record("DDP training, 50 steps", {"passed": True, "final_loss": got[0]["train"]["losses"][-1],
+                                       "final_loss_one_gpu": one["losses"][-1]})

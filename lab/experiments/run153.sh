@@ -3,7 +3,10 @@
 # one all-gather, torch_op.cuh sync_forward): build, a CUDA check of every stage on the changed
 # kernels (one process), the NCCL cases (tests/test_sync_gpu.py), the notebook 02 GPU exercise.
 #   PART=check (default)   all of the above
-#   PART=bench             the DDP step timings (lab/experiments/run153-sync-bench.py)
+#   PART=debug             one NCCL case at a time (run153-debug.py), then the exercise
+#   PART=sync              tests/test_sync_gpu.py alone (SYNC_K: a -k filter), recorded into
+#                          results/<gpu>/sync_validation.json (copied to $OUT)
+#   PART=bench             python -m fusedlib sync-bench --world $WORLDS (default 1,2,4) --fresh
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 t0=$(date +%s)
@@ -26,8 +29,14 @@ case ${PART:-check} in
     timeout 150 python -m pytest -q -x -m gpu tests/test_exercises.py -p no:cacheprovider > $OUT/exercises.log 2>&1
     echo "exercises: $(tail -n 1 $OUT/exercises.log)"; grep -h "^E  " $OUT/exercises.log | head -30 ;;
   sync)
-    timeout ${SYNC_TIMEOUT:-235} python -m pytest -q -x -m gpu tests/test_sync_gpu.py -p no:cacheprovider -s ${SYNC_K:-} > $OUT/sync.log 2>&1
-    echo "sync: rc=$? ($(( $(date +%s) - t0 )) s)"; grep -h "world size\|passed\|failed\|^E  " $OUT/sync.log | head -40 ;;
+    slug=$(python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
+    rm -f results/$slug/sync_validation.json
+    FUSEDLIB_SYNC_VALIDATION_OUT=results/$slug/sync_validation.json timeout ${SYNC_TIMEOUT:-235} \
+      python -m pytest -q -x -m gpu tests/test_sync_gpu.py -p no:cacheprovider -s ${SYNC_K:-} > $OUT/sync.log 2>&1
+    echo "sync: rc=$? ($(( $(date +%s) - t0 )) s)"; grep -h "world size\|passed\|failed\|^E  " $OUT/sync.log | head -40
+    cp results/$slug/sync_validation.json $OUT/ 2>/dev/null ;;
   bench)
-    timeout 500 python lab/experiments/run153-sync-bench.py --out $OUT 2>&1 | tail -30 ;;
+    timeout 540 python -m fusedlib sync-bench --world ${WORLDS:-1,2,4} --fresh > $OUT/sync-bench.log 2>&1
+    echo "sync-bench: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 30 $OUT/sync-bench.log
+    cp results/*/sync.csv results/*/sync.sources.json $OUT/ 2>/dev/null ;;
 esac
