@@ -101,19 +101,29 @@ def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
     :mod:`fusedlib.ops`): the backward extension's fused passes, then the two GEMMs
     (:func:`fusedlib.ops.backward_gemms`). Registered here, beside the forward's use of the
     build, so that :mod:`fusedlib.ops` does not import :mod:`fusedlib.build` (which imports it).
-    With ``group_name`` (data parallelism) the derivation in PyTorch's operators and one
-    all-reduce (:func:`fusedlib.algebra.train_backward_fused` with ``reduce``), as on the CPU: the
-    fused passes do not yet take the global column sums."""
-    if group_name is not None:
-        return ops._train_backward_derived(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx,
-                                           stats, group_name)
+    With ``group_name`` (data parallelism, docs/design.md §14) the same passes in two phases
+    around one all-reduce of [S1; S2; Σ_i X; N] (2·M + K + 1 floats), about the forward's global
+    statistics ``stats``: dZ' from the ranks' totals, dW centred on the global x̄, and dγ, dβ and
+    the scale's gradient this rank's part (DistributedDataParallel sums them), as
+    :func:`fusedlib.algebra.train_backward_fused` with ``reduce`` specifies."""
     ext = load_backward(z.device.index if z.device.index is not None else torch.cuda.current_device())
     split = precision == "3xtf32"
-    dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, z if y is None else y, z, scale, gamma, beta, kind,
-                                                          eps, split)
+    y_or_z = z if y is None else y
+    if group_name is None:
+        dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, y_or_z, z, scale, gamma, beta, kind, eps, split)
+        x_op = ops.x_operand(ext, x, precision)
+    else:
+        import torch.distributed as dist
+        n, m, k = x.shape[0], weight.shape[0], x.shape[1]
+        local, message = z.new_empty(4 * m + n), z.new_empty(2 * m + k + 1)
+        args = (dy, y_or_z, z, scale, gamma, beta, kind, eps, split)
+        ext.backward_passes_sync(*args, 1, x, stats, local, message)
+        dist.all_reduce(message, group=ops._group(group_name))
+        dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes_sync(*args, 2, x, stats, local, message)
+        x_op = ops.x_operand(ext, x, precision, total=message[2 * m:])
     # dX's W operand; 3xtf32: W's TF32 parts, split from W as it is now (one pass, nothing kept)
     w_operand = weight if precision != "3xtf32" else ext.tf32_parts(weight.contiguous()) if need_dx else None
-    dx, dweight = ops.backward_gemms(dz, dzt, ops.x_operand(ext, x, precision), w_operand, precision, need_dx)
+    dx, dweight = ops.backward_gemms(dz, dzt, x_op, w_operand, precision, need_dx)
     return dx, dweight, torch.zeros_like(dgamma), algebra.scale_gradient(ds_cols, scale), dgamma, dbeta
 
 

@@ -98,15 +98,19 @@ def backward_gemms(dz: torch.Tensor, dzt: torch.Tensor, xs: torch.Tensor, weight
     return dx, three_tf32(dzt[0], dzt[1], xs[0], xs[1])
 
 
-def x_operand(ext, x: torch.Tensor, precision: str) -> torch.Tensor:
+def x_operand(ext, x: torch.Tensor, precision: str, total: torch.Tensor | None = None) -> torch.Tensor:
     """dW's X operand in train mode, (P, N, K) float32 on x's device, from the backward
     extension ``ext``: X − x̄ for "fp32" (P = 1) and its TF32 parts for "3xtf32" (P = 2),
     x̄ the column mean over the batch (dW = dZ'ᵀ(X − x̄) = dZ'ᵀX as Σ_i dZ' = 0, without the
     cancellation of dZ'ᵀX on inputs far from zero: :func:`fusedlib.algebra.train_backward_fused`);
     for "tf32" X itself (P = 1, a view: TF32 operands cannot resolve such inputs anyway, and
-    the centering pass would cost 3–7 % of its train step)."""
+    the centering pass would cost 3–7 % of its train step). ``total`` (data parallelism): the
+    ranks' Σ_i X and N (K + 1 floats), whose x̄ every rank centres on (Σ_i dZ' = 0 holds over
+    the global batch only)."""
     if precision == "tf32":
         return x[None]
+    if total is not None:
+        return ext.centered_x_about(x.contiguous(), precision == "3xtf32", total)
     return ext.centered_x(x.contiguous(), precision == "3xtf32")
 
 
@@ -169,9 +173,8 @@ def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x:
 
 def _train_backward_derived(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx, stats,
                             group_name):
-    """:func:`train_backward` by :func:`fusedlib.algebra.train_backward_fused` in PyTorch's operators
-    (CPU, and CUDA with a process group), its GEMMs at the forward's precision through
-    :func:`fusedlib.engine.cublas_precision`."""
+    """:func:`train_backward`'s CPU kernel: :func:`fusedlib.algebra.train_backward_fused` in
+    PyTorch's operators (the CUDA kernel: :mod:`fusedlib.cuda`)."""
     low = {name: t.dtype for name, t in (("x", x), ("weight", weight), ("scale", scale), ("gamma", gamma),
                                           ("beta", beta))}
     if z.dtype in algebra.LOW_PRECISION:  # docs/design.md §15: the backward in float32, gradients in each input's dtype
@@ -185,11 +188,8 @@ def _train_backward_derived(dy, y, z, x, weight, scale, gamma, beta, kind, preci
     else:
         mean, var = stats[0], stats[1]
         reduce = _all_reduce(group_name)
-    # (CUDA with a group: the same derivation in PyTorch's operators, its GEMMs through cuBLAS at the
-    # forward's precision — TF32 for "tf32", fp32 otherwise —, not yet the fused backward's kernels)
-    with engine.cublas_precision(precision):
-        dx, dw, db, ds, dg, dbeta = algebra.train_backward_fused(kind, dy, y, z - mean, var, x, weight, scale, gamma,
-                                                                 beta, eps, reduce=reduce)
+    dx, dw, db, ds, dg, dbeta = algebra.train_backward_fused(kind, dy, y, z - mean, var, x, weight, scale, gamma,
+                                                             beta, eps, reduce=reduce)
     dx = dx.to(low["x"]) if need_dx else x.new_empty(0, dtype=low["x"])
     return (dx, dw.to(low["weight"]), db.to(low["weight"]), ds.to(low["scale"]), dg.to(low["gamma"]),
             dbeta.to(low["beta"]))

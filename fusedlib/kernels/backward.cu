@@ -19,6 +19,8 @@
 //   x_chunk_sums_kernel      column sums of X over chunks of 512 rows
 //   x_mean_kernel            x̄ from the chunk sums, in chunk order
 //   x_center_kernel          X − x̄ (P = 1) or [rna(X − x̄); rna(X − x̄ − rna(X − x̄))] (P = 2, 3xTF32)
+// Data parallelism (sync_phase): the passes stop at this rank's column sums (phase 1), and after
+// the all-reduce of [S1; S2; Σ_i X; N] the columns take the ranks' totals (phase 2).
 // No float atomics: every sum runs in a fixed order, so reruns are bit-identical. The Z the
 // backward reads may hold the Linear's bias (naive, fold) or not (sums, fused): only Z − μ
 // enters. Plain CUDA (no torch headers): compiles on its own for every GPU from sm_75 on.
@@ -45,6 +47,14 @@ struct BackwardProblem {
   float* dzt;               // (P, M, N) the same, transposed
   int n, m, kind, scale_len, split;
   float eps;
+  // Data parallelism (docs/design.md §14; fusedlib/cuda.py): the passes in two phases around one
+  // all-reduce. Phase 1 stops at this rank's column sums, phase 2 takes the ranks' totals.
+  int sync_phase;           // 0: one process; 1: up to this rank's sums; 2: from the totals
+  int k;                    // in_features (the message's layout)
+  const float* stats;       // (2, M) the global batch's μ and σ² of Z, the forward's (phases 1, 2)
+  float* local;             // (4, M) this rank's S1, S2 (about μ), Σ(Z − μ), Σ(Z − μ)²
+  float* message;           // (2M + K + 1) phase 1: [S1; S2; Σ_i X; N], what the all-reduce sums
+  const float* total;       // phase 2: the message summed over the ranks
 };
 
 constexpr int kBwdCols = 32;       // columns a block of the partials and dZ' kernels
@@ -69,26 +79,58 @@ __device__ __forceinline__ float backward_grad(const BackwardProblem& p, bool k8
   return k84 ? p.y[q] * (d - p.r[i]) : d;
 }
 
-// Column j's coefficients and parameter gradients from the merged sums (algebra.train_backward_fused).
-__device__ void backward_column(const BackwardProblem& p, int j, float mean, float var, float s1, float s2) {
-  const float s = p.scale_len == 1 ? p.scale[0] : p.scale[j], g = p.gamma[j], n = (float)p.n;
+// Column j's coefficients and parameter gradients from the merged sums (algebra.train_backward_fused):
+// s1, s2 this process's (dγ, dβ, the scale's terms), g1, g2 over the n rows of the batch the
+// statistics are of (the coefficients). One process: the same sums, n = N. Data parallelism:
+// the ranks' totals, and 33's scale term in its rank form, from this rank's Σ(Z − μ) and
+// Σ(Z − μ)² (zsum, zsq: the global form's identities hold over the global batch only).
+__device__ void backward_column(const BackwardProblem& p, int j, float mean, float var, float s1, float s2, float g1,
+                                float g2, float n, bool rank_form = false, float zsum = 0.f, float zsq = 0.f) {
+  const float s = p.scale_len == 1 ? p.scale[0] : p.scale[j], g = p.gamma[j];
   float sig, a2;
   if (p.kind == 84) {
     sig = sqrtf(var + p.eps);
     p.dbeta[j] = s * s1;
     p.dscale_cols[j] = g * s2 / sig + p.beta[j] * s1;
-    a2 = -s * g * s2 / (n * sig * sig * sig);
+    a2 = -s * g * g2 / (n * sig * sig * sig);
   } else {
     sig = sqrtf(s * s * var + p.eps);
     p.dbeta[j] = s1;
-    p.dscale_cols[j] = g * s2 * p.eps / (sig * sig * sig);
-    a2 = -s * s * s * g * s2 / (n * sig * sig * sig);
+    p.dscale_cols[j] = rank_form ? (g / sig) * (s2 - g1 * zsum / n - s * s * g2 * zsq / (n * sig * sig))
+                                 : g * s2 * p.eps / (sig * sig * sig);
+    a2 = -s * s * s * g * g2 / (n * sig * sig * sig);
   }
   p.dgamma[j] = s * s2 / sig;
   p.coef[j] = s * g / sig;
   p.coef[(size_t)p.m + j] = a2;  // (4M may pass 2³¹)
-  p.coef[2 * (size_t)p.m + j] = -s * g * s1 / (n * sig);
+  p.coef[2 * (size_t)p.m + j] = -s * g * g1 / (n * sig);
   p.coef[3 * (size_t)p.m + j] = mean;
+}
+
+// Data parallelism, phase 1, column j (merged over this rank's n rows: mean, M2, S1 and the
+// cross moment c about that mean): its sums about the global batch's μ (p.stats), the cross
+// moment moved as the tiles' merge moves it: S2 = Σ G∘(Z − μ) = c + S1·(mean − μ),
+// Σ(Z − μ) = n·(mean − μ), Σ(Z − μ)² = M2 + n·(mean − μ)²; S1 and S2 also into the message.
+__device__ void backward_rank_sums(const BackwardProblem& p, int j, float n, float mean, float m2, float s1, float c) {
+  const size_t m = p.m;
+  const float d = mean - p.stats[j], s2 = c + s1 * d;
+  p.local[j] = s1;
+  p.local[m + j] = s2;
+  p.local[2 * m + j] = n * d;
+  p.local[3 * m + j] = m2 + n * d * d;
+  p.message[j] = s1;
+  p.message[m + j] = s2;
+}
+
+// Data parallelism, phase 2: every column from this rank's sums (p.local) and the ranks' totals
+// (p.total: S1, S2, …, N), about the global batch's μ and σ² (p.stats). Then backward_dz_kernel.
+__global__ void backward_rank_columns_kernel(const BackwardProblem p) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= p.m) return;
+  const size_t m = p.m;
+  const float* l = p.local + j;
+  backward_column(p, j, p.stats[j], p.stats[m + j], l[0], l[m], p.total[j], p.total[m + j],
+                  p.total[2 * m + p.k], true, l[2 * m], l[3 * m]);
 }
 
 // Block (32, 8) on row tile t = tile0 + blockIdx.y × columns 32·blockIdx.x …: thread (c, g) holds
@@ -168,7 +210,8 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups) backward_partials_kerne
         return make_float2(su, __ldcg(tile(u) + 3 * (size_t)p.m) + su * ((__ldcg(tile(u)) - ref) - acc.mean));
       },
       [](float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); });
-  backward_column(p, j, acc.mean + ref, acc.m2 / acc.n, s12.x, s12.y);
+  if (p.sync_phase == 1) return backward_rank_sums(p, j, acc.n, acc.mean + ref, acc.m2, s12.x, s12.y);
+  backward_column(p, j, acc.mean + ref, acc.m2 / acc.n, s12.x, s12.y, s12.x, s12.y, (float)p.n);
 }
 
 // dZ' on a 32×32 tile: row-major store (coalesced along columns), then through shared
@@ -229,13 +272,23 @@ __global__ void __launch_bounds__(256) x_chunk_sums_kernel(const float* __restri
   }
 }
 
-// x̄_j = Σ_c part[c][j] / N, the chunks in order; a thread a column.
-__global__ void x_mean_kernel(const float* __restrict__ part, float* __restrict__ mean, int n, int k) {
+// x̄_j = Σ_c part[c][j] / N, the chunks in order; a thread a column. With count (data
+// parallelism, phase 1): the sum itself, and N into *count, the message's share.
+__global__ void x_mean_kernel(const float* __restrict__ part, float* __restrict__ mean, int n, int k,
+                              float* count = nullptr) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= k) return;
   float t = 0.f;
   for (int c = 0; c < ceil_div(n, kXChunkRows); ++c) t += part[(size_t)c * k + j];
-  mean[j] = t / (float)n;
+  mean[j] = count ? t : t / (float)n;
+  if (count && j == 0) *count = (float)n;
+}
+
+// Data parallelism, phase 2: x̄_j of the global batch from the ranks' total Σ_i X (sums) and N.
+__global__ void x_mean_of_total_kernel(const float* __restrict__ sums, const float* __restrict__ count,
+                                       float* __restrict__ mean, int k) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j < k) mean[j] = sums[j] / *count;
 }
 
 // out = X − x̄ (SPLIT false) or its TF32 parts in planes out[0], out[1] (SPLIT true),
@@ -258,50 +311,86 @@ __global__ void x_center_kernel(const float* __restrict__ x, const float* __rest
 
 }  // namespace fl
 
-// X − x̄ (N×K) into out (split: its TF32 parts, 2·N·K floats) on stream st, with
-// (ceil(N / 512) + 1)·K floats of scratch: the chunk sums, then x̄ (nullptr: no error).
-extern "C" const char* fl_center_x(const float* x, float* out, float* scratch, int n, int k, bool split,
-                                   cudaStream_t st) {
-  using namespace fl;
+namespace fl {
+
+// Σ_i X into mean (count null: x̄ = that / N; else the sum, and N into *count) with
+// ceil(N / 512)·K floats of scratch for the chunk sums.
+inline const char* launch_x_mean(const float* x, float* scratch, float* mean, int n, int k, float* count,
+                                 cudaStream_t st) {
   const int chunks = ceil_div(n, kXChunkRows);
-  float* mean = scratch + (size_t)chunks * k;
   for (int c0 = 0; c0 < chunks; c0 += kMaxGridY) {
     const dim3 grid(ceil_div(k, 32), std::min(chunks - c0, kMaxGridY));
     x_chunk_sums_kernel<<<grid, dim3(32, kBwdGroups), 0, st>>>(x, scratch, n, k, c0);
     FL_CHECK_LAUNCH();
   }
-  x_mean_kernel<<<ceil_div(k, 256), 256, 0, st>>>(scratch, mean, n, k);
+  x_mean_kernel<<<ceil_div(k, 256), 256, 0, st>>>(scratch, mean, n, k, count);
   FL_CHECK_LAUNCH();
+  return nullptr;
+}
+
+inline const char* launch_x_center(const float* x, const float* mean, float* out, int n, int k, bool split,
+                                   cudaStream_t st) {
   if (split) x_center_kernel<true><<<sm_count() * 8, 256, 0, st>>>(x, mean, out, n, k);
   else x_center_kernel<false><<<sm_count() * 8, 256, 0, st>>>(x, mean, out, n, k);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
 
+}  // namespace fl
+
+// X − x̄ (N×K) into out (split: its TF32 parts, 2·N·K floats) on stream st, with
+// (ceil(N / 512) + 1)·K floats of scratch: the chunk sums, then x̄ (nullptr: no error).
+// Data parallelism: total (phase 2: the ranks' Σ_i X, K floats, then N) gives the global x̄ instead.
+extern "C" const char* fl_center_x(const float* x, float* out, float* scratch, int n, int k, bool split,
+                                   const float* total, cudaStream_t st) {
+  using namespace fl;
+  float* mean = scratch + (size_t)ceil_div(n, kXChunkRows) * k;
+  const char* err;
+  if (total) {
+    x_mean_of_total_kernel<<<ceil_div(k, 256), 256, 0, st>>>(total, total + k, mean, k);
+    FL_CHECK_LAUNCH();
+  } else if ((err = launch_x_mean(x, scratch, mean, n, k, nullptr, st))) {
+    return err;
+  }
+  return launch_x_center(x, mean, out, n, k, split, st);
+}
+
+// Data parallelism, phase 1: this rank's Σ_i X and N into message (K + 1 floats), with
+// ceil(N / 512)·K floats of scratch.
+extern "C" const char* fl_x_sums(const float* x, float* message, float* scratch, int n, int k, cudaStream_t st) {
+  return fl::launch_x_mean(x, scratch, message, n, k, message + k, st);
+}
+
 // W's TF32 parts [rna(W); rna(W − rna(W))] (2·rows·k floats) into out on stream st, from W as
 // it is now: 3xTF32's W operand of dX = dZ'·W (nullptr: no error).
 extern "C" const char* fl_tf32_parts(const float* w, float* out, int rows, int k, cudaStream_t st) {
   using namespace fl;
-  x_center_kernel<true><<<sm_count() * 8, 256, 0, st>>>(w, nullptr, out, rows, k);
-  FL_CHECK_LAUNCH();
-  return nullptr;
+  return launch_x_center(w, nullptr, out, rows, k, true, st);
 }
 
-// The three kernels of the fused backward on stream st (nullptr: no error).
+// The three kernels of the fused backward on stream st (nullptr: no error). Data parallelism:
+// phase 1 the row terms and the partials (this rank's sums), phase 2 the columns from the
+// ranks' totals and dZ'.
 extern "C" const char* fl_train_backward(const fl::BackwardProblem* pp, cudaStream_t st) {
   using namespace fl;
   const BackwardProblem& p = *pp;
   const bool k84 = p.kind == 84;
-  if (k84) {
-    row_dot_kernel<<<p.n, 256, 0, st>>>(p);
-    FL_CHECK_LAUNCH();
-  }
   const dim3 block(kBwdCols, kBwdGroups);
-  // row tiles in launches of at most kMaxGridY (common.cuh): N > 2 097 120 takes several dZ' launches
-  const auto partials = k84 ? backward_partials_kernel<true> : backward_partials_kernel<false>;
-  const int tiles = backward_tiles(p.n);
-  for (int t0 = 0; t0 < tiles; t0 += kMaxGridY) {
-    partials<<<dim3(ceil_div(p.m, kBwdCols), std::min(tiles - t0, kMaxGridY)), block, 0, st>>>(p, t0);
+  if (p.sync_phase != 2) {
+    if (k84) {
+      row_dot_kernel<<<p.n, 256, 0, st>>>(p);
+      FL_CHECK_LAUNCH();
+    }
+    // row tiles in launches of at most kMaxGridY (common.cuh): N > 2 097 120 takes several dZ' launches
+    const auto partials = k84 ? backward_partials_kernel<true> : backward_partials_kernel<false>;
+    const int tiles = backward_tiles(p.n);
+    for (int t0 = 0; t0 < tiles; t0 += kMaxGridY) {
+      partials<<<dim3(ceil_div(p.m, kBwdCols), std::min(tiles - t0, kMaxGridY)), block, 0, st>>>(p, t0);
+      FL_CHECK_LAUNCH();
+    }
+    if (p.sync_phase == 1) return nullptr;
+  } else {
+    backward_rank_columns_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p);
     FL_CHECK_LAUNCH();
   }
   const auto dz = k84 ? (p.split ? backward_dz_kernel<true, true> : backward_dz_kernel<true, false>)

@@ -7,13 +7,26 @@
 #pragma once
 #include "torch_common.cuh"
 
+// Data parallelism (docs/design.md §14; fusedlib/cuda.py): the passes' two phases around one
+// all-reduce (backward_passes_sync).
+struct BackwardSync {
+  int phase;                 // 1: up to this rank's sums; 2: from the ranks' totals
+  const at::Tensor* x;       // (N, K) this rank's x (phase 1: its Σ_i X into the message)
+  const at::Tensor* stats;   // (2, M) the forward's global μ and σ² of Z
+  const at::Tensor* local;   // (4·M + N) this rank's sums (4, M) and the row terms (N, 84)
+  const at::Tensor* message; // (2·M + K + 1) phase 1: written; phase 2: the ranks' totals
+};
+
 // dZ' (P, N, M) and dZ'ᵀ (P, M, N) (P = 2, the TF32 parts, when split), dγ, dβ (M) and
 // the scale's gradient per column (M), from dY, the forward's Y and its saved Z (N, M).
-std::vector<at::Tensor> backward_passes(const at::Tensor& dy_in, const at::Tensor& y, const at::Tensor& z,
-                                        const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta,
-                                        c10::string_view kind, double eps, bool split) {
+// sync: one phase of a data-parallel backward (phase 1 returns nothing).
+static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, const at::Tensor& y, const at::Tensor& z,
+                                                    const at::Tensor& scale, const at::Tensor& gamma,
+                                                    const at::Tensor& beta, c10::string_view kind, double eps,
+                                                    bool split, const BackwardSync* sync) {
   using namespace fl;
-  TORCH_CHECK(z.is_cuda() && z.scalar_type() == at::kFloat && z.dim() == 2 && z.is_contiguous() && z.size(0) > 1,
+  TORCH_CHECK(z.is_cuda() && z.scalar_type() == at::kFloat && z.dim() == 2 && z.is_contiguous() &&
+                  z.size(0) > (sync ? 0 : 1),
               "z: expected a contiguous float32 CUDA tensor (batch ≥ 2, out_features), got ", z.scalar_type(), " ",
               shape_str(z), " on ", z.device());
   const int64_t n = z.size(0), m = z.size(1);
@@ -34,7 +47,20 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy_in, const at::Tenso
   const c10::cuda::CUDAGuard guard(z.device());
   const at::Tensor dy = dy_in.contiguous();  // autograd may hand an expanded or strided gradient
   const int64_t planes = split ? 2 : 1;
+  int64_t k = 0;
+  if (sync) {
+    k = sync->x->size(1);
+    TORCH_CHECK(sync->x->device() == z.device() && sync->x->scalar_type() == at::kFloat && sync->x->is_contiguous() &&
+                    sync->x->dim() == 2 && sync->x->size(0) == n,
+                "x: expected a contiguous float32 (", std::to_string(n), ", in_features) tensor on ", z.device());
+    for (const auto& [t, name, size] : {std::tuple{sync->stats, "stats", 2 * m}, {sync->local, "local", 4 * m + n},
+                                        {sync->message, "message", 2 * m + k + 1}})
+      TORCH_CHECK(t->device() == z.device() && t->scalar_type() == at::kFloat && t->is_contiguous() &&
+                      t->numel() == size,
+                  name, ": expected a contiguous float32 tensor of ", std::to_string(size), " elements on ", z.device());
+  }
   at::Tensor dz, dzt;  // (sizes in int64: N·M passes 2³¹ at 65537 × 32768)
+  if (!sync || sync->phase == 2)
   explain_oom(
       [&] {
         dz = at::empty({planes, n, m}, z.options());
@@ -45,8 +71,13 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy_in, const at::Tenso
                " of GPU memory for dZ' and its transpose (" + std::to_string(2 * planes) + " x " +
                float32_shape(n, m) + ")";
       });
-  at::Tensor dgamma = at::empty({m}, z.options()), dbeta = at::empty({m}, z.options()),
-             dscale_cols = at::empty({m}, z.options());
+  const bool outputs = !sync || sync->phase == 2;
+  at::Tensor dgamma, dbeta, dscale_cols;
+  if (outputs) {
+    dgamma = at::empty({m}, z.options());
+    dbeta = at::empty({m}, z.options());
+    dscale_cols = at::empty({m}, z.options());
+  }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(z.get_device()).stream();
   const int64_t n_r = aligned_floats(n), n_part = aligned_floats(4 * backward_tiles((int)n) * m);
   at::Tensor captured;
@@ -60,36 +91,71 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy_in, const at::Tenso
   p.scale = scale.data_ptr<float>();
   p.gamma = gamma.data_ptr<float>();
   p.beta = beta.data_ptr<float>();
-  p.r = scratch.floats;
+  p.r = sync ? sync->local->data_ptr<float>() + 4 * m : scratch.floats;  // (sync: kept for phase 2)
   p.part = scratch.floats + n_r;
   p.coef = p.part + n_part;
   p.counters = scratch.counters;
-  p.dgamma = dgamma.data_ptr<float>();
-  p.dbeta = dbeta.data_ptr<float>();
-  p.dscale_cols = dscale_cols.data_ptr<float>();
-  p.dz = dz.data_ptr<float>();
-  p.dzt = dzt.data_ptr<float>();
+  p.dgamma = outputs ? dgamma.data_ptr<float>() : nullptr;
+  p.dbeta = outputs ? dbeta.data_ptr<float>() : nullptr;
+  p.dscale_cols = outputs ? dscale_cols.data_ptr<float>() : nullptr;
+  p.dz = outputs ? dz.data_ptr<float>() : nullptr;
+  p.dzt = outputs ? dzt.data_ptr<float>() : nullptr;
   p.n = (int)n;
   p.m = (int)m;
   p.kind = kind == "84" ? 84 : 33;
   p.scale_len = (int)scale.numel();
   p.split = split;
   p.eps = (float)eps;
+  p.sync_phase = sync ? sync->phase : 0;
+  p.k = (int)k;
+  p.stats = sync ? sync->stats->data_ptr<float>() : nullptr;
+  p.local = sync ? sync->local->data_ptr<float>() : nullptr;
+  p.message = sync && sync->phase == 1 ? sync->message->data_ptr<float>() : nullptr;
+  p.total = sync && sync->phase == 2 ? sync->message->data_ptr<float>() : nullptr;
 
   const char* poison = std::getenv("FUSEDLIB_POISON");
   if (poison && poison[0] == '1') {  // correctness tests: every unwritten element reads NaN
     C10_CUDA_CHECK(cudaMemsetAsync(scratch.floats, 0xFF, (n_r + n_part + 4 * m) * sizeof(float), stream));
-    for (at::Tensor* t : {&dz, &dzt, &dgamma, &dbeta, &dscale_cols})
-      C10_CUDA_CHECK(cudaMemsetAsync(t->data_ptr(), 0xFF, t->nbytes(), stream));
+    if (outputs)
+      for (at::Tensor* t : {&dz, &dzt, &dgamma, &dbeta, &dscale_cols})
+        C10_CUDA_CHECK(cudaMemsetAsync(t->data_ptr(), 0xFF, t->nbytes(), stream));
   }
   const char* err = fl_train_backward(&p, stream);
   TORCH_CHECK(err == nullptr, "fusedlib backward kernels: ", err ? err : "");
+  if (sync && sync->phase == 1) {  // this rank's Σ_i X and N after S1, S2 in the message
+    at::Tensor chunks = at::empty({(n + 511) / 512 * k}, z.options());
+    err = fl_x_sums(sync->x->data_ptr<float>(), sync->message->data_ptr<float>() + 2 * m, chunks.data_ptr<float>(),
+                    (int)n, (int)k, stream);
+    TORCH_CHECK(err == nullptr, "fusedlib backward kernels: ", err ? err : "");
+    return {};
+  }
   return {dz, dzt, dgamma, dbeta, dscale_cols};
 }
 
+std::vector<at::Tensor> backward_passes(const at::Tensor& dy, const at::Tensor& y, const at::Tensor& z,
+                                        const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta,
+                                        c10::string_view kind, double eps, bool split) {
+  return backward_passes_impl(dy, y, z, scale, gamma, beta, kind, eps, split, nullptr);
+}
+
+// Data parallelism: phase 1 writes this rank's sums into local (4·M + N floats, kept for phase
+// 2) and [S1; S2; Σ_i X; N] into message (2·M + K + 1), about the forward's global μ, σ²
+// (stats, (2, M)), and returns nothing; after the caller's all-reduce of message, phase 2
+// returns backward_passes' outputs (dγ, dβ and the scale's terms this rank's part of them).
+std::vector<at::Tensor> backward_passes_sync(const at::Tensor& dy, const at::Tensor& y, const at::Tensor& z,
+                                             const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta,
+                                             c10::string_view kind, double eps, bool split, int64_t phase,
+                                             const at::Tensor& x, const at::Tensor& stats, const at::Tensor& local,
+                                             const at::Tensor& message) {
+  TORCH_CHECK(phase == 1 || phase == 2, "phase: expected 1 or 2, got ", std::to_string(phase));
+  const BackwardSync sync{(int)phase, &x, &stats, &local, &message};
+  return backward_passes_impl(dy, y, z, scale, gamma, beta, kind, eps, split, &sync);
+}
+
 // X − x̄ (1, N, K), or its TF32 parts (2, N, K) with split: the X operand of dW = dZ'ᵀ(X − x̄)
-// (x̄ the column mean of X over the batch), on the current stream.
-at::Tensor centered_x(const at::Tensor& x, bool split) {
+// (x̄ the column mean of X over the batch), on the current stream. Data parallelism: total (the
+// ranks' Σ_i X, K floats, then N: the message's tail after the all-reduce) gives the global x̄.
+at::Tensor centered_x_impl(const at::Tensor& x, bool split, const at::Tensor* total) {
   using namespace fl;
   TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && x.dim() == 2 && x.is_contiguous() && x.size(0) > 0,
               "x: expected a contiguous float32 CUDA tensor (batch, in_features), got ", x.scalar_type(), " ",
@@ -103,10 +169,21 @@ at::Tensor centered_x(const at::Tensor& x, bool split) {
            " of GPU memory for X - mean(X) (" + std::to_string(planes) + " x " + float32_shape(n, k) + ")";
   });
   at::Tensor scratch = at::empty({((n + 511) / 512 + 1) * k}, x.options());
+  if (total)
+    TORCH_CHECK(total->device() == x.device() && total->scalar_type() == at::kFloat && total->is_contiguous() &&
+                    total->numel() == k + 1,
+                "total: expected a contiguous float32 tensor of in_features + 1 elements on ", x.device());
   const char* err = fl_center_x(x.data_ptr<float>(), out.data_ptr<float>(), scratch.data_ptr<float>(), (int)n,
-                                (int)k, split, c10::cuda::getCurrentCUDAStream(x.get_device()).stream());
+                                (int)k, split, total ? total->data_ptr<float>() : nullptr,
+                                c10::cuda::getCurrentCUDAStream(x.get_device()).stream());
   TORCH_CHECK(err == nullptr, "fusedlib centered_x kernels: ", err ? err : "");
   return out;
+}
+
+at::Tensor centered_x(const at::Tensor& x, bool split) { return centered_x_impl(x, split, nullptr); }
+
+at::Tensor centered_x_about(const at::Tensor& x, bool split, const at::Tensor& total) {
+  return centered_x_impl(x, split, &total);
 }
 
 // W's TF32 parts (2, M, K) [rna(W); rna(W − rna(W))] (algebra.tf32_split), made from W as it is
