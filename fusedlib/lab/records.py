@@ -104,6 +104,22 @@ def stamp_sources(out: Path, name: str = "sources.json") -> Path:
     return path
 
 
+def results_csv(out: Path | None, env: dict, name: str, columns, sources: str, fresh: bool) -> Path:
+    """The CSV a lab command writes: ``out``, or ``results/<gpu>/<name>`` (:func:`gpu_slug` of
+    ``env["gpu"]``); removed first with ``fresh``; its header checked (:func:`check_header`) and
+    the kernel sources stamped beside it (:func:`stamp_sources`, record ``sources``).
+
+    Raises:
+        ValueError: a header other than ``columns``, or rows measured on other kernel sources.
+    """
+    out = out or Path("results") / gpu_slug(env["gpu"]) / name
+    if fresh:
+        out.unlink(missing_ok=True)
+    check_header(out, columns)
+    stamp_sources(out, sources)
+    return out
+
+
 def check_header(path: Path, columns=COLUMNS) -> None:
     """Raise ValueError if ``path`` exists, is not empty and its header is not ``columns``."""
     if not path.exists() or path.stat().st_size == 0:

@@ -158,12 +158,8 @@ def main(args) -> int:
               f"{torch.cuda.device_count()}", file=sys.stderr)
         return 2
     env = records._environment()
-    out = args.out or Path("results") / records.gpu_slug(env["gpu"]) / "sync.csv"
-    if args.fresh:
-        out.unlink(missing_ok=True)
     try:
-        records.check_header(out, COLUMNS)
-        records.stamp_sources(out, SOURCES)
+        out = records.results_csv(args.out, env, "sync.csv", COLUMNS, SOURCES, args.fresh)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -27,7 +27,7 @@ import datetime
 import sys
 from pathlib import Path
 
-from . import bench
+from . import bench, records
 from ..reference import PRESETS, PROBLEMS
 
 COLUMNS = ["problem", "batch", "in_features", "out_features", "precision", "impl", "median_ms", "min_ms", "max_ms",
@@ -144,12 +144,8 @@ def main(args) -> int:
         print("error: train-step needs a CUDA device", file=sys.stderr)
         return 2
     env = bench._environment()
-    out = args.out or Path("results") / bench.gpu_slug(env["gpu"]) / "train_step.csv"
-    if args.fresh:
-        out.unlink(missing_ok=True)
     try:
-        bench.check_header(out, COLUMNS)
-        bench.stamp_sources(out, SOURCES)
+        out = records.results_csv(args.out, env, "train_step.csv", COLUMNS, SOURCES, args.fresh)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
