@@ -107,6 +107,45 @@ def test_merge_ranks_is_chan_in_rank_order():
     assert parts[1].abs().sum() == 0
 
 
+def test_drop_zero_row_is_the_moments_without_it():
+    """Chan's merge with a zero row undone gives the moments of the other rows."""
+    z = torch.randn(9, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(9)) + 3
+    with_zero = algebra.column_moments(torch.cat([z.new_zeros(1, 4), z]))
+    assert torch.allclose(algebra.drop_zero_row(with_zero), algebra.column_moments(z), rtol=1e-12, atol=1e-12)
+
+
+def test_a_shared_shift_keeps_fp32_accuracy_across_ranks():
+    """The kernels' frame (docs/design.md §14), in float32 on inputs 1000 standard deviations off
+    zero, two ranks of 1000 and 24 rows: every rank shifted by rank 0's first row
+    (:func:`fusedlib.algebra.shifted_rank_moments`) normalises within 1e-6 of float64; each rank
+    shifted by its own first row, its mean moved back by its own x₀Wᵀ before the merge, misses
+    fp32's 1e-5 budget (the two x₀Wᵀ, ≈ 1000σ, differ by their roundings)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1024, 192, generator=g) + 1000
+    w = torch.randn(64, 192, generator=g) / 192 ** 0.5
+    z64 = x.double() @ w.double().t()
+    y64 = (z64 - z64.mean(0)) / z64.var(0, unbiased=False).sqrt()
+    ranks = torch.split(x, (1000, 24))
+    x0 = ranks[0][0]
+
+    def error(y):
+        return ((y.double() - y64).norm() / y64.norm()).item()
+
+    shared = torch.stack([algebra.shifted_rank_moments(xr, w, x0, r) for r, xr in enumerate(ranks)])
+    mean, var, n = algebra.merge_ranks(shared)
+    assert n == 1024
+    y_shared = torch.cat([((xr - x0) @ w.t() - mean) / var.sqrt() for xr in ranks])
+    own, frames = [], []
+    for xr in ranks:
+        d, z0 = (xr - xr[0]) @ w.t(), xr[0] @ w.t()
+        m = algebra.column_moments(d)
+        own.append(torch.stack([m[0], m[1] + z0, m[2]]))
+        frames.append((d, z0))
+    mean_o, var_o, _ = algebra.merge_ranks(torch.stack(own))
+    y_own = torch.cat([(d - (mean_o - z0)) / var_o.sqrt() for d, z0 in frames])
+    assert error(y_shared) < 1e-6 < 1e-5 < error(y_own)
+
+
 def _backward(kind, dy, y, zc, var, x, weight, scale, bn, reduce=None):
     return algebra.train_backward_fused(kind, dy, y, zc, var, x, weight, scale, bn.weight, bn.bias, bn.eps,
                                         reduce=reduce)

@@ -338,7 +338,8 @@ __device__ void finalize_column(const Problem& p, int j, float mean, float var, 
 // Column j's statistics done, from its moments over this process's rows: the coefficients and the
 // running buffers (finalize_column), or in phase 1 of a data-parallel forward this rank's
 // moments, the message (p.moments). With drop_row0, Z's row 0 (exactly 0) is taken out of them,
-// Chan's merge with (1, 0, 0) undone: n' = n − 1, mean' = mean·n/n', M2' = M2 − mean'²·n'/n.
+// Chan's merge with (1, 0, 0) undone: n' = n − 1, mean' = mean·n/n', M2' = M2 − mean'²·n'/n
+// (algebra.drop_zero_row).
 __device__ __forceinline__ void column_done(const Problem& p, int j, Moments mo, bool z_has_bias) {
   if (!p.moments) return finalize_column(p, j, mo.mean, mo.m2 / mo.n, z_has_bias, mo.n);
   if (p.drop_row0) {
