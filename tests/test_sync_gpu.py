@@ -209,6 +209,29 @@ def _extras_worker(rank: int, world: int, out: str) -> None:
             torch.cuda.synchronize()
         res[precision] = {"eager": want.cpu(), "compiled": got.cpu(), "graphed": out_static.cpu(),
                           "buffers": [m.bn.running_mean.cpu() for m in (eager, compiled, graphed)]}
+    # a whole train step (forward and backward, both collectives) captured in one CUDA graph, 3xtf32
+    dy = torch.randn(256, M, generator=torch.Generator().manual_seed(15)).to(dev)
+    eager, graphed = _fused("84", "fused", "3xtf32", True), None
+    graphed = copy.deepcopy(eager)
+    want = _step(eager, xr, dy)
+    static = xr.clone().requires_grad_()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):  # warm-up on a copy (its buffers), as the whole-network recipe asks
+            warm = copy.deepcopy(graphed)
+            (warm(static) * dy).sum().backward()
+    torch.cuda.current_stream().wait_stream(s)
+    graphed.zero_grad(set_to_none=True)
+    static.grad = None
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out_static = graphed(static)
+        (out_static * dy).sum().backward()
+    g.replay()
+    torch.cuda.synchronize()
+    res["step graphed"] = {"want": want, "y": out_static.detach().cpu().double(), "dx": static.grad.cpu().double(),
+                           "grads": {n: q.grad.cpu().double() for n, q in graphed.named_parameters()}}
     # 50 steps of DDP training: 33 as a hidden layer, 84 as the output layer, fp32
     model = _two_layers(group=True).to(dev)
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
@@ -249,7 +272,8 @@ def _train(model, module, rows: slice, world: int) -> dict:
 
 def test_compile_cuda_graph_and_ddp_training():
     """At world size 2: the forward traced by ``torch.compile(fullgraph=True)`` and captured in a
-    CUDA graph equals the eager one (and so do the running buffers), and 50 DDP training steps
+    CUDA graph equals the eager one (and so do the running buffers), a whole train step (both
+    collectives) captured in one CUDA graph gives the eager step's output and gradients, and 50 DDP training steps
     track one GPU on the concatenated batch (losses within 1e-4, the parameters within 1e-4 of
     their size or 1e-7 where their gradient is zero in exact arithmetic, the ranks' parameters
     bit for bit equal)."""
@@ -268,6 +292,12 @@ def test_compile_cuda_graph_and_ddp_training():
                 assert _rel(d[way].double(), d["eager"].double()) <= budget, (precision, way)
             for b in d["buffers"][1:]:
                 assert _rel(b.double(), d["buffers"][0].double()) <= budget, precision
+        d = r["step graphed"]
+        budget = check.BUDGET["3xtf32"]
+        assert _rel(d["y"], d["want"]["y"]) <= budget and _rel(d["dx"], d["want"]["dx"]) <= budget
+        for name, grad in d["grads"].items():
+            want = d["want"]["grads"][name]
+            assert (grad == 0).all() if name == "gemm.bias" else _rel(grad, want) <= budget, name
     _record("compile, CUDA graph", {"passed": True})
     one_model = _two_layers(group=False)
     one = _train(one_model, one_model, slice(0, 256), 1)
