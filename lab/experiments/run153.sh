@@ -7,6 +7,7 @@
 #   PART=sync              tests/test_sync_gpu.py alone (SYNC_K: a -k filter), recorded into
 #                          results/<gpu>/sync_validation.json (copied to $OUT)
 #   PART=bench             python -m fusedlib sync-bench --world $WORLDS (default 1,2,4) --fresh
+#   PART=multi             sync, then bench (a 4-GPU machine: world sizes 2 and 4 in one call)
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 t0=$(date +%s)
@@ -16,6 +17,7 @@ wait
 echo "built in $(( $(date +%s) - t0 )) s"
 if grep -il "error" /tmp/build-*.log; then grep -h -B2 -A12 "error" /tmp/build-*.log | head -60; exit 1; fi
 case ${PART:-check} in
+  multi) SYNC_TIMEOUT=${SYNC_TIMEOUT:-300} PART=sync bash $0 && PART=bench bash $0; exit ;;
   check)
     timeout 200 python -m fusedlib check --device cuda --problem 84,33 --stage all --mode all --precision all \
       --shape 257x192:320 --shape 1000x132:97 --inputs randn,offset --seeds 2 > $OUT/check.log 2>&1
