@@ -160,8 +160,9 @@ def _sync_train_cuda(x, weight, bias, scale, gamma, beta, running_mean, running_
     z = x.new_empty(rows, m) if borrow else z_out
     y = x.new_empty(rows, m)
     moments, stats = x.new_empty(4, m), x.new_empty(2, m)
+    path = gemm_path(precision, x.device, x.shape[1], x, weight)  # ($FUSEDLIB_GEMM_PATH honoured)
     common = (x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision,
-              eps, momentum, z, y)
+              eps, momentum, path, z, y)
     ext.sync_forward(*common, 1, moments, stats, borrow)
     gathered = x.new_empty(ranks, 4, m)
     dist.all_gather_into_tensor(gathered, moments, group=group)

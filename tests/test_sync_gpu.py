@@ -2,7 +2,8 @@
 ``fusedlib.convert_sync_batchnorm`` in R processes, one GPU each, over NCCL.
 
 A world size runs all its cases in one spawn (NCCL's set-up and the kernels' load once). A case
-is (problem, stage, precision, per-rank batches, offset): each rank holds its rows of one batch
+is (problem, stage, precision, per-rank batches, offset, GEMM path: the GPU's default, and at
+world size 2 mma.sync too): each rank holds its rows of one batch
 and runs one train step (forward, backward of Σ Y∘dY), keeping its Y, dX, its part of every
 parameter's gradient and the running buffers. Checked:
 
@@ -24,7 +25,9 @@ Marked gpu; needs 2 CUDA devices (4 for the world-size-4 cases): tests/run_gpu_s
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 
 import pytest
 import torch
@@ -41,11 +44,29 @@ PRECISIONS = ("fp32", "tf32", "3xtf32")
 
 
 def _cases(world: int) -> list[tuple]:
-    cases = [(kind, stage, prec, shards, 3.0) for shards in SHARDS[world] for kind in ("84", "33")
+    """(problem, stage, precision, per-rank batches, offset, GEMM path): each GPU's default path
+    ("auto"), and at world size 2 the tensor-core precisions also on mma.sync."""
+    cases = [(kind, stage, prec, shards, 3.0, "auto") for shards in SHARDS[world] for kind in ("84", "33")
              for stage in algebra.STAGES for prec in PRECISIONS]
-    if world == 2:  # columns far off zero: the shared shift's test
-        cases += [(kind, "fused", prec, (200, 56), 1000.0) for kind in ("84", "33") for prec in ("fp32", "3xtf32")]
+    if world == 2:  # columns far off zero: the shared shift's test; the other tensor-core path
+        cases += [(kind, "fused", prec, (200, 56), 1000.0, "auto") for kind in ("84", "33") for prec in ("fp32", "3xtf32")]
+        cases += [(kind, stage, prec, (1000, 24), 3.0, "mma") for kind in ("84", "33") for stage in algebra.STAGES
+                  for prec in ("tf32", "3xtf32")]
     return cases
+
+
+@contextlib.contextmanager
+def _path(path: str):
+    """$FUSEDLIB_GEMM_PATH set to ``path`` inside the block (fusedlib.engine.forced_path)."""
+    saved = os.environ.get("FUSEDLIB_GEMM_PATH")
+    os.environ["FUSEDLIB_GEMM_PATH"] = path
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("FUSEDLIB_GEMM_PATH")
+        else:
+            os.environ["FUSEDLIB_GEMM_PATH"] = saved
 
 
 def _reference(kind: str):
@@ -81,11 +102,12 @@ def _worker(rank: int, world: int, cases: list, out: str) -> None:
     from fusedlib import engine
     dev = torch.device("cuda", rank)
     results = []
-    for kind, stage, precision, shards, offset in cases:
+    for kind, stage, precision, shards, offset, path in cases:
         x, dy = _batch(sum(shards), offset)
         lo, hi = sum(shards[:rank]), sum(shards[:rank + 1])
         xr, dyr = x[lo:hi].to(dev), dy[lo:hi].to(dev)
-        fused = _step(_fused(kind, stage, precision, True), xr, dyr)
+        with _path(path):
+            fused = _step(_fused(kind, stage, precision, True), xr, dyr)
         peer = torch.nn.SyncBatchNorm.convert_sync_batchnorm(_reference(kind)).to(dev).train()
         with engine.cublas_precision(precision):
             peer = _step(peer, xr, dyr)
@@ -137,8 +159,8 @@ def test_ranks_equal_float64_one_gpu_and_syncbatchnorm(world_results):
     from fusedlib import engine
     world, cases, ranks = world_results
     failures, worst = [], 0.0
-    for i, (kind, stage, precision, shards, offset) in enumerate(cases):
-        name = f"{kind}/{stage}/{precision}/{'+'.join(map(str, shards))}/offset {offset:g}"
+    for i, (kind, stage, precision, shards, offset, path) in enumerate(cases):
+        name = f"{kind}/{stage}/{precision}/{'+'.join(map(str, shards))}/offset {offset:g}/{path}"
         per_rank = [r[i] for r in ranks]
         for r in per_rank[1:]:
             for b, v in r["fused"]["buffers"].items():
@@ -152,7 +174,7 @@ def test_ranks_equal_float64_one_gpu_and_syncbatchnorm(world_results):
             with torch.no_grad():
                 fp32.gemm.weight.copy_(algebra.truncate_tf32(fp32.gemm.weight))
         fp32 = _step(fp32, algebra.truncate_tf32(x) if precision == "tf32" else x, dy)
-        with engine.cublas_precision(precision):
+        with engine.cublas_precision(precision), _path(path):
             one = _step(_fused(kind, stage, precision, False), x.cuda(), dy.cuda())
         quantities = [("Y", "y", None), ("dX", "dx", None)] + [
             (f"d {n}", "grads", n) for n in want["grads"] if n != "gemm.bias"] + [

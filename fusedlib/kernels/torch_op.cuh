@@ -245,7 +245,8 @@ TORCH_LIBRARY_IMPL(fusedlib, CUDA, m) { m.impl(FL_STR(FL_STAGE), &forward); }
 
 // Data parallelism (docs/design.md §14; fusedlib/ops.py sync_train, which runs the collective
 // between the two calls): a train-mode forward of the operator's arguments in two phases on the
-// current stream, with Z kept in z_out and Y written to y (both (N, M), the caller's).
+// current stream, on GEMM path gemm_path ("simt", "mma" or "wgmma"), with Z kept in z_out and Y
+// written to y (both (N, M), the caller's).
 // phase 1: the GEMM and this rank's column moments into moments (4, M): [n; mean; M2; z₀] of the
 // Z the stage holds (z₀ under the first-row shift, fp32 and 3xTF32; with drop_row0 x's row 0 is
 // rank 0's first row, borrowed as the shift, and left out). phase 2: moments (R, 4, M) every
@@ -255,8 +256,9 @@ TORCH_LIBRARY_IMPL(fusedlib, CUDA, m) { m.impl(FL_STR(FL_STAGE), &forward); }
 void sync_forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& scale,
                   const at::Tensor& gamma, const at::Tensor& beta, at::Tensor running_mean, at::Tensor running_var,
                   at::Tensor num_batches_tracked, const std::string& kind, const std::string& precision, double eps,
-                  std::optional<double> momentum, const at::Tensor& z_out, const at::Tensor& y, int64_t phase,
-                  const at::Tensor& moments, const at::Tensor& stats, bool drop_row0) {
+                  std::optional<double> momentum, const std::string& gemm_path, const at::Tensor& z_out,
+                  const at::Tensor& y, int64_t phase, const at::Tensor& moments, const at::Tensor& stats,
+                  bool drop_row0) {
   using namespace fl;
   TORCH_CHECK(phase == 1 || phase == 2, "phase: expected 1 or 2, got ", std::to_string(phase));
   const int64_t n = x.size(0), m = weight.size(0);
@@ -274,7 +276,7 @@ void sync_forward(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   TORCH_CHECK(!drop_row0 || n >= 2, "x: a borrowed shift row needs at least one row of this rank's own");
   const SyncArgs args{(int)phase, y, moments, stats, drop_row0};
   forward_impl(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision,
-               true, eps, momentum, std::nullopt, z_out, false, &args);
+               true, eps, momentum, c10::string_view(gemm_path), z_out, false, &args);
 }
 
 // The modules' eager call (fusedlib.cuda.eager_forward): eager_forward(x, weight, bias, scale,
