@@ -1042,6 +1042,32 @@ def peer_spread(mode: str = "train", gpu: str = "h100"):
     return out.reindex([p for p in PEERS if p in out.index])
 
 
+def sync_summary(sync) -> "object":
+    """The data-parallel train step (``python -m fusedlib sync-bench``'s sync.csv as a
+    DataFrame) in one row per (world size, problem, precision), the latest run of each: the
+    fused step with the group (ms), what synchronising BatchNorm costs it against each rank's own
+    statistics (``fused-local``, %), its time over DDP with ``nn.SyncBatchNorm``
+    (``eager-syncbn``, ×), the NCCL kernels' share of it (%), and the weak-scaling efficiency
+    t₁ / t_R of the fused step (world size 1's ``fused-local``; empty without it)."""
+    import pandas as pd
+    latest = sync.drop_duplicates(["world", "problem", "precision", "impl"], keep="last")
+    t = latest.pivot_table(index=["world", "problem", "precision"], columns="impl", values="median_ms")
+    share = latest[latest.impl == "fused-sync"].set_index(["world", "problem", "precision"])["nccl_share"]
+    one = t.xs(1, level="world")["fused-local"] if 1 in t.index.get_level_values("world") else None
+    rows = []
+    for (world, problem, precision), r in t.iterrows():
+        if world == 1:
+            continue
+        base = None if one is None else one.get((problem, precision))
+        rows.append({"world": world, "problem": problem, "precision": precision,
+                     "fused-sync ms": r.get("fused-sync"),
+                     "sync cost %": 100 * (r.get("fused-sync") / r.get("fused-local") - 1),
+                     "× eager-syncbn": r.get("fused-sync") / r.get("eager-syncbn"),
+                     "NCCL share %": 100 * share.get((world, problem, precision), float("nan")),
+                     "weak-scaling efficiency": None if base is None else base / r.get("fused-sync")})
+    return pd.DataFrame(rows)
+
+
 def peer_spread_md(mode: str = "train", gpu: str = "h100") -> str:
     """:func:`peer_spread` in words (Markdown), for reading every ratio against a peer: how
     many runs, and per peer the largest and median spread; :data:`NOT_MEASURED` where no
