@@ -28,7 +28,7 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool, syn
 
     Raises:
         TypeError: ``x`` is not a tensor, or its dtype is not the parameters' dtype
-            (float32; float64 also on the CPU).
+            (float32, bfloat16 or float16; float64 also on the CPU).
         ValueError: ``x`` is on another device than the parameters, is not 2-D
             (batch, in_features), has the wrong in_features, has an empty batch, or has a
             batch of 1 in train mode (unless ``synced``: the batch statistics are those of every
