@@ -94,6 +94,41 @@ def test_module_in_low_precision_within_twice_eager(stage, kind, training, dtype
     assert not bad, f"(fused, eager) errors against float64 beyond twice eager's: {bad}"
 
 
+class _Float32Route(torch.nn.Module):
+    """A module whose forward is CUDA's way for bf16/fp16 (``_float32_kernels``), run on the CPU."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module, self.bn = module, module.bn
+
+    def forward(self, x):
+        m = self.module
+        return m._float32_kernels(x, m._tensors(), False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("kind", ["84", "33"])
+def test_the_float32_route_of_cuda_within_twice_eager(kind, training, dtype):
+    """CUDA's way for a bf16/fp16 module (the float32 kernels on the exactly converted tensors,
+    ``modules._float32_kernels``), run on the CPU through the float32 operators: the output and
+    the running buffers in the module's dtype, every gradient in its parameter's, each within
+    twice eager's error (what the CUDA test then checks on the kernels)."""
+    def eager(ref, x, dy):
+        return _step(copy.deepcopy(ref).to(dtype), x.to(dtype), dy, training)
+
+    def route(ref, x, dy):
+        module = fusedlib.from_reference(ref, stage="fused").to(dtype)
+        out = _step(_Float32Route(module), x.to(dtype), dy, training)
+        assert out["y"].dtype == dtype and module.bn.running_mean.dtype == dtype
+        assert all(p.grad is None or p.grad.dtype == dtype for p in module.parameters())
+        return {k.replace("d module.", "d "): v for k, v in out.items() if k != "d module.gemm.bias"}
+
+    eager.case = route.case = (kind, training)
+    bad = _within_twice_eager(_rms_errors(route), _rms_errors(eager), dtype)
+    assert not bad, f"(route, eager) errors against float64 beyond twice eager's: {bad}"
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
