@@ -151,11 +151,8 @@ class _FusedBase(nn.Module):
         tensors = self._tensors()
         bn = self._modules["bn"]
         synced = self._synced()
-        if isinstance(x, torch.Tensor) and x.is_cuda and torch.is_autocast_enabled("cuda"):
-            # eager autocast runs nn.Linear in the autocast dtype (docs/design.md §15; the CPU's: ops.py)
-            dtype = torch.get_autocast_dtype("cuda")
-            x, tensors = x.to(dtype), (tensors[0].to(dtype), tensors[1].to(dtype), *tensors[2:])
-        elif isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not synced:
+        if (isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not synced
+                and not torch.is_autocast_enabled("cuda")):  # (autocast's rule lives in the operators)
             y = cuda.eager_forward(self, x, tensors, bn.eps, bn.momentum)  # None: the operator's way below
             if y is not None:
                 return y
