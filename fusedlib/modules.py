@@ -28,7 +28,7 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool, syn
 
     Raises:
         TypeError: ``x`` is not a tensor, or its dtype is not the parameters' dtype
-            (float32; float64 also on the CPU).
+            (float32, bfloat16 or float16; float64 also on the CPU).
         ValueError: ``x`` is on another device than the parameters, is not 2-D
             (batch, in_features), has the wrong in_features, has an empty batch, or has a
             batch of 1 in train mode (unless ``synced``: the batch statistics are those of every
@@ -151,12 +151,37 @@ class _FusedBase(nn.Module):
         tensors = self._tensors()
         bn = self._modules["bn"]
         synced = self._synced()
-        if isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not synced:
+        if (isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not synced
+                and not torch.is_autocast_enabled("cuda")):  # (autocast's rule lives in the operators)
             y = cuda.eager_forward(self, x, tensors, bn.eps, bn.momentum)  # None: the operator's way below
             if y is not None:
                 return y
         validate_input(x, self._modules["gemm"].in_features, tensors[0], self.training, synced)
         x = x.contiguous()  # one copy for a strided or transposed input; none otherwise
+        if x.is_cuda and x.dtype in algebra.LOW_PRECISION:
+            return self._float32_kernels(x, tensors, synced)
+        return self._run(x, tensors, synced)
+
+    def _float32_kernels(self, x: torch.Tensor, tensors: tuple, synced: bool) -> torch.Tensor:
+        """A bf16/fp16 forward on CUDA (docs/design.md §15): the stage's float32 kernels on the
+        tensors converted to float32. The conversion is exact, and a bf16 or fp16 value is a TF32
+        value, so every precision multiplies the operands exactly, as 16-bit tensor cores do, into
+        float32 sums. The running buffers are updated in float32 and copied back in their dtype; Y
+        has x's dtype promoted with the scale's; autograd sees the conversions, so gradients come
+        in each tensor's dtype. Not the 16-bit tensor cores' speed: the GEMM runs at its
+        precision's, on twice the bytes."""
+        f32 = tuple(t.float() for t in tensors[:7]) + tensors[7:]
+        y = self._run(x.float(), f32, synced)
+        if self.training:
+            with torch.no_grad():
+                for i in (5, 6):  # running_mean, running_var
+                    if tensors[i] is not f32[i]:
+                        tensors[i].copy_(f32[i])
+        return y.to(torch.promote_types(x.dtype, tensors[2].dtype))
+
+    def _run(self, x: torch.Tensor, tensors: tuple, synced: bool) -> torch.Tensor:
+        """The forward through the operators, x validated and contiguous."""
+        bn = self._modules["bn"]
         if synced:  # the batch across the group's ranks (docs/design.md §14)
             return ops.sync_train(x, *tensors, self._stage, self._kind, self._precision, bn.eps, bn.momentum,
                                   self.process_group.group_name)

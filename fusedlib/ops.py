@@ -177,7 +177,7 @@ def _train_backward_derived(dy, y, z, x, weight, scale, gamma, beta, kind, preci
     PyTorch's operators (the CUDA kernel: :mod:`fusedlib.cuda`)."""
     low = {name: t.dtype for name, t in (("x", x), ("weight", weight), ("scale", scale), ("gamma", gamma),
                                           ("beta", beta))}
-    if z.dtype in algebra.LOW_PRECISION:  # docs/design.md §15: the backward in float32, gradients in each input's dtype
+    if any(t.dtype in algebra.LOW_PRECISION for t in (z, x, weight)):  # §15: in float32, gradients in each input's dtype
         f = torch.float32
         dy, z, x, weight, scale, gamma, beta = (t.to(f) for t in (dy, z, x, weight, scale, gamma, beta))
         y = None if y is None else y.to(f)
@@ -279,18 +279,32 @@ def _define(stage: str):
             return StageFunction.apply(op, args, *args[:_DIFFERENTIABLE])
         return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
 
-    def autocast_cpu(*args):
-        # torch.autocast on the CPU (docs/design.md §15): the Linear's operands in the autocast
-        # dtype, as eager autocast runs nn.Linear; BatchNorm's parameters and buffers stay.
-        dtype = torch.get_autocast_dtype("cpu")
-        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)):
-            return op(*(t.to(dtype) if t.is_floating_point() else t for t in args[:3]), *args[3:])
-
     _LIB.impl(stage, cpu, "CPU")
     torch.library.register_fake(f"fusedlib::{stage}", fake, lib=_LIB)
     _LIB.impl(stage, autograd_kernel, "Autograd", with_keyset=True)
-    _LIB.impl(stage, autocast_cpu, "AutocastCPU")
+    _register_autocast(stage, op)
     return op
+
+
+def _register_autocast(name: str, op) -> None:
+    """The autocast rule of operator ``name`` (docs/design.md §15): under ``torch.autocast`` the
+    Linear's operands x, W and b in the autocast dtype, as eager autocast runs ``nn.Linear``;
+    BatchNorm's parameters and buffers stay as they are (the buffers are updated in place). On
+    the CPU the operator takes the 16-bit tensors; on CUDA, whose kernels take float32, it takes
+    them rounded to the autocast dtype and converted back to float32, which is exact (a bf16 or
+    fp16 value is a TF32 value): the products 16-bit tensor cores would form."""
+    def rule(device: str, key):
+        def autocast(*args):
+            dtype = torch.get_autocast_dtype(device)
+            with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
+                cast = [t.to(dtype) if t.is_floating_point() else t for t in args[:3]]
+                if device == "cuda":
+                    cast = [t.float() for t in cast]
+                return op(*cast, *args[3:])
+        return autocast
+
+    _LIB.impl(name, rule("cpu", torch._C.DispatchKey.AutocastCPU), "AutocastCPU")
+    _LIB.impl(name, rule("cuda", torch._C.DispatchKey.AutocastCUDA), "AutocastCUDA")
 
 
 #: stage -> its operator, ``torch.ops.fusedlib.<stage>.default``.
@@ -401,6 +415,7 @@ def _define_sync():
     _LIB.impl("sync_train", cpu, "CPU")  # (the CUDA kernel: fusedlib.cuda, beside the build it needs)
     torch.library.register_fake("fusedlib::sync_train", fake, lib=_LIB)
     _LIB.impl("sync_train", autograd_kernel, "Autograd", with_keyset=True)
+    _register_autocast("sync_train", op)
     return op
 
 

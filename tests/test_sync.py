@@ -308,3 +308,40 @@ def test_deepcopy_shares_the_process_group(tmp_path):
     sync_demo.spawn_ranks(_copy_worker, 1, str(tmp_path))
     got = torch.load(tmp_path / "copy.pt")
     assert got["same group"] and got["separate parameters"] and "process_group=" in got["repr"]
+
+
+def _autocast_worker(rank: int, world: int, out: str) -> None:
+    import fusedlib
+    torch.manual_seed(0)
+    module = fusedlib.convert_sync_batchnorm(fusedlib.FusedGemmBatchNormScalingSoftmax(8, 6))
+    x = torch.randn(12, 8, generator=torch.Generator().manual_seed(1)) + 2
+    rows = x[rank * 6:(rank + 1) * 6].clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = module(rows)
+    (y * torch.arange(y.numel()).reshape(y.shape).sin()[None][0]).sum().backward()
+    torch.save({"y": y.detach(), "dx": rows.grad, "dw": module.gemm.weight.grad,
+                "running_mean": module.bn.running_mean.clone()}, f"{out}/rank{rank}.pt")
+
+
+def test_autocast_under_a_process_group(tmp_path):
+    """Under ``torch.autocast("cpu", bfloat16)`` the data-parallel operator takes the autocast rule
+    of the stage operators (x, W and b in bf16; BatchNorm in float32): two gloo ranks give one
+    process's float32 output, dX and running mean on the concatenated batch, and its dW within
+    bf16's rounding (each rank's part comes in bf16, W's dtype under autocast, as eager's)."""
+    import fusedlib
+    sync_demo.spawn_gloo(_autocast_worker, 2, str(tmp_path))
+    got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    torch.manual_seed(0)
+    module = fusedlib.FusedGemmBatchNormScalingSoftmax(8, 6)
+    x = (torch.randn(12, 8, generator=torch.Generator().manual_seed(1)) + 2).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = module(x)
+    assert y.dtype == torch.float32 and got[0]["y"].dtype == torch.float32
+    weights = torch.cat([torch.arange(36).reshape(6, 6).sin()] * 2)
+    (y * weights).sum().backward()
+    assert torch.allclose(torch.cat([g["y"] for g in got]), y.detach(), rtol=1e-4, atol=1e-6)
+    assert torch.allclose(torch.cat([g["dx"] for g in got]), x.grad, rtol=1e-3, atol=1e-5)
+    dw, want = got[0]["dw"] + got[1]["dw"], module.gemm.weight.grad  # each rank's part rounded to bf16 (as eager's)
+    assert ((dw - want).norm() / want.norm()).item() <= 2 * 2 ** -8
+    assert torch.equal(got[0]["running_mean"], got[1]["running_mean"])
+    assert torch.allclose(got[0]["running_mean"], module.bn.running_mean, rtol=1e-4, atol=1e-6)
