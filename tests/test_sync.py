@@ -329,7 +329,7 @@ def test_autocast_under_a_process_group(tmp_path):
     process's float32 output, dX and running mean on the concatenated batch, and its dW within
     bf16's rounding (each rank's part comes in bf16, W's dtype under autocast, as eager's)."""
     import fusedlib
-    sync_demo.spawn_gloo(_autocast_worker, 2, str(tmp_path))
+    sync_demo.spawn_ranks(_autocast_worker, 2, str(tmp_path))
     got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     torch.manual_seed(0)
     module = fusedlib.FusedGemmBatchNormScalingSoftmax(8, 6)
