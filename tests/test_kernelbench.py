@@ -92,3 +92,41 @@ def test_cli_writes_model_new(tmp_path, capsys):
     assert "class ModelNew(FusedGemmBatchNormScalingSoftmax)" in src and "precision='tf32'" in src
     assert cli_main(["kernelbench", "--problem", "39"]) == 0
     assert "class ModelNew(FusedGemmScaleBatchNorm)" in capsys.readouterr().out
+
+
+#: 33/39 in bf16 miss KernelBench's 1e-2 against eager bf16 by up to 0.035 while being closer to
+#: float64 (5e-3 against eager's 7e-3): eager rounds Z∘s to bf16 once more before BatchNorm,
+#: the fused module does not (docs/design.md §15). Open in issue 36 (KernelBench's bf16 evaluation).
+_BF16_ROUNDING = pytest.mark.xfail(reason="eager bf16 rounds Z∘s once more than the fused module", strict=True)
+
+
+def _low_precision_cases():
+    for problem in ("84", "33", "39"):
+        for dtype in (torch.bfloat16, torch.float16):
+            for device in ("cpu", "cuda"):
+                marks = [pytest.mark.gpu] if device == "cuda" else []
+                if dtype == torch.bfloat16 and problem != "84":
+                    marks.append(_BF16_ROUNDING)
+                yield pytest.param(problem, dtype, device, marks=marks, id=f"{problem}-{dtype}-{device}")
+
+
+@pytest.mark.parametrize("problem,dtype,device", list(_low_precision_cases()))
+def test_model_new_matches_model_in_low_precision(problem, dtype, device):
+    """KernelBench's evaluation at ``precision=`` bf16 or fp16 (docs/design.md §15): both models
+    cast with ``.to(dtype)``, the inputs too, outputs within its tolerance for those dtypes
+    (1e-2) over train steps and then in eval mode; ModelNew's output in the dtype."""
+    cls, init = UPSTREAM[problem]
+    namespace = {}
+    exec(compile(kernelbench.model_new_source(problem, "fused", "tf32"), f"{problem}_new.py", "exec"), namespace)
+    torch.manual_seed(42)
+    ref = cls(*init).to(device=device, dtype=dtype)
+    torch.manual_seed(42)
+    new = namespace["ModelNew"](*init).to(device=device, dtype=dtype)
+    with torch.no_grad():
+        for step in range(4):
+            if step == 3:
+                ref.eval(), new.eval()
+            x = torch.rand(32, 64, generator=torch.Generator().manual_seed(step)).to(device=device, dtype=dtype)
+            got, want = new(x), ref(x)
+            assert got.dtype == want.dtype == dtype
+            assert torch.allclose(got.float(), want.float(), atol=1e-2, rtol=1e-2), step
