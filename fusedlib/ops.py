@@ -167,14 +167,6 @@ def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x:
         cancels —, dscale (scale's shape), dgamma (M,), dbeta (M,)). CPU: :func:`fusedlib.algebra.train_backward_fused`
         (float32 or float64); CUDA: float32, the fused kernels then :func:`backward_gemms`.
     """
-    return _train_backward_derived(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx, stats,
-                                   group_name)
-
-
-def _train_backward_derived(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx, stats,
-                            group_name):
-    """:func:`train_backward`'s CPU kernel: :func:`fusedlib.algebra.train_backward_fused` in
-    PyTorch's operators (the CUDA kernel: :mod:`fusedlib.cuda`)."""
     low = {name: t.dtype for name, t in (("x", x), ("weight", weight), ("scale", scale), ("gamma", gamma),
                                           ("beta", beta))}
     if any(t.dtype in algebra.LOW_PRECISION for t in (z, x, weight)):  # §15: in float32, gradients in each input's dtype

@@ -233,7 +233,7 @@ def _extras_worker(rank: int, world: int, out: str) -> None:
                           "buffers": [m.bn.running_mean.cpu() for m in (eager, compiled, graphed)]}
     # a whole train step (forward and backward, both collectives) captured in one CUDA graph, 3xtf32
     dy = torch.randn(256, M, generator=torch.Generator().manual_seed(15)).to(dev)
-    eager, graphed = _fused("84", "fused", "3xtf32", True), None
+    eager = _fused("84", "fused", "3xtf32", True)
     graphed = copy.deepcopy(eager)
     want = _step(eager, xr, dy)
     static = xr.clone().requires_grad_()
