@@ -139,6 +139,7 @@ def _record(key: str, record: dict) -> None:
     data = json.loads(Path(path).read_text()) if Path(path).exists() else {}
     data[key] = {**record, "gpu": torch.cuda.get_device_name(), "devices": torch.cuda.device_count(),
                  "torch": torch.__version__}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, indent=1) + "\n")
 
 

@@ -38,7 +38,7 @@ case ${PART:-check} in
     echo "sync: rc=$? ($(( $(date +%s) - t0 )) s)"; grep -h "world size\|passed\|failed\|^E  " $OUT/sync.log | head -40
     cp results/$slug/sync_validation.json $OUT/ 2>/dev/null ;;
   bench)
-    timeout 540 python -m fusedlib sync-bench --world ${WORLDS:-1,2,4} --fresh > $OUT/sync-bench.log 2>&1
+    timeout ${BENCH_TIMEOUT:-540} python -m fusedlib sync-bench --world ${WORLDS:-1,2,4} --fresh > $OUT/sync-bench.log 2>&1
     echo "sync-bench: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 30 $OUT/sync-bench.log
     cp results/*/sync.csv results/*/sync.sources.json $OUT/ 2>/dev/null ;;
 esac
