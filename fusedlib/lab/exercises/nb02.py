@@ -81,11 +81,14 @@ def _run_edited(rank: int, kernel_dir: str, out: str) -> None:
             b = mod.bn
             args = (x, mod.gemm.weight, mod.gemm.bias, mod.scale, b.weight, b.bias, b.running_mean, b.running_var,
                     b.num_batches_tracked, "33", "fp32", True, b.eps, b.momentum)
-            with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                y = ext.eager_forward(*args)
+            with torch.no_grad():
+                ext.eager_forward(*args)  # the first call's one-time work (workspaces) stays out of the count
                 torch.cuda.synchronize()
-            kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                          and "memset" not in e.name.lower() and "memcpy" not in e.name.lower())
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    y = ext.eager_forward(*args)
+                    torch.cuda.synchronize()
+            kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                       and "memset" not in e.name.lower() and "memcpy" not in e.name.lower()]
             err = ((y.double() - want).norm() / want.norm()).item()
             rows.append({"shape": f"{n}x{k}->{m}", "build": name, "rel_err": err, "kernels": kernels})
     torch.save(rows, Path(out) / "rows.pt")
@@ -122,12 +125,13 @@ def check_fuse_scale(edit) -> None:
         import torch.multiprocessing as mp
         mp.spawn(_run_edited, args=(str(kernels), tmp), nprocs=1, join=True)
         rows = torch.load(Path(tmp) / "rows.pt")
-    for shape in {r["shape"] for r in rows}:
+    for shape in dict.fromkeys(r["shape"] for r in rows):
         got = next(r for r in rows if r["shape"] == shape and r["build"] == "edited")
         base = next(r for r in rows if r["shape"] == shape and r["build"] == "package")
         expect(got["rel_err"] <= max(1e-5, 2 * base["rel_err"]),
                f"at {shape} the edited stage's output is {got['rel_err']:.1e} from float64 (the package's "
                f"{base['rel_err']:.1e}): is Z∘s scaled once, and BatchNorm reading it?")
-        expect(got["kernels"] == base["kernels"] - 1,
-               f"at {shape} the edited stage launches {got['kernels']} kernels, the package's {base['kernels']}: "
-               "the scale pass should be gone")
+        short = lambda names: ", ".join(name.split("(")[0].split("<")[0].split(" ")[-1] for name in names)
+        expect(len(got["kernels"]) == len(base["kernels"]) - 1,
+               f"at {shape} the edited stage launches {len(got['kernels'])} kernels ({short(got['kernels'])}), the "
+               f"package's {len(base['kernels'])} ({short(base['kernels'])}): the scale pass should be gone")

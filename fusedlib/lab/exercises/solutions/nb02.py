@@ -35,6 +35,8 @@ def fuse_scale(kernels):
     t = p.y;
   }
 """
+    if scale_pass not in text:
+        raise ValueError(f"{naive}: the scale pass this solution removes is not there (the kernel sources changed)")
     naive.write_text(text.replace(scale_pass, ""))
 
 
@@ -43,5 +45,7 @@ def scale_in_epilogue(kernels):
     (problem 33)."""
     epilogue = kernels / "epilogue.cuh"
     bias = "      if (S == Store::kBias && !p.z0) v += p.bias[j];  // (Z − Z₀ of the first-row shift has none)\n"
+    if bias not in epilogue.read_text():
+        raise ValueError(f"{epilogue}: the bias line this solution extends is not there (the kernel sources changed)")
     epilogue.write_text(epilogue.read_text().replace(
         bias, bias + "      if (S == Store::kBias && p.kind != 84) v *= scale_at(p, j);  // Z∘s\n"))
