@@ -29,7 +29,7 @@ def fuse_scale(kernels):
     scale_in_epilogue(kernels)
     naive = kernels / "01_naive.cu"
     text = naive.read_text()
-    scale_pass = """  if (p.kind != 84) {
+    scale_pass = """  if (p.kind != 84 && p.sync_phase != 1) {
     scale_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.z, p.scale, p.scale_len, p.y, p.n, p.m);
     FL_CHECK_LAUNCH();
     t = p.y;
