@@ -394,16 +394,21 @@ def test_strip_run_ids(text, expected):
 
 def test_sync_summary_one_row_per_world_problem_precision():
     """course.sync_summary on synthetic sync.csv rows: the cost of synchronising, the ratio to
-    nn.SyncBatchNorm, the NCCL share and the weak-scaling efficiency, the latest run of each."""
+    nn.SyncBatchNorm and the weak-scaling efficiency, the latest run of each (no NCCL share: it
+    counts DDP's all-reduce and waiting too)."""
     import pandas as pd
     rows = []
     for world, local, sync, syncbn in ((1, 2.0, 2.0, 3.0), (2, 2.2, 2.25, 3.5), (2, 9.0, 2.2, 9.0)):
         for impl, ms in (("fused-local", local), ("fused-sync", sync), ("eager-syncbn", syncbn)):
-            rows.append({"world": world, "problem": "84", "precision": "tf32", "impl": impl, "median_ms": ms,
-                         "nccl_share": 0.25})
+            rows.append({"world": world, "problem": "84", "precision": "tf32", "impl": impl, "median_ms": ms})
     s = course.sync_summary(pd.DataFrame(rows))
     assert len(s) == 1  # world 1 is the baseline; world 2's earlier run replaced by the later
     r = s.iloc[0]
     assert r["fused-sync ms"] == 2.2 and abs(r["sync cost %"] - 100 * (2.2 / 9.0 - 1)) < 1e-9
-    assert abs(r["× eager-syncbn"] - 2.2 / 9.0) < 1e-12 and r["NCCL share %"] == 25.0
+    assert abs(r["× eager-syncbn"] - 2.2 / 9.0) < 1e-12 and "NCCL share %" not in s.columns
     assert abs(r["weak-scaling efficiency"] - 2.0 / 2.2) < 1e-12
+    assert "loop: sync cost %" not in s.columns  # a CSV without loop_ms
+    for row in rows:  # steps back to back: 10 % less each
+        row["loop_ms"] = 0.9 * row["median_ms"]
+    r = course.sync_summary(pd.DataFrame(rows)).iloc[0]
+    assert abs(r["loop: sync cost %"] - 100 * (2.2 / 9.0 - 1)) < 1e-9 and abs(r["loop: × eager-syncbn"] - 2.2 / 9.0) < 1e-12

@@ -1,7 +1,8 @@
 """No kernel change lands without fresh GPU results: every tracked kernel source must appear
 with its current SHA-256 in each committed results/<gpu>/validation.json, in the
 sources.json beside each committed bench.csv and in the train_step.sources.json beside each
-train_step.csv (a bench.csv without its train_step.csv is incomplete)."""
+train_step.csv (a bench.csv without its train_step.csv is incomplete), and likewise in the
+data-parallel records (sync_validation.json, and the sync.sources.json beside sync.csv)."""
 import json
 from pathlib import Path
 
@@ -12,13 +13,15 @@ from fusedlib import build
 ROOT = Path(__file__).resolve().parent.parent
 VALIDATIONS = sorted(ROOT.glob("results/*/validation.json"))
 BENCHES = sorted(ROOT.glob("results/*/bench.csv"))
+SYNC_VALIDATIONS = sorted(ROOT.glob("results/*/sync_validation.json"))
+SYNC_BENCHES = sorted(ROOT.glob("results/*/sync.csv"))
 
 
 def test_a_gpu_validation_is_committed():
     assert VALIDATIONS, "no results/<gpu>/validation.json: the kernels were never validated on a GPU"
 
 
-@pytest.mark.parametrize("path", VALIDATIONS, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", VALIDATIONS + SYNC_VALIDATIONS, ids=lambda p: p.parent.name + "/" + p.name)
 def test_validation_matches_kernel_sources(path):
     on_disk = {p.relative_to(ROOT).as_posix() for p in build.KERNEL_DIR.glob("*.cu*")}
     assert on_disk == set(build.sources_sha256(ROOT)), "a kernel file is missing from build.source_files()"
@@ -28,7 +31,8 @@ def test_validation_matches_kernel_sources(path):
 
 
 @pytest.mark.parametrize("path,record", [(p, "sources.json") for p in BENCHES] +
-                         [(p.parent / "train_step.csv", "train_step.sources.json") for p in BENCHES],
+                         [(p.parent / "train_step.csv", "train_step.sources.json") for p in BENCHES] +
+                         [(p, "sync.sources.json") for p in SYNC_BENCHES],
                          ids=lambda v: v.parent.name + "/" + v.name if isinstance(v, Path) else "")
 def test_bench_matches_kernel_sources(path, record):
     """Committed timings were measured on the current kernels (the record beside the CSV)."""

@@ -136,7 +136,9 @@ def _record(key: str, record: dict) -> None:
     path = os.environ.get("FUSEDLIB_SYNC_VALIDATION_OUT")
     if not path:
         return
+    from fusedlib.build import sources_sha256
     data = json.loads(Path(path).read_text()) if Path(path).exists() else {}
+    data["sources_sha256"] = sources_sha256()  # the kernels these cases ran (tests/test_sources.py)
     data[key] = {**record, "gpu": torch.cuda.get_device_name(), "devices": torch.cuda.device_count(),
                  "torch": torch.__version__}
     Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,17 @@ def results_dir(gpu: str = "h100") -> Path:
     return Path(override) if override else ROOT / "results" / gpu
 
 
+def result_path(name: str, gpus=("h100", "h200")) -> Path | None:
+    """The committed ``results/<gpu>/<name>`` of the first GPU in ``gpus`` that has one (with
+    FUSEDLIB_RESULTS set, that folder's ``name``), or None: for records measured on whichever
+    GPUs were at hand (the data-parallel runs need several of one host)."""
+    for gpu in gpus:
+        path = results_dir(gpu) / name
+        if path.exists():
+            return path
+    return None
+
+
 def env(gpu: str = "h100") -> dict | None:
     """The committed env.json (device, measured ceilings, datasheet), or None."""
     path = results_dir(gpu) / "env.json"
@@ -1045,26 +1056,33 @@ def peer_spread(mode: str = "train", gpu: str = "h100"):
 def sync_summary(sync) -> "object":
     """The data-parallel train step (``python -m fusedlib sync-bench``'s sync.csv as a
     DataFrame) in one row per (world size, problem, precision), the latest run of each: the
-    fused step with the group (ms), what synchronising BatchNorm costs it against each rank's own
-    statistics (``fused-local``, %), its time over DDP with ``nn.SyncBatchNorm``
-    (``eager-syncbn``, ×), the NCCL kernels' share of it (%), and the weak-scaling efficiency
-    t₁ / t_R of the fused step (world size 1's ``fused-local``; empty without it)."""
+    fused step with the group (ms, one step between barriers), what synchronising BatchNorm
+    costs it against each rank's own statistics (``fused-local``, %), its time over DDP with
+    ``nn.SyncBatchNorm`` (``eager-syncbn``, ×), and the weak-scaling efficiency t₁ / t_R of the
+    fused step (world size 1's ``fused-local``; empty without it). Where the CSV has
+    ``loop_ms`` (steps back to back, as a training loop runs them), the cost of synchronising
+    and the ratio to ``eager-syncbn`` in that timing too ("loop" columns)."""
     import pandas as pd
     latest = sync.drop_duplicates(["world", "problem", "precision", "impl"], keep="last")
-    t = latest.pivot_table(index=["world", "problem", "precision"], columns="impl", values="median_ms")
-    share = latest[latest.impl == "fused-sync"].set_index(["world", "problem", "precision"])["nccl_share"]
+    keys = ["world", "problem", "precision"]
+    t = latest.pivot_table(index=keys, columns="impl", values="median_ms")
+    loop = latest.pivot_table(index=keys, columns="impl", values="loop_ms") if "loop_ms" in latest else None
     one = t.xs(1, level="world")["fused-local"] if 1 in t.index.get_level_values("world") else None
     rows = []
     for (world, problem, precision), r in t.iterrows():
         if world == 1:
             continue
         base = None if one is None else one.get((problem, precision))
-        rows.append({"world": world, "problem": problem, "precision": precision,
-                     "fused-sync ms": r.get("fused-sync"),
-                     "sync cost %": 100 * (r.get("fused-sync") / r.get("fused-local") - 1),
-                     "× eager-syncbn": r.get("fused-sync") / r.get("eager-syncbn"),
-                     "NCCL share %": 100 * share.get((world, problem, precision), float("nan")),
-                     "weak-scaling efficiency": None if base is None else base / r.get("fused-sync")})
+        row = {"world": world, "problem": problem, "precision": precision,
+               "fused-sync ms": r.get("fused-sync"),
+               "sync cost %": 100 * (r.get("fused-sync") / r.get("fused-local") - 1),
+               "× eager-syncbn": r.get("fused-sync") / r.get("eager-syncbn")}
+        if loop is not None:
+            q = loop.loc[(world, problem, precision)]
+            row.update({"loop: sync cost %": 100 * (q.get("fused-sync") / q.get("fused-local") - 1),
+                        "loop: × eager-syncbn": q.get("fused-sync") / q.get("eager-syncbn")})
+        row["weak-scaling efficiency"] = None if base is None else base / r.get("fused-sync")
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

@@ -14,9 +14,11 @@ DDP's all-reduce of the weight gradients — of each implementation:
 The fused module runs at the precision; the eager ones at its PyTorch peer (tf32 with TF32
 cuBLAS, fp32 and 3xtf32 against fp32). Timing: the implementations in turn, a barrier and CUDA
 events around each step, ``--iters`` steps each after ``--warmup``; rank 0's median, min and max
-(the step's collectives keep the ranks in step). ``nccl_share``: in one profiled step
-(torch.profiler), the NCCL kernels' device time over the step's median time. World size 1 runs
-the same DDP step in one process, the baseline of weak-scaling efficiency (t₁ / t_R).
+(the step's collectives keep the ranks in step); ``loop_ms``: ``--iters`` steps back to back
+between two events, a training loop's time a step (the host's launches overlap the GPU's work,
+which the barrier of the one-step timing prevents). World size 1 runs the same DDP step in one
+process, the baseline of weak-scaling efficiency (t₁ / t_R). Where a step's time goes (the
+collectives' kernels, the host's launches) is for a profile: lab/experiments/run154-*.py.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from . import bench, records
 
 #: sync.csv's columns, in order.
 COLUMNS = ["problem", "batch_per_rank", "in_features", "out_features", "world", "precision", "impl", "median_ms",
-           "min_ms", "max_ms", "iters", "nccl_share", "gpu", "torch", "cuda", "commit", "timestamp"]
+           "min_ms", "max_ms", "loop_ms", "iters", "gpu", "torch", "cuda", "commit", "timestamp"]
 IMPLS = ("fused-sync", "fused-local", "eager-syncbn", "eager-local")
 #: The record of the kernel sources the rows were measured on, beside the CSV.
 SOURCES = "sync.sources.json"
@@ -92,19 +94,23 @@ def _rank(rank: int, world: int, problems, precisions, impls, iters: int, warmup
                         end.record()
                         torch.cuda.synchronize(dev)
                         times[impl].append(start.elapsed_time(end))
-                shares = {}
+                loops = {}
                 for impl, step in steps.items():
-                    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    torch.cuda.synchronize(dev)
+                    dist.barrier()
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    for _ in range(iters):
                         step()
-                        torch.cuda.synchronize(dev)
-                    nccl = sum(e.self_device_time_total for e in prof.key_averages() if "nccl" in e.key.lower())
-                    shares[impl] = nccl / 1e3 / sorted(times[impl])[len(times[impl]) // 2]
+                    end.record()
+                    torch.cuda.synchronize(dev)
+                    loops[impl] = start.elapsed_time(end) / iters
             for impl in impls:
                 t = sorted(times[impl])
                 rows.append({"problem": problem, "batch_per_rank": sh.batch, "in_features": sh.in_features,
                              "out_features": sh.out_features, "world": world, "precision": precision, "impl": impl,
-                             "median_ms": t[len(t) // 2], "min_ms": t[0], "max_ms": t[-1], "iters": iters,
-                             "nccl_share": shares[impl]})
+                             "median_ms": t[len(t) // 2], "min_ms": t[0], "max_ms": t[-1], "loop_ms": loops[impl],
+                             "iters": iters})
             del steps
             torch.cuda.empty_cache()
     if rank == 0:
@@ -122,9 +128,8 @@ def measure(world: int, problems, precisions, impls, iters: int, warmup: int, en
         rows = torch.load(Path(out) / "rows.pt")
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     for r in rows:
-        for key in ("median_ms", "min_ms", "max_ms"):
+        for key in ("median_ms", "min_ms", "max_ms", "loop_ms"):
             r[key] = float(f"{r[key]:.6g}")
-        r["nccl_share"] = float(f"{r['nccl_share']:.3g}")
         r.update(gpu=env["gpu"], torch=env["torch"], cuda=env["cuda"], commit=env["commit"], timestamp=now)
     return rows
 
@@ -168,6 +173,6 @@ def main(args) -> int:
         bench.append_rows(out, rows, COLUMNS)
         for r in rows:
             print(f"world {world} {r['problem']} {r['precision']:6} {r['impl']:12} {r['median_ms']:8.3f} ms "
-                  f"(nccl {r['nccl_share']:.0%})")
+                  f"(back to back {r['loop_ms']:.3f} ms)")
     print(f"wrote {out}")
     return 0
