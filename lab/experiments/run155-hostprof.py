@@ -1,0 +1,136 @@
+"""run155 (2 GPUs): which host work the synchronised step adds. run154 found the synchronised
+DDP step host-bound (at 256 x 512 -> 512 the plain forward costs the host 359 µs a call
+against the local forward's 93 µs, the step 1447 µs against 797 µs; the statistics' own
+collectives are 32 and 54 µs alone). Here, at 64 x 64 -> 64 (nothing the GPU does takes longer
+than its launch), on rank 0, with rank 1 doing the same:
+  1. cProfile of 300 forwards, and of 300 train steps, with and without the group (own time,
+     the 25 most costly functions);
+  2. the host time a call of each piece of the synchronised forward alone: the operator call
+     under no_grad, ext.sync_forward's two phases, the all-gather, _sync_train_cuda's body;
+  3. the backward's pieces: ext.backward_passes_sync's two phases, the all-reduce, the
+     train_backward operator.
+Writes $OUT/hostprof-r0.log."""
+import cProfile
+import io
+import os
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, os.getcwd())
+OUT = Path(os.environ.get("OUT", "/tmp"))
+
+
+def _per_call(fn, n=300) -> float:
+    import torch.distributed as dist
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    dist.barrier()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = time.perf_counter() - t
+    torch.cuda.synchronize()
+    return host / n * 1e6
+
+
+def _profile(fn, n=300) -> str:
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+    return s.getvalue()
+
+
+def _rank(rank: int, world: int) -> None:
+    import torch.distributed as dist
+
+    import fusedlib
+    from fusedlib import algebra, ops
+    from fusedlib.build import load_backward, load_stage
+    from fusedlib.cuda import _sync_train_cuda, gemm_path
+    from fusedlib.reference import make_reference
+    dev = torch.device("cuda", rank)
+    n, k, m = 64, 64, 64
+    x = torch.randn(n, k, device=dev)
+    dy = torch.randn(n, m, device=dev)
+    lines = []
+    mods = {}
+    for sync in (False, True):
+        mod = fusedlib.from_reference(make_reference("84", k, m, seed=0), stage="fused", precision="tf32")
+        mods[sync] = (fusedlib.convert_sync_batchnorm(mod) if sync else mod).to(dev).train()
+    for sync, mod in mods.items():
+        def fwd(mod=mod):
+            mod(x)
+
+        def step(mod=mod):
+            mod.zero_grad(set_to_none=True)
+            mod(x).backward(dy)
+        tag = "sync " if sync else "local"
+        lines.append(f"forward {tag}: {_per_call(fwd):7.1f} us host a call")
+        lines.append(f"step    {tag}: {_per_call(step):7.1f} us host a call")
+        if rank == 0:
+            lines.append(f"\n== cProfile forward {tag}\n" + _profile(fwd))
+            lines.append(f"\n== cProfile step {tag}\n" + _profile(step))
+        else:
+            _profile(fwd), _profile(step)
+    # the synchronised forward's pieces
+    mod = mods[True]
+    t = mod._tensors()
+    bn = mod.bn
+    name = mod.process_group.group_name
+    args = (x, *t, "fused", "84", "tf32", bn.eps, bn.momentum, name)
+    z = x.new_empty(n, m)
+    with torch.no_grad():
+        lines.append(f"\nop sync_train (no grad): {_per_call(lambda: ops._SYNC_OP(*args, z)):7.1f} us")
+        lines.append(f"_sync_train_cuda body:   {_per_call(lambda: _sync_train_cuda(*args, z)):7.1f} us")
+        ext = load_stage("fused", rank)
+        moments, stats, y = x.new_empty(4, m), x.new_empty(2, m), x.new_empty(n, m)
+        gathered = x.new_empty(world, 4, m)
+        path = gemm_path("tf32", dev, k, x, t[0])
+        common = (x, *t, "84", "tf32", bn.eps, bn.momentum, path, z, y)
+        lines.append(f"ext.sync_forward phase 1: {_per_call(lambda: ext.sync_forward(*common, 1, moments, stats, False)):7.1f} us")
+        lines.append(f"ext.sync_forward phase 2: {_per_call(lambda: ext.sync_forward(*common, 2, gathered, stats, False)):7.1f} us")
+        lines.append(f"all_gather_into_tensor:   {_per_call(lambda: dist.all_gather_into_tensor(gathered, moments)):7.1f} us")
+        lines.append(f"local op (fused, no grad): "
+                     f"{_per_call(lambda: ops.OPS['fused'](x, *t, '84', 'tf32', True, bn.eps, bn.momentum, path)):7.1f} us")
+        # the backward's pieces
+        bext = load_backward(rank)
+        yy = ops.OPS["fused"](x, *t, "84", "tf32", True, bn.eps, bn.momentum, path)
+        w, s, g, b = t[0], t[2], t[3], t[4]
+        local, message = z.new_empty(4 * m + n), z.new_empty(2 * m + k + 1)
+        pargs = (dy, yy, z, s, g, b, "84", bn.eps, False)
+        lines.append(f"backward_passes_sync 1:  {_per_call(lambda: bext.backward_passes_sync(*pargs, 1, x, stats, local, message)):7.1f} us")
+        lines.append(f"backward_passes_sync 2:  {_per_call(lambda: bext.backward_passes_sync(*pargs, 2, x, stats, local, message)):7.1f} us")
+        lines.append(f"backward_passes (local): {_per_call(lambda: bext.backward_passes(*pargs)):7.1f} us")
+        lines.append(f"all_reduce message:      {_per_call(lambda: dist.all_reduce(message)):7.1f} us")
+        lines.append(f"x_operand total=:        {_per_call(lambda: ops.x_operand(bext, x, 'tf32', total=message[2 * m:])):7.1f} us")
+        lines.append(f"x_operand local:         {_per_call(lambda: ops.x_operand(bext, x, 'tf32')):7.1f} us")
+        tb = lambda gn: ops.train_backward(dy, yy, z, x, w, s, g, b, "84", "tf32", bn.eps, True,  # noqa: E731
+                                           stats if gn else None, gn)
+        lines.append(f"train_backward sync:     {_per_call(lambda: tb(name)):7.1f} us")
+        lines.append(f"train_backward local:    {_per_call(lambda: tb(None)):7.1f} us")
+    del algebra
+    (OUT / f"hostprof-r{rank}.log").write_text("\n".join(lines) + "\n")
+
+
+def main():
+    from fusedlib.lab.sync_demo import spawn_ranks
+    spawn_ranks(_rank, 2, backend="nccl")
+    print("\n".join(line for line in (OUT / "hostprof-r0.log").read_text().splitlines()
+                    if " us" in line and "cProfile" not in line))
+
+
+if __name__ == "__main__":
+    main()
