@@ -18,6 +18,14 @@ operands give ≈ 1e-3 relative error in Z, which BatchNorm's output keeps).
 writes the file; then, in a KernelBench checkout with fusedlib installed in its environment,
 ``python3 scripts/run_and_check.py ref_origin=kernelbench level=2 problem_id=84
 kernel_src_path=84_new.py eval_mode=local gpu_arch='["Hopper"]'``.
+
+KernelBench's bf16 and fp16 evaluation (its ``precision`` argument: both models and the inputs
+cast with ``.to(dtype)``, atol = rtol = 1e-2): ``--dtype bf16`` or ``--dtype fp16`` names the
+dtype in the file and, unless ``--precision`` is given, takes the GEMM precision ``tf32``,
+which multiplies 16-bit operands exactly (docs/design.md §15) and is the fastest. Problem 84
+passes in both dtypes and 33/39 in fp16; 33/39 in bf16 do not (eager bf16 rounds Z∘s to bf16
+before BatchNorm, the fused module does not: §15; ``lab/experiments/bf16_tolerance.py`` shows the
+check rejects valid bf16 implementations of that model too).
 """
 from __future__ import annotations
 
@@ -27,7 +35,10 @@ from pathlib import Path
 
 from . import algebra
 
-__all__ = ["model_new_source", "add_arguments", "main"]
+__all__ = ["DTYPES", "model_new_source", "add_arguments", "main"]
+
+#: KernelBench's evaluation dtypes (its ``precision`` argument), as its scripts name them.
+DTYPES = ("fp32", "bf16", "fp16")
 
 #: KernelBench file of each problem id, and the fused class and constructor signature of its Model.
 _PROBLEMS = {
@@ -43,26 +54,33 @@ _PROBLEMS = {
 }
 
 
-def model_new_source(problem: str, stage: str = "fused", precision: str = "fp32") -> str:
+def model_new_source(problem: str, stage: str = "fused", precision: str = "fp32", dtype: str = "fp32") -> str:
     """Python source defining KernelBench's ``ModelNew`` for ``problem`` ("84", "33" or
-    "39") as fusedlib's ``stage`` at ``precision``.
+    "39") as fusedlib's ``stage`` at GEMM ``precision``, for KernelBench's evaluation in
+    ``dtype`` (one of :data:`DTYPES`; bf16 and fp16 are named in the file's docstring with the
+    evaluation's ``precision=`` argument: the module itself takes any dtype).
 
     Returns:
         the source text (imports torch and fusedlib; defines ``ModelNew`` only, as
         KernelBench expects: ``get_inputs``/``get_init_inputs`` come from the reference file).
 
     Raises:
-        ValueError: unknown problem, stage or precision.
+        ValueError: unknown problem, stage, precision or dtype.
     """
     problem = str(problem)
     if problem not in _PROBLEMS:
         raise ValueError(f"problem: expected one of {tuple(_PROBLEMS)}, got {problem!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
     algebra.check_stage_precision(stage, precision)
     upstream, cls, signature, args = _PROBLEMS[problem]
+    evaluation = "" if dtype == "fp32" else (
+        f"\nFor KernelBench's {dtype} evaluation (precision={dtype}: both models and the inputs cast to\n"
+        f"{dtype}); the GEMM multiplies {dtype} operands exactly at every precision.")
     return f'''"""KernelBench level 2 problem {problem} ({upstream}.py) as fusedlib's {stage!r} stage, {precision}.
 
 Written by `python -m fusedlib kernelbench`; needs fusedlib installed (CUDA kernels built on
-first use, for the GPU in use). Same constructor and parameters as the reference Model.
+first use, for the GPU in use). Same constructor and parameters as the reference Model.{evaluation}
 """
 from fusedlib.modules import {cls}
 
@@ -76,13 +94,17 @@ class ModelNew({cls}):
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problem", required=True, choices=list(_PROBLEMS), help="KernelBench level-2 problem id")
     p.add_argument("--stage", default="fused", choices=list(algebra.STAGES))
-    p.add_argument("--precision", default="fp32", choices=list(algebra.PRECISIONS))
+    p.add_argument("--precision", choices=list(algebra.PRECISIONS),
+                   help="the GEMM's precision (default fp32; tf32 with --dtype bf16 or fp16, exact for 16-bit operands)")
+    p.add_argument("--dtype", default="fp32", choices=list(DTYPES),
+                   help="KernelBench's evaluation dtype, its precision= argument (default fp32)")
     p.add_argument("-o", "--output", type=Path, help="file to write (default: standard output)")
 
 
 def main(args) -> int:
     """Write the ``ModelNew`` source (exit status 0)."""
-    src = model_new_source(args.problem, args.stage, args.precision)
+    precision = args.precision or ("fp32" if args.dtype == "fp32" else "tf32")
+    src = model_new_source(args.problem, args.stage, precision, args.dtype)
     if args.output:
         args.output.write_text(src)
         print(f"wrote {args.output}", file=sys.stderr)

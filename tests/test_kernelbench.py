@@ -85,6 +85,23 @@ def test_model_new_source_errors():
         kernelbench.model_new_source("84", "fused", "fp16")
 
 
+def test_model_new_source_for_low_precision_evaluation(capsys):
+    """--dtype bf16/fp16: the dtype and KernelBench's precision= argument named in the file; the
+    GEMM precision tf32 unless one is given (exact for 16-bit operands); an unknown dtype refused."""
+    src = kernelbench.model_new_source("33", "fused", "tf32", "bf16")
+    assert "precision=bf16" in src and "precision='tf32'" in src
+    assert "precision=fp32" not in kernelbench.model_new_source("33") and "evaluation" not in kernelbench.model_new_source("33")
+    with pytest.raises(ValueError, match="dtype: expected one of"):
+        kernelbench.model_new_source("84", dtype="float16")
+    assert cli_main(["kernelbench", "--problem", "39", "--dtype", "fp16"]) == 0
+    out = capsys.readouterr().out
+    assert "precision='tf32'" in out and "fp16 evaluation" in out
+    assert cli_main(["kernelbench", "--problem", "84", "--dtype", "bf16", "--precision", "3xtf32"]) == 0
+    assert "precision='3xtf32'" in capsys.readouterr().out
+    assert cli_main(["kernelbench", "--problem", "84"]) == 0
+    assert "precision='fp32'" in capsys.readouterr().out
+
+
 def test_cli_writes_model_new(tmp_path, capsys):
     out = tmp_path / "84_new.py"
     assert cli_main(["kernelbench", "--problem", "84", "--precision", "tf32", "-o", str(out)]) == 0
