@@ -101,6 +101,7 @@ def _rank(rank: int, world: int) -> None:
         path = gemm_path("tf32", dev, k, x, t[0])
         common = (x, *t, "84", "tf32", bn.eps, bn.momentum, path, z, y)
         lines.append(f"ext.sync_forward phase 1: {_per_call(lambda: ext.sync_forward(*common, 1, moments, stats, False)):7.1f} us")
+        dist.all_gather_into_tensor(gathered, moments)  # phase 2 merges real moments
         lines.append(f"ext.sync_forward phase 2: {_per_call(lambda: ext.sync_forward(*common, 2, gathered, stats, False)):7.1f} us")
         lines.append(f"all_gather_into_tensor:   {_per_call(lambda: dist.all_gather_into_tensor(gathered, moments)):7.1f} us")
         lines.append(f"local op (fused, no grad): "
