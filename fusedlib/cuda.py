@@ -127,6 +127,9 @@ def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
     return dx, dweight, torch.zeros_like(dgamma), algebra.scale_gradient(ds_cols, scale), dgamma, dbeta
 
 
+ops._CUDA_TRAIN_BACKWARD = _train_backward_cuda  # the backward's eager call (ops.train_backward_call)
+
+
 def _sync_train_cuda(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, stage,
                      kind, precision, eps, momentum, group_name, z_out):
     """The CUDA kernel of ``torch.ops.fusedlib.sync_train`` (schema and CPU kernel in
@@ -145,7 +148,7 @@ def _sync_train_cuda(x, weight, bias, scale, gamma, beta, running_mean, running_
     import torch.distributed as dist
 
     group = ops._group(group_name)
-    ranks, rank = dist.get_world_size(group), dist.get_rank(group)
+    ranks, rank = group.size(), group.rank()  # (torch.distributed's get_* cost the host more)
     if x.shape[0] < 1 or (ranks == 1 and x.shape[0] < 2):
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)} "
                          f"on a process group of {ranks} rank(s) (x: every rank needs a row of its own)")
@@ -174,3 +177,4 @@ def _sync_train_cuda(x, weight, bias, scale, gamma, beta, running_mean, running_
 
 
 ops._LIB.impl("sync_train", _sync_train_cuda, "CUDA")
+ops._CUDA_SYNC_TRAIN = _sync_train_cuda  # the forward's eager call (ops.SyncStageFunction)

@@ -51,8 +51,8 @@ import torch
 
 from . import algebra, engine
 
-__all__ = ["OPS", "SCHEMA", "SYNC_SCHEMA", "StageFunction", "SyncStageFunction", "backward_gemms", "needs_grad",
-           "stage_op", "sync_train", "train_backward"]
+__all__ = ["OPS", "SCHEMA", "SYNC_SCHEMA", "StageFunction", "SyncStageFunction", "backward_gemms", "eager_call",
+           "needs_grad", "stage_op", "sync_train", "train_backward", "train_backward_call"]
 
 SCHEMA = ("(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma, Tensor beta, "
           "Tensor(a!) running_mean, Tensor(b!) running_var, Tensor(c!) num_batches_tracked, str kind, "
@@ -194,6 +194,50 @@ def _train_backward_fake(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
             torch.empty_like(scale), torch.empty_like(gamma), torch.empty_like(beta))
 
 
+#: train_backward's and sync_train's CUDA kernels as plain functions, set by :mod:`fusedlib.cuda`
+#: where it registers them; None until then. The eager route to them: :func:`eager_call`.
+_CUDA_TRAIN_BACKWARD = _CUDA_SYNC_TRAIN = None
+#: Dispatch keys under which a call must go through the operator: a tensor subclass or a
+#: dispatch mode (FakeTensor, tracing), functorch's transforms, functionalization.
+_OPERATOR_KEYS = tuple(getattr(torch._C.DispatchKey, k) for k in (
+    "Python", "FuncTorchBatched", "FuncTorchGradWrapper", "Functionalize") if hasattr(torch._C.DispatchKey, k))
+
+
+def eager_call(tensors, device_type: str = "cuda") -> bool:
+    """True when a call with these tensors (None allowed) may run a kernel's function directly,
+    skipping the dispatcher and the custom operator's wrappers: every tensor a plain
+    ``torch.Tensor`` on ``device_type``, no dispatch key that makes the call go through Python or
+    a transform, no dispatch mode or torch-function mode active, not tracing
+    (``torch.compile``). Anything else goes through the operator, which sees it."""
+    if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled():
+        return False
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    if _get_current_dispatch_mode() is not None:
+        return False
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) is not torch.Tensor or t.device.type != device_type:
+            return False
+        keys = torch._C._dispatch_keys(t)
+        if any(keys.has(k) for k in _OPERATOR_KEYS):
+            return False
+    return True
+
+
+def train_backward_call(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx=True, stats=None,
+                        group_name=None):
+    """:func:`train_backward`'s result, from its CUDA kernel's function directly where
+    :func:`eager_call` allows (the backward of every CUDA train step: the custom operator's
+    Python wrappers cost the host more than the backward's kernels take to launch, and a
+    data-parallel step, whose GPUs wait for each other's hosts, pays that time on every rank),
+    else through the operator."""
+    args = (dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx, stats, group_name)
+    if _CUDA_TRAIN_BACKWARD is not None and eager_call((dy, y, z, x, weight, scale, gamma, beta, stats)):
+        return _CUDA_TRAIN_BACKWARD(*args)
+    return train_backward(*args)
+
+
 class StageFunction(torch.autograd.Function):
     """The stage's forward (its operator, below autograd) with the derived backward.
 
@@ -228,8 +272,8 @@ class StageFunction(torch.autograd.Function):
             if ctx.training:
                 y, z, x, weight, scale, gamma, beta = ctx.saved_tensors
                 need_dx = ctx.needs_input_grad[2]
-                grads = train_backward(dy, y, z, x, weight, scale, gamma, beta, ctx.kind, ctx.precision, ctx.eps,
-                                       need_dx)
+                grads = train_backward_call(dy, y, z, x, weight, scale, gamma, beta, ctx.kind, ctx.precision,
+                                            ctx.eps, need_dx)
                 grads = (grads[0] if need_dx else None, *grads[1:])
             else:
                 saved = ctx.saved_tensors
@@ -354,13 +398,17 @@ def _all_reduce(group_name: str):
 
 class SyncStageFunction(torch.autograd.Function):
     """:func:`sync_train` below autograd, with the backward of :func:`train_backward` over the
-    same process group (saved: Y (84), Z, the global statistics, x and the parameters)."""
+    same process group (saved: Y (84), Z, the global statistics, x and the parameters). On
+    plain CUDA tensors in eager mode (:func:`eager_call`) both run their CUDA kernels' functions
+    directly, the dispatcher's second pass and the custom operator's wrappers left out."""
 
     @staticmethod
     def forward(ctx, args, x, weight, bias, scale, gamma, beta):
         stage, kind, precision, eps, momentum, group_name, z = args[9:16]
         ctx.kind, ctx.precision, ctx.eps, ctx.group_name = kind, precision, eps, group_name
-        y, stats = _SYNC_OP(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:])
+        direct = _CUDA_SYNC_TRAIN is not None and eager_call((x, weight, bias, scale, gamma, beta, *args[6:9], z))
+        y, stats = (_CUDA_SYNC_TRAIN if direct else _SYNC_OP)(x, weight, bias, scale, gamma, beta,
+                                                               *args[_DIFFERENTIABLE:])
         ctx.save_for_backward(y if kind == "84" else None, z, stats, x, weight, scale, gamma, beta)
         ctx.mark_non_differentiable(stats)
         return y, stats
@@ -370,8 +418,8 @@ class SyncStageFunction(torch.autograd.Function):
         y, z, stats, x, weight, scale, gamma, beta = ctx.saved_tensors
         need_dx = ctx.needs_input_grad[1]
         with torch.no_grad():
-            grads = train_backward(dy, y, z, x, weight, scale, gamma, beta, ctx.kind, ctx.precision, ctx.eps,
-                                   need_dx, stats, ctx.group_name)
+            grads = train_backward_call(dy, y, z, x, weight, scale, gamma, beta, ctx.kind, ctx.precision, ctx.eps,
+                                        need_dx, stats, ctx.group_name)
         return (None, grads[0] if need_dx else None, *grads[1:])
 
 

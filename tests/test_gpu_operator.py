@@ -4,7 +4,8 @@ fusedlib.engine, gradients against a float64 reference per precision, torch.comp
 (fullgraph, Inductor), CUDA-graph capture and replay in train mode (momentum None included),
 the current CUDA stream, the modules' eager way and where it leaves the call to the operator,
 and clear errors for bad arguments; the backward's operator
-(opcheck, against the CPU specification) and SGD steps with the CUDA backward."""
+(opcheck, against the CPU specification), its direct route (bit for bit the operator's), and
+SGD steps with the CUDA backward."""
 from __future__ import annotations
 
 import copy
@@ -65,6 +66,32 @@ def test_opcheck_train_backward_cuda(kind, precision):
     for name, a, b in zip(("dx", "dweight", "dbias", "dscale", "dgamma", "dbeta"), got, want):
         assert a.is_cuda and a.shape == b.shape, name
         assert ((a.cpu() - b).norm() / b.norm().clamp_min(1e-30)).item() <= budget, name
+
+
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("precision", algebra.PRECISIONS)
+def test_backward_direct_route_equals_the_operator(kind, precision, monkeypatch):
+    """ops.train_backward_call on plain CUDA tensors runs the CUDA kernel's function itself and
+    gives the operator's gradients bit for bit; a module's train step takes that route (the
+    kernel's function called once a backward), and under FakeTensorMode the call goes through
+    the operator."""
+    args = backward_args(kind, "cuda", precision, n=40, k=64, m=48)
+    assert ops.eager_call(args[:8])
+    got, want = ops.train_backward_call(*args), ops.train_backward(*args)
+    for name, a, b in zip(("dx", "dweight", "dbias", "dscale", "dgamma", "dbeta"), got, want):
+        assert torch.equal(a, b), name
+    calls = []
+    kernel = ops._CUDA_TRAIN_BACKWARD
+    monkeypatch.setattr(ops, "_CUDA_TRAIN_BACKWARD", lambda *a: calls.append(1) or kernel(*a))
+    _, module = _model(kind, precision=precision)
+    module(torch.rand(32, 96, device="cuda", requires_grad=True)).square().sum().backward()
+    assert calls == [1] and module.gemm.weight.grad is not None
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:
+        fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        assert not ops.eager_call(fake[:8])
+        assert ops.train_backward_call(*fake)[1].shape == args[4].shape
+    assert calls == [1]
 
 
 @pytest.mark.parametrize("problem", ["84", "33"])

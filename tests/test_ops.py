@@ -145,3 +145,56 @@ def test_cuda_backward_kernel_takes_the_schema_arguments():
     from fusedlib import cuda
     schema = [a.name for a in torch.ops.fusedlib.train_backward.default._schema.arguments]
     assert list(inspect.signature(cuda._train_backward_cuda).parameters) == schema
+
+
+def test_eager_call_only_for_plain_tensors_outside_any_mode():
+    """ops.eager_call, the gate of the backward's direct route (ops.train_backward_call): plain
+    tensors of the device type pass (None is skipped); another device, a tensor subclass, a
+    FakeTensor, a dispatch or torch-function mode, or functorch's vmap send the call through
+    the operator, which they need to see."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    a, b = torch.randn(3, 4), torch.randn(4)
+    assert ops.eager_call((a, None, b), device_type="cpu")
+    assert not ops.eager_call((a, b))  # the default device type is CUDA
+
+    class Sub(torch.Tensor):
+        pass
+    assert not ops.eager_call((a, a.as_subclass(Sub)), device_type="cpu")
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+    with Passthrough():
+        assert not ops.eager_call((a,), device_type="cpu")
+    with TorchFunctionMode():
+        assert not ops.eager_call((a,), device_type="cpu")
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(a)
+    assert not ops.eager_call((fake,), device_type="cpu")
+    seen = []
+    torch.vmap(lambda row: seen.append(ops.eager_call((row,), device_type="cpu")) or row)(a)
+    assert seen == [False]
+
+
+def test_train_backward_call_routes_every_argument(monkeypatch):
+    """ops.train_backward_call: with the direct route open it hands the CUDA kernel's function
+    every argument in the schema's order; without it, the operator's result."""
+    args = (*backward_args("84"), False, None, None)
+    assert all(torch.equal(g, w) for g, w in zip(ops.train_backward_call(*args), ops.train_backward(*args)))
+    seen = []
+    monkeypatch.setattr(ops, "_CUDA_TRAIN_BACKWARD", lambda *a: seen.append(a) or "kernel")
+    monkeypatch.setattr(ops, "eager_call", lambda tensors: True)
+    assert ops.train_backward_call(*args) == "kernel" and seen == [args]
+
+
+def test_cuda_sync_kernel_takes_the_schema_arguments():
+    """sync_train's CUDA kernel (fusedlib.cuda), which the dispatcher calls and SyncStageFunction
+    calls directly, both with every argument of the schema in order."""
+    import inspect
+
+    from fusedlib import cuda
+    schema = [a.name for a in torch.ops.fusedlib.sync_train.default._schema.arguments]
+    assert list(inspect.signature(cuda._sync_train_cuda).parameters) == schema
+    assert ops._CUDA_SYNC_TRAIN is cuda._sync_train_cuda and ops._CUDA_TRAIN_BACKWARD is cuda._train_backward_cuda
