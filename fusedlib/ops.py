@@ -203,10 +203,14 @@ _OPERATOR_KEYS = tuple(getattr(torch._C.DispatchKey, k) for k in (
     "Python", "FuncTorchBatched", "FuncTorchGradWrapper", "Functionalize") if hasattr(torch._C.DispatchKey, k))
 
 
+#: Tensor types that dispatch as plain tensors (a Parameter overrides nothing).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 def eager_call(tensors, device_type: str = "cuda") -> bool:
     """True when a call with these tensors (None allowed) may run a kernel's function directly,
     skipping the dispatcher and the custom operator's wrappers: every tensor a plain
-    ``torch.Tensor`` on ``device_type``, no dispatch key that makes the call go through Python or
+    ``torch.Tensor`` (or ``nn.Parameter``) on ``device_type``, no dispatch key that makes the call go through Python or
     a transform, no dispatch mode or torch-function mode active, not tracing
     (``torch.compile``). Anything else goes through the operator, which sees it."""
     if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled():
@@ -217,12 +221,29 @@ def eager_call(tensors, device_type: str = "cuda") -> bool:
     for t in tensors:
         if t is None:
             continue
-        if type(t) is not torch.Tensor or t.device.type != device_type:
+        if type(t) not in _PLAIN or t.device.type != device_type:
             return False
         keys = torch._C._dispatch_keys(t)
         if any(keys.has(k) for k in _OPERATOR_KEYS):
             return False
     return True
+
+
+#: The backend dispatch key of each device type the stage operators have kernels for.
+_BACKEND_KEYS = {"cpu": torch._C.DispatchKeySet(torch._C.DispatchKey.CPU),
+                 "cuda": torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)}
+
+
+def _below_autograd(op, tensors):
+    """``op``, or where :func:`eager_call` allows on the first tensor's device, ``op`` sent
+    straight to that device's kernel: the dispatcher's Autograd pass (a Python kernel: the caller
+    is already the autograd Function) and its ADInplaceOrView pass (the kernels bump the versions
+    of what they write) left out."""
+    device_type = tensors[0].device.type
+    if device_type in _BACKEND_KEYS and eager_call(tensors, device_type):
+        keys = _BACKEND_KEYS[device_type]
+        return lambda *args, **kwargs: op.redispatch(keys, *args, **kwargs)
+    return op
 
 
 def train_backward_call(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx=True, stats=None,
@@ -254,12 +275,13 @@ class StageFunction(torch.autograd.Function):
     def forward(ctx, op, args, x, weight, bias, scale, gamma, beta):
         kind, precision, training, eps = args[9:13]
         ctx.kind, ctx.precision, ctx.training, ctx.eps = kind, precision, training, eps
+        call = _below_autograd(op, (x, weight, bias, scale, gamma, beta, *args[6:9]))
         if not training:
-            y = op(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:])
+            y = call(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:])
             ctx.save_for_backward(y, x, weight, bias, scale, gamma, beta, args[6], args[7])
             return y
         z = x.new_empty(x.shape[0], weight.shape[0])
-        y = op(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:], z_out=z)
+        y = call(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:], z_out=z)
         ctx.save_for_backward(y if kind == "84" else None, z, x, weight, scale, gamma, beta)
         return y
 

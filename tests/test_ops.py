@@ -156,7 +156,7 @@ def test_eager_call_only_for_plain_tensors_outside_any_mode():
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
     a, b = torch.randn(3, 4), torch.randn(4)
-    assert ops.eager_call((a, None, b), device_type="cpu")
+    assert ops.eager_call((a, None, b, torch.nn.Parameter(b)), device_type="cpu")
     assert not ops.eager_call((a, b))  # the default device type is CUDA
 
     class Sub(torch.Tensor):
@@ -198,3 +198,25 @@ def test_cuda_sync_kernel_takes_the_schema_arguments():
     schema = [a.name for a in torch.ops.fusedlib.sync_train.default._schema.arguments]
     assert list(inspect.signature(cuda._sync_train_cuda).parameters) == schema
     assert ops._CUDA_SYNC_TRAIN is cuda._sync_train_cuda and ops._CUDA_TRAIN_BACKWARD is cuda._train_backward_cuda
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_stage_function_calls_the_kernel_below_autograd(training, monkeypatch):
+    """StageFunction's forward sends the operator straight to the device's kernel where
+    ops.eager_call allows (the Autograd pass, a Python kernel, runs once a forward instead of
+    twice), with the same output, buffers and gradients as through the dispatcher."""
+    calls = []
+    real = ops.needs_grad
+    monkeypatch.setattr(ops, "needs_grad", lambda args: calls.append(1) or real(args))
+    results = []
+    for direct in (True, False):
+        if not direct:
+            monkeypatch.setattr(ops, "eager_call", lambda tensors, device_type="cuda": False)
+        calls.clear()
+        module = fusedlib.from_reference(make_reference("33", 12, 7, seed=0), stage="fused").train(training)
+        x = torch.rand(9, 12, requires_grad=True)
+        y = module(x)
+        assert len(calls) == (1 if direct else 2)
+        y.square().sum().backward()
+        results.append([y.detach(), x.grad, module.bn.running_mean.clone(), *(p.grad for p in module.parameters())])
+    assert all(torch.equal(a, b) for a, b in zip(*results))
