@@ -2,8 +2,8 @@
 problem, the gradient cases with the reruns, the compute-sanitizer runs, the training runs
 (tests/test_training.py, recorded under "training"), the cases beyond 32-bit indexing
 (tests/test_gpu_large.py, recorded under "large"), and the operator
-tests (tests/test_gpu_operator.py, with the course's GPU exercises and bf16/fp16 on CUDA,
-tests/test_mixed_precision.py) run as parallel pytest processes on the one GPU (the cases
+tests (tests/test_gpu_operator.py, with the course's GPU exercises, bf16/fp16 on CUDA,
+tests/test_mixed_precision.py, and KernelBench's protocol in those dtypes) run as parallel pytest processes on the one GPU (the cases
 are small; the host is the bottleneck), each part writing its own record
 (``FUSEDLIB_VALIDATION_OUT``); the records are then joined into
 ``results/<gpu>/validation.json`` (tests/test_gpu.py ``merge_files``). About 6 minutes on
@@ -67,7 +67,8 @@ def main(argv=None) -> int:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     def launch(part: str) -> subprocess.Popen:
         if part == "operator":  # with the course's GPU exercises (their checks build edited kernels)
-            cmd, part_env = ["tests/test_gpu_operator.py", "tests/test_exercises.py", "tests/test_mixed_precision.py"], env
+            cmd, part_env = ["tests/test_gpu_operator.py", "tests/test_exercises.py", "tests/test_mixed_precision.py",
+                             "tests/test_kernelbench.py"], env
         else:
             problems, select = PARTS[part]
             cmd = [PART_FILES.get(part, "tests/test_gpu.py"), "-k", select]
