@@ -473,3 +473,29 @@ def test_host_time_section_medians_ranges_and_row_by_row():
     assert "takes 0.50× `F.linear`'s host time (median over 3 rows, 0.50–0.56×)" in text
     with pytest.raises(ValueError):
         report.host_time_section(pd.DataFrame([r for r in rows if r["batch"] == 128]))  # v0 alone
+
+
+
+def test_environment_names_the_commit_and_a_tree_that_differs_from_it(tmp_path, monkeypatch):
+    """records._environment's commit: the short HEAD of the tree the package runs from,
+    "-dirty" appended when a tracked file differs from it (a copy whose .git is stale, as a
+    remote GPU machine's can be, must not pass for that commit), FUSEDLIB_COMMIT over both."""
+    import subprocess
+
+    from fusedlib.lab import records
+    git = ["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "a.txt").write_text("one\n")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    monkeypatch.setattr(records, "PACKAGE_PARENT", tmp_path)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "synthetic")
+    monkeypatch.delenv("FUSEDLIB_COMMIT", raising=False)
+    assert records._environment()["commit"] == head
+    (tmp_path / "b.txt").write_text("untracked\n")  # untracked files leave it clean
+    assert records._environment()["commit"] == head
+    (tmp_path / "a.txt").write_text("two\n")
+    assert records._environment()["commit"] == head + "-dirty"
+    monkeypatch.setenv("FUSEDLIB_COMMIT", "5eed4d6")
+    assert records._environment()["commit"] == "5eed4d6"

@@ -41,14 +41,20 @@ def gpu_slug(name: str) -> str:
 def _environment(device: str = "cuda") -> dict:
     """gpu (device name), torch, cuda (torch's CUDA version) and commit (the ``FUSEDLIB_COMMIT``
     environment variable when set — for copies of the tree whose ``.git`` is not the one the
-    code was committed in, such as a remote GPU machine's —, else the short HEAD, else "unknown")."""
+    code was committed in, such as a remote GPU machine's —, else the short HEAD with
+    ``-dirty`` appended when tracked files differ from it — a copy whose ``.git`` is stale shows
+    that way instead of naming a commit it does not hold —, else "unknown")."""
     import os
     import platform
 
     import torch
     try:
-        proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=PACKAGE_PARENT)
+        git = ["git", "-C", str(PACKAGE_PARENT)]
+        proc = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         commit = proc.stdout.strip() if proc.returncode == 0 else ""
+        if commit and subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                                     capture_output=True, text=True).stdout.strip():
+            commit += "-dirty"
     except OSError:
         commit = ""
     name = torch.cuda.get_device_name() if device == "cuda" else f"cpu {platform.machine()}"
