@@ -475,6 +475,7 @@ def test_host_time_section_medians_ranges_and_row_by_row():
         report.host_time_section(pd.DataFrame([r for r in rows if r["batch"] == 128]))  # v0 alone
 
 
+
 def test_environment_names_the_commit_and_a_tree_that_differs_from_it(tmp_path, monkeypatch):
     """records._environment's commit: the short HEAD of the tree the package runs from,
     "-dirty" appended when a tracked file differs from it (a copy whose .git is stale, as a
