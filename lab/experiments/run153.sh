@@ -7,7 +7,10 @@
 #   PART=sync              tests/test_sync_gpu.py alone (SYNC_K: a -k filter), recorded into
 #                          results/<gpu>/sync_validation.json (copied to $OUT)
 #   PART=bench             python -m fusedlib sync-bench --world $WORLDS (default 1,2,4) --fresh
-#   PART=multi             sync, then bench (a 4-GPU machine: world sizes 2 and 4 in one call)
+#   PART=routes            the direct routes below the dispatcher on one GPU (tests/test_gpu_operator.py:
+#                          the backward's route against the operator, CUDA graphs, opcheck), then
+#                          lab/experiments/run155-hostprof.py (2 GPUs: the host's time piece by piece)
+#   PART=multi             sync, routes, then bench (a 4-GPU machine: world sizes 2 and 4 in one call)
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 t0=$(date +%s)
@@ -17,7 +20,13 @@ wait
 echo "built in $(( $(date +%s) - t0 )) s"
 if grep -il "error" /tmp/build-*.log; then grep -h -B2 -A12 "error" /tmp/build-*.log | head -60; exit 1; fi
 case ${PART:-check} in
-  multi) SYNC_TIMEOUT=${SYNC_TIMEOUT:-300} PART=sync bash $0 && PART=bench bash $0; exit ;;
+  multi) SYNC_TIMEOUT=${SYNC_TIMEOUT:-300} PART=sync bash $0 && PART=routes bash $0 && PART=bench bash $0; exit ;;
+  routes)
+    timeout 150 python -m pytest -q -m gpu tests/test_gpu_operator.py -p no:cacheprovider \
+      -k "direct_route or opcheck_train_backward or cuda_graph or sgd_steps" > $OUT/routes.log 2>&1
+    echo "routes: $(tail -n 1 $OUT/routes.log) ($(( $(date +%s) - t0 )) s)"; grep -h "^E  \|^FAILED" $OUT/routes.log | head -20
+    timeout 120 python lab/experiments/run155-hostprof.py > $OUT/hostprof.log 2>&1
+    echo "hostprof: rc=$? ($(( $(date +%s) - t0 )) s)"; grep " us" $OUT/hostprof.log | grep -v cProfile | head -24 ;;
   check)
     timeout 200 python -m fusedlib check --device cuda --problem 84,33 --stage all --mode all --precision all \
       --shape 257x192:320 --shape 1000x132:97 --inputs randn,offset --seeds 2 > $OUT/check.log 2>&1
