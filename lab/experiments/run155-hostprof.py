@@ -123,7 +123,8 @@ def _rank(rank: int, world: int) -> None:
         lines.append(f"train_backward sync:     {_per_call(lambda: tb(name)):7.1f} us")
         lines.append(f"train_backward local:    {_per_call(lambda: tb(None)):7.1f} us")
     del algebra
-    (OUT / f"hostprof-r{rank}.log").write_text("\n".join(lines) + "\n")
+    if rank == 0:
+        (OUT / "hostprof-r0.log").write_text("\n".join(lines) + "\n")
 
 
 def main():
