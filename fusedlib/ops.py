@@ -433,6 +433,7 @@ class SyncStageFunction(torch.autograd.Function):
                                                                *args[_DIFFERENTIABLE:])
         ctx.save_for_backward(y if kind == "84" else None, z, stats, x, weight, scale, gamma, beta)
         ctx.mark_non_differentiable(stats)
+        ctx.set_materialize_grads(False)  # (no zeros made for stats' gradient, which the backward ignores)
         return y, stats
 
     @staticmethod
