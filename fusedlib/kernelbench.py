@@ -54,11 +54,12 @@ _PROBLEMS = {
 }
 
 
-def model_new_source(problem: str, stage: str = "fused", precision: str = "fp32", dtype: str = "fp32") -> str:
+def model_new_source(problem: str, stage: str = "fused", precision: str | None = None, dtype: str = "fp32") -> str:
     """Python source defining KernelBench's ``ModelNew`` for ``problem`` ("84", "33" or
     "39") as fusedlib's ``stage`` at GEMM ``precision``, for KernelBench's evaluation in
     ``dtype`` (one of :data:`DTYPES`; bf16 and fp16 are named in the file's docstring with the
-    evaluation's ``precision=`` argument: the module itself takes any dtype).
+    evaluation's ``precision=`` argument: the module itself takes any dtype). ``precision``
+    None: fp32 for an fp32 evaluation, tf32 for bf16 and fp16 (exact for 16-bit operands).
 
     Returns:
         the source text (imports torch and fusedlib; defines ``ModelNew`` only, as
@@ -72,6 +73,7 @@ def model_new_source(problem: str, stage: str = "fused", precision: str = "fp32"
         raise ValueError(f"problem: expected one of {tuple(_PROBLEMS)}, got {problem!r}")
     if dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
+    precision = precision or ("fp32" if dtype == "fp32" else "tf32")
     algebra.check_stage_precision(stage, precision)
     upstream, cls, signature, args = _PROBLEMS[problem]
     evaluation = "" if dtype == "fp32" else (
@@ -103,8 +105,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args) -> int:
     """Write the ``ModelNew`` source (exit status 0)."""
-    precision = args.precision or ("fp32" if args.dtype == "fp32" else "tf32")
-    src = model_new_source(args.problem, args.stage, precision, args.dtype)
+    src = model_new_source(args.problem, args.stage, args.precision, args.dtype)
     if args.output:
         args.output.write_text(src)
         print(f"wrote {args.output}", file=sys.stderr)

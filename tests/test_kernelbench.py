@@ -88,7 +88,7 @@ def test_model_new_source_errors():
 def test_model_new_source_for_low_precision_evaluation(capsys):
     """--dtype bf16/fp16: the dtype and KernelBench's precision= argument named in the file; the
     GEMM precision tf32 unless one is given (exact for 16-bit operands); an unknown dtype refused."""
-    src = kernelbench.model_new_source("33", "fused", "tf32", "bf16")
+    src = kernelbench.model_new_source("33", dtype="bf16")
     assert "precision=bf16" in src and "precision='tf32'" in src
     assert "precision=fp32" not in kernelbench.model_new_source("33") and "evaluation" not in kernelbench.model_new_source("33")
     with pytest.raises(ValueError, match="dtype: expected one of"):
@@ -134,7 +134,8 @@ def test_model_new_matches_model_in_low_precision(problem, dtype, device):
     (1e-2) over train steps and then in eval mode; ModelNew's output in the dtype."""
     cls, init = UPSTREAM[problem]
     namespace = {}
-    exec(compile(kernelbench.model_new_source(problem, "fused", "tf32"), f"{problem}_new.py", "exec"), namespace)
+    name = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    exec(compile(kernelbench.model_new_source(problem, dtype=name), f"{problem}_new.py", "exec"), namespace)
     torch.manual_seed(42)
     ref = cls(*init).to(device=device, dtype=dtype)
     torch.manual_seed(42)

@@ -131,7 +131,11 @@ def check_fuse_scale(edit) -> None:
         expect(got["rel_err"] <= max(1e-5, 2 * base["rel_err"]),
                f"at {shape} the edited stage's output is {got['rel_err']:.1e} from float64 (the package's "
                f"{base['rel_err']:.1e}): is Z∘s scaled once, and BatchNorm reading it?")
-        short = lambda names: ", ".join(name.split("(")[0].split("<")[0].split(" ")[-1] for name in names)
         expect(len(got["kernels"]) == len(base["kernels"]) - 1,
-               f"at {shape} the edited stage launches {len(got['kernels'])} kernels ({short(got['kernels'])}), the "
-               f"package's {len(base['kernels'])} ({short(base['kernels'])}): the scale pass should be gone")
+               f"at {shape} the edited stage launches {len(got['kernels'])} kernels ({_names(got['kernels'])}), the "
+               f"package's {len(base['kernels'])} ({_names(base['kernels'])}): the scale pass should be gone")
+
+
+def _names(kernels: list[str]) -> str:
+    """CUDA kernels' names without their templates and arguments, comma-separated."""
+    return ", ".join(name.split("(")[0].split("<")[0].split(" ")[-1] for name in kernels)
