@@ -246,6 +246,13 @@ def _below_autograd(op, tensors):
     return op
 
 
+def _cuda_kernel_or(op, kernel, tensors):
+    """``kernel`` (an operator's CUDA kernel as a plain function, or None before
+    :mod:`fusedlib.cuda` registered it) where :func:`eager_call` allows for ``tensors``, else
+    the operator ``op``."""
+    return kernel if kernel is not None and eager_call(tensors) else op
+
+
 def train_backward_call(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx=True, stats=None,
                         group_name=None):
     """:func:`train_backward`'s result, from its CUDA kernel's function directly where
@@ -254,9 +261,8 @@ def train_backward_call(dy, y, z, x, weight, scale, gamma, beta, kind, precision
     data-parallel step, whose GPUs wait for each other's hosts, pays that time on every rank),
     else through the operator."""
     args = (dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx, stats, group_name)
-    if _CUDA_TRAIN_BACKWARD is not None and eager_call((dy, y, z, x, weight, scale, gamma, beta, stats)):
-        return _CUDA_TRAIN_BACKWARD(*args)
-    return train_backward(*args)
+    tensors = (dy, y, z, x, weight, scale, gamma, beta, stats)
+    return _cuda_kernel_or(train_backward, _CUDA_TRAIN_BACKWARD, tensors)(*args)
 
 
 class StageFunction(torch.autograd.Function):
@@ -428,9 +434,8 @@ class SyncStageFunction(torch.autograd.Function):
     def forward(ctx, args, x, weight, bias, scale, gamma, beta):
         stage, kind, precision, eps, momentum, group_name, z = args[9:16]
         ctx.kind, ctx.precision, ctx.eps, ctx.group_name = kind, precision, eps, group_name
-        direct = _CUDA_SYNC_TRAIN is not None and eager_call((x, weight, bias, scale, gamma, beta, *args[6:9], z))
-        y, stats = (_CUDA_SYNC_TRAIN if direct else _SYNC_OP)(x, weight, bias, scale, gamma, beta,
-                                                               *args[_DIFFERENTIABLE:])
+        call = _cuda_kernel_or(_SYNC_OP, _CUDA_SYNC_TRAIN, (x, weight, bias, scale, gamma, beta, *args[6:9], z))
+        y, stats = call(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:])
         ctx.save_for_backward(y if kind == "84" else None, z, stats, x, weight, scale, gamma, beta)
         ctx.mark_non_differentiable(stats)
         ctx.set_materialize_grads(False)  # (no zeros made for stats' gradient, which the backward ignores)
