@@ -35,10 +35,10 @@ HOST_COMMON = "torch_common.cuh"
 _BACKWARD_DECL = ("std::vector<at::Tensor> backward_passes(const at::Tensor& dy, const at::Tensor& y, "
                   "const at::Tensor& z, const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta, "
                   "c10::string_view kind, double eps, bool split);\n"
-                  "std::vector<at::Tensor> backward_passes_sync(const at::Tensor& dy, const at::Tensor& y, "
+                  "std::vector<at::Tensor> backward_passes_group(const at::Tensor& dy, const at::Tensor& y, "
                   "const at::Tensor& z, const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta, "
-                  "c10::string_view kind, double eps, bool split, int64_t phase, const at::Tensor& x, "
-                  "const at::Tensor& stats, const at::Tensor& local, const at::Tensor& message);\n"
+                  "c10::string_view kind, double eps, bool split, const at::Tensor& x, const at::Tensor& stats, "
+                  "const std::string& group_name);\n"
                   "at::Tensor centered_x(const at::Tensor& x, bool split);\n"
                   "at::Tensor centered_x_about(const at::Tensor& x, bool split, const at::Tensor& total);\n"
                   "at::Tensor tf32_parts(const at::Tensor& w);")
@@ -159,15 +159,15 @@ def load_backward(device_index: int = 0):
     kernels of ``backward.cu`` before the GEMMs; :mod:`fusedlib.ops` documents the result)
     ``centered_x(x, split)``: X − x̄ (1, N, K), or with ``split`` its TF32 parts (2, N, K); and
     ``tf32_parts(w)``: W's TF32 parts (2, M, K) (:func:`fusedlib.algebra.tf32_split`), the W
-    operand of 3xTF32's dX. Data parallelism (docs/design.md §14): ``backward_passes_sync``
-    (the same passes in two phases around the caller's all-reduce) and ``centered_x_about``
-    (X − x̄ about the ranks' x̄), see ``fusedlib/kernels/torch_backward.cuh``.
+    operand of 3xTF32's dX. Data parallelism (docs/design.md §14): ``backward_passes_group``
+    (the same passes in two phases around one all-reduce over a process group) and
+    ``centered_x_about`` (X − x̄ about the ranks' x̄), see ``fusedlib/kernels/torch_backward.cuh``.
 
     Raises:
         KernelBuildError: no CUDA device, or compilation failed (the message names the log file).
     """
     cuda_src = f'#include "{BACKWARD_FILE}"\n#include "{BACKWARD_HOST}"\n'
-    return _load("backward", cuda_src, _BACKWARD_DECL, ["backward_passes", "backward_passes_sync", "centered_x",
+    return _load("backward", cuda_src, _BACKWARD_DECL, ["backward_passes", "backward_passes_group", "centered_x",
                                                         "centered_x_about", "tf32_parts"],
                  device_index, [])
 

@@ -112,15 +112,10 @@ def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
     if group_name is None:
         dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, y_or_z, z, scale, gamma, beta, kind, eps, split)
         x_op = ops.x_operand(ext, x, precision)
-    else:
-        import torch.distributed as dist
-        n, m, k = x.shape[0], weight.shape[0], x.shape[1]
-        local, message = z.new_empty(4 * m + n), z.new_empty(2 * m + k + 1)
-        args = (dy, y_or_z, z, scale, gamma, beta, kind, eps, split)
-        ext.backward_passes_sync(*args, 1, x, stats, local, message)
-        dist.all_reduce(message, group=ops._group(group_name))
-        dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes_sync(*args, 2, x, stats, local, message)
-        x_op = ops.x_operand(ext, x, precision, total=message[2 * m:])
+    else:  # the two phases and the all-reduce in one C++ call (fusedlib/kernels/torch_backward.cuh)
+        dz, dzt, dgamma, dbeta, ds_cols, total = ext.backward_passes_group(
+            dy, y_or_z, z, scale, gamma, beta, kind, eps, split, x, stats, group_name)
+        x_op = ops.x_operand(ext, x, precision, total=total)
     # dX's W operand; 3xtf32: W's TF32 parts, split from W as it is now (one pass, nothing kept)
     w_operand = weight if precision != "3xtf32" else ext.tf32_parts(weight.contiguous()) if need_dx else None
     dx, dweight = ops.backward_gemms(dz, dzt, x_op, w_operand, precision, need_dx)
@@ -133,11 +128,12 @@ ops._CUDA_TRAIN_BACKWARD = _train_backward_cuda  # the backward's eager call (op
 def _sync_train_cuda(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, stage,
                      kind, precision, eps, momentum, group_name, z_out):
     """The CUDA kernel of ``torch.ops.fusedlib.sync_train`` (schema and CPU kernel in
-    :mod:`fusedlib.ops`): the stage's kernels in two phases around one all-gather
-    (``fusedlib/kernels/torch_op.cuh`` sync_forward), on the current stream, nothing waiting for
-    the GPU. Phase 1: the GEMM and this rank's column moments (n, mean, M2, z₀) of the Z the
-    stage holds; the all-gather of every rank's (4 × out_features floats each); phase 2: the
-    merge in rank order, the coefficients and running buffers, the row pass.
+    :mod:`fusedlib.ops`): the stage's kernels in two phases around one all-gather, on the
+    current stream, nothing waiting for the GPU, in one C++ call
+    (``fusedlib/kernels/torch_op.cuh`` sync_train, which runs the collectives too). Phase 1: the
+    GEMM and this rank's column moments (n, mean, M2, z₀) of the Z the stage holds; the
+    all-gather of every rank's (4 × out_features floats each); phase 2: the merge in rank
+    order, the coefficients and running buffers, the row pass.
 
     Under the first-row shift (fp32 and 3xTF32, :func:`fusedlib.algebra.train_gemm`) every rank
     shifts by the same row, rank 0's first, so that the moments share one frame and merge
@@ -145,34 +141,15 @@ def _sync_train_cuda(x, weight, bias, scale, gamma, beta, running_mean, running_
     GEMM over [x₀; X] (their Z's row 0, exactly 0, is left out of their moments; Z and Y are
     copied out without it). Returns (Y, stats (2, M): the global mean and biased variance of Z).
     """
-    import torch.distributed as dist
-
     group = ops._group(group_name)
     ranks, rank = group.size(), group.rank()  # (torch.distributed's get_* cost the host more)
     if x.shape[0] < 1 or (ranks == 1 and x.shape[0] < 2):
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)} "
                          f"on a process group of {ranks} rank(s) (x: every rank needs a row of its own)")
     ext = load_stage(stage, x.get_device())
-    borrow = precision in algebra.SHIFTED_PRECISIONS and rank != 0
-    if precision in algebra.SHIFTED_PRECISIONS:
-        row = x[:1].clone() if rank == 0 else x.new_empty(1, x.shape[1])
-        dist.broadcast(row, group_src=0, group=group)
-        if borrow:
-            x = torch.cat([row, x])
-    rows, m = x.shape[0], weight.shape[0]
-    z = x.new_empty(rows, m) if borrow else z_out
-    y = x.new_empty(rows, m)
-    moments, stats = x.new_empty(4, m), x.new_empty(2, m)
     path = gemm_path(precision, x.device, x.shape[1], x, weight)  # ($FUSEDLIB_GEMM_PATH honoured)
-    common = (x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision,
-              eps, momentum, path, z, y)
-    ext.sync_forward(*common, 1, moments, stats, borrow)
-    gathered = x.new_empty(ranks, 4, m)
-    dist.all_gather_into_tensor(gathered, moments, group=group)
-    ext.sync_forward(*common, 2, gathered, stats, borrow)
-    if borrow:
-        z_out.copy_(z[1:])
-        y = y[1:].clone()
+    y, stats = ext.sync_train(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked,
+                              kind, precision, eps, momentum, path, z_out, group_name, rank, ranks)
     return y, stats
 
 

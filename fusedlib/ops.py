@@ -48,6 +48,7 @@ from __future__ import annotations
 import warnings
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
 from . import algebra, engine
 
@@ -197,36 +198,28 @@ def _train_backward_fake(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
 #: train_backward's and sync_train's CUDA kernels as plain functions, set by :mod:`fusedlib.cuda`
 #: where it registers them; None until then. The eager route to them: :func:`eager_call`.
 _CUDA_TRAIN_BACKWARD = _CUDA_SYNC_TRAIN = None
-#: Dispatch keys under which a call must go through the operator: a tensor subclass or a
-#: dispatch mode (FakeTensor, tracing), functorch's transforms, functionalization.
-_OPERATOR_KEYS = tuple(getattr(torch._C.DispatchKey, k) for k in (
-    "Python", "FuncTorchBatched", "FuncTorchGradWrapper", "Functionalize") if hasattr(torch._C.DispatchKey, k))
-
-
 #: Tensor types that dispatch as plain tensors (a Parameter overrides nothing).
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+#: Whether a tensor is on a device type, without making a torch.device (which costs more).
+_ON_DEVICE = {"cuda": lambda t: t.is_cuda, "cpu": lambda t: t.is_cpu}
 
 
 def eager_call(tensors, device_type: str = "cuda") -> bool:
     """True when a call with these tensors (None allowed) may run a kernel's function directly,
     skipping the dispatcher and the custom operator's wrappers: every tensor a plain
-    ``torch.Tensor`` (or ``nn.Parameter``) on ``device_type``, no dispatch key that makes the call go through Python or
-    a transform, no dispatch mode or torch-function mode active, not tracing
-    (``torch.compile``). Anything else goes through the operator, which sees it."""
-    if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled():
+    ``torch.Tensor`` (or ``nn.Parameter``) on ``device_type`` ("cuda" or "cpu"), no dispatch
+    mode or torch-function mode active (FakeTensor, tracing), no functorch transform active
+    (vmap, grad, functionalize: their wrapped tensors are plain in type), not tracing
+    (``torch.compile``). A tensor subclass (the Python dispatch key) fails the type test. Anything
+    else goes through the operator, which sees it. Each test is one call, none makes an object:
+    this runs on every eager forward and backward."""
+    if (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
+            or torch._C._are_functorch_transforms_active()):
         return False
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
-    if _get_current_dispatch_mode() is not None:
+    if _current_dispatch_mode() is not None:
         return False
-    for t in tensors:
-        if t is None:
-            continue
-        if type(t) not in _PLAIN or t.device.type != device_type:
-            return False
-        keys = torch._C._dispatch_keys(t)
-        if any(keys.has(k) for k in _OPERATOR_KEYS):
-            return False
-    return True
+    on_device = _ON_DEVICE[device_type]
+    return all(t is None or (type(t) in _PLAIN and on_device(t)) for t in tensors)
 
 
 #: The backend dispatch key of each device type the stage operators have kernels for.

@@ -8,7 +8,7 @@
 #include "torch_common.cuh"
 
 // Data parallelism (docs/design.md §14; fusedlib/cuda.py): the passes' two phases around one
-// all-reduce (backward_passes_sync).
+// all-reduce (backward_passes_group).
 struct BackwardSync {
   int phase;                 // 1: up to this rank's sums; 2: from the ranks' totals
   const at::Tensor* x;       // (N, K) this rank's x (phase 1: its Σ_i X into the message)
@@ -138,18 +138,27 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy, const at::Tensor& 
   return backward_passes_impl(dy, y, z, scale, gamma, beta, kind, eps, split, nullptr);
 }
 
-// Data parallelism: phase 1 writes this rank's sums into local (4·M + N floats, kept for phase
-// 2) and [S1; S2; Σ_i X; N] into message (2·M + K + 1), about the forward's global μ, σ²
-// (stats, (2, M)), and returns nothing; after the caller's all-reduce of message, phase 2
-// returns backward_passes' outputs (dγ, dβ and the scale's terms this rank's part of them).
-std::vector<at::Tensor> backward_passes_sync(const at::Tensor& dy, const at::Tensor& y, const at::Tensor& z,
-                                             const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta,
-                                             c10::string_view kind, double eps, bool split, int64_t phase,
-                                             const at::Tensor& x, const at::Tensor& stats, const at::Tensor& local,
-                                             const at::Tensor& message) {
-  TORCH_CHECK(phase == 1 || phase == 2, "phase: expected 1 or 2, got ", std::to_string(phase));
-  const BackwardSync sync{(int)phase, &x, &stats, &local, &message};
-  return backward_passes_impl(dy, y, z, scale, gamma, beta, kind, eps, split, &sync);
+// Data parallelism (docs/design.md §14): backward_passes' outputs over a batch spread across the
+// ranks of process group group_name, about the forward's global μ, σ² of Z (stats, (2, M)), in
+// two phases around one all-reduce, all on the current stream. Phase 1 writes this rank's sums
+// (4·M + N floats, kept for phase 2) and the message [S1; S2; Σ_i X; N] (2·M + K + 1 floats,
+// x (N, K) this rank's input); after the all-reduce of the message, phase 2 gives dZ' from the
+// ranks' totals, and dγ, dβ and the scale's terms this rank's part of them. Returns
+// backward_passes' five outputs and the message's tail [Σ X; N] over the ranks (K + 1), from
+// which centered_x_about centres X on the global x̄.
+std::vector<at::Tensor> backward_passes_group(const at::Tensor& dy, const at::Tensor& y, const at::Tensor& z,
+                                              const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta,
+                                              c10::string_view kind, double eps, bool split, const at::Tensor& x,
+                                              const at::Tensor& stats, const std::string& group_name) {
+  const int64_t n = z.size(0), m = z.size(1), k = x.size(1);
+  const at::Tensor local = at::empty({4 * m + n}, z.options()), message = at::empty({2 * m + k + 1}, z.options());
+  BackwardSync sync{1, &x, &stats, &local, &message};
+  backward_passes_impl(dy, y, z, scale, gamma, beta, kind, eps, split, &sync);
+  fl::collective("all_reduce_", {message, std::string("sum"), group_name});
+  sync.phase = 2;
+  std::vector<at::Tensor> out = backward_passes_impl(dy, y, z, scale, gamma, beta, kind, eps, split, &sync);
+  out.push_back(message.narrow(0, 2 * m, k + 1));
+  return out;
 }
 
 // X − x̄ (1, N, K), or its TF32 parts (2, N, K) with split: the X operand of dW = dZ'ᵀ(X − x̄)

@@ -112,4 +112,26 @@ inline Scratch stream_scratch(const at::Tensor& x, cudaStream_t stream, bool cap
   return {reinterpret_cast<unsigned int*>(counters.data_ptr<int>()), floats.data_ptr<float>()};
 }
 
+// Data parallelism (docs/design.md §14): one of torch.distributed's functional collectives
+// (``_c10d_functional::<name>``, the ones torch.compile traces) on the current stream, then its
+// wait_tensor: the stream waits for the collective, the host does not. Called through the
+// dispatcher, boxed: no c10d header, and the same call under every torch version's schema
+// (group_name is a str in some, Any in others). args: the operator's arguments. Returns the
+// collective's result (for in-place ones, its input).
+inline at::Tensor collective(const char* name, torch::jit::Stack args) {
+  static std::mutex mu;
+  static auto* ops = new std::map<std::string, c10::OperatorHandle>;
+  const auto handle = [&](const std::string& op) {
+    const std::lock_guard<std::mutex> lock(mu);
+    auto it = ops->find(op);
+    if (it == ops->end()) it = ops->emplace(op, c10::Dispatcher::singleton().findSchemaOrThrow(op.c_str(), "")).first;
+    return it->second;
+  };
+  handle(std::string("_c10d_functional::") + name).callBoxed(&args);
+  TORCH_CHECK(args.size() == 1 && args[0].isTensor(), "_c10d_functional::", name, ": expected one tensor back");
+  torch::jit::Stack wait{args[0]};
+  handle("_c10d_functional::wait_tensor").callBoxed(&wait);
+  return args[0].toTensor();
+}
+
 }  // namespace fl

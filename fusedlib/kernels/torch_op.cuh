@@ -243,40 +243,47 @@ at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const at::Tens
 
 TORCH_LIBRARY_IMPL(fusedlib, CUDA, m) { m.impl(FL_STR(FL_STAGE), &forward); }
 
-// Data parallelism (docs/design.md §14; fusedlib/ops.py sync_train, which runs the collective
-// between the two calls): a train-mode forward of the operator's arguments in two phases on the
-// current stream, on GEMM path gemm_path ("simt", "mma" or "wgmma"), with Z kept in z_out and Y
-// written to y (both (N, M), the caller's).
-// phase 1: the GEMM and this rank's column moments into moments (4, M): [n; mean; M2; z₀] of the
-// Z the stage holds (z₀ under the first-row shift, fp32 and 3xTF32; with drop_row0 x's row 0 is
-// rank 0's first row, borrowed as the shift, and left out). phase 2: moments (R, 4, M) every
-// rank's in rank order (rank 0 first: its z₀ is the shift's, and its first row the shift row);
-// merged (Chan, rank order), the coefficients, the running buffers over the global batch, the
-// row pass; stats (2, M) gets the global mean and biased variance of Z. Nothing waits for the GPU.
-void sync_forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& scale,
-                  const at::Tensor& gamma, const at::Tensor& beta, at::Tensor running_mean, at::Tensor running_var,
-                  at::Tensor num_batches_tracked, const std::string& kind, const std::string& precision, double eps,
-                  std::optional<double> momentum, const std::string& gemm_path, const at::Tensor& z_out,
-                  const at::Tensor& y, int64_t phase, const at::Tensor& moments, const at::Tensor& stats,
-                  bool drop_row0) {
+// Data parallelism (docs/design.md §14): torch.ops.fusedlib.sync_train's CUDA kernel
+// (fusedlib/cuda.py checks the batch, finds this rank and the GEMM path): a stage's train-mode
+// forward over a batch spread across the ranks of process group group_name, in two phases around
+// one all-gather, all on the current stream; nothing waits for the GPU.
+// Under the first-row shift (fp32 and 3xTF32: common.cuh column_shift) every rank shifts by rank
+// 0's first row, which one broadcast brings; the other ranks run their GEMM over [x₀; X] and
+// leave their Z's row 0 (exactly 0) out of their moments, Z and Y.
+// phase 1: the GEMM and this rank's column moments (4, M) [n; mean; M2; z₀] of the Z the stage
+// holds; the all-gather of every rank's in rank order (rank 0 first: its z₀ is the shift's);
+// phase 2: merged (Chan, rank order), the coefficients, the running buffers over the global
+// batch, the row pass. Z is left in z_out (N, M). Returns Y (N, M) and the global batch's mean
+// and biased variance of Z (2, M), which the backward needs.
+std::vector<at::Tensor> sync_train(const at::Tensor& x_in, const at::Tensor& weight, const at::Tensor& bias,
+                                   const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta,
+                                   at::Tensor running_mean, at::Tensor running_var, at::Tensor num_batches_tracked,
+                                   const std::string& kind, const std::string& precision, double eps,
+                                   std::optional<double> momentum, const std::string& gemm_path,
+                                   const at::Tensor& z_out, const std::string& group_name, int64_t rank,
+                                   int64_t ranks) {
   using namespace fl;
-  TORCH_CHECK(phase == 1 || phase == 2, "phase: expected 1 or 2, got ", std::to_string(phase));
-  const int64_t n = x.size(0), m = weight.size(0);
-  for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{y, "y"}, {moments, "moments"}, {stats, "stats"}})
-    TORCH_CHECK(t.device() == x.device() && t.scalar_type() == at::kFloat && t.is_contiguous(), name,
-                ": expected a contiguous float32 tensor on ", x.device());
-  TORCH_CHECK(y.dim() == 2 && y.size(0) == n && y.size(1) == m, "y: expected ", float32_shape(n, m), ", got ",
-              shape_str(y));
-  TORCH_CHECK(phase == 1 ? moments.dim() == 2 && moments.size(0) == 4 && moments.size(1) == m
-                         : moments.dim() == 3 && moments.size(0) >= 1 && moments.size(1) == 4 && moments.size(2) == m,
-              "moments: expected (", phase == 1 ? "" : "ranks, ", "4, ", std::to_string(m), "), got ",
-              shape_str(moments));
-  TORCH_CHECK(phase == 1 || (stats.dim() == 2 && stats.size(0) == 2 && stats.size(1) == m), "stats: expected (2, ",
-              std::to_string(m), "), got ", shape_str(stats));
-  TORCH_CHECK(!drop_row0 || n >= 2, "x: a borrowed shift row needs at least one row of this rank's own");
-  const SyncArgs args{(int)phase, y, moments, stats, drop_row0};
-  forward_impl(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision,
-               true, eps, momentum, c10::string_view(gemm_path), z_out, false, &args);
+  const bool shift = precision != "tf32", borrow = shift && rank != 0;
+  at::Tensor x = x_in;
+  if (shift) {  // rank 0's first row on every rank
+    at::Tensor row = rank == 0 ? x_in.narrow(0, 0, 1).clone() : at::empty({1, x_in.size(1)}, x_in.options());
+    collective("broadcast_", {row, int64_t{0}, group_name});
+    if (borrow) x = at::cat({row, x_in});
+  }
+  const int64_t rows = x.size(0), m = weight.size(0);
+  const at::Tensor z = borrow ? at::empty({rows, m}, x.options()) : z_out;
+  at::Tensor y = at::empty({rows, m}, x.options()), moments = at::empty({4, m}, x.options()),
+             stats = at::empty({2, m}, x.options());
+  const auto phase = [&](const SyncArgs& args) {
+    forward_impl(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision,
+                 true, eps, momentum, c10::string_view(gemm_path), z, false, &args);
+  };
+  phase({1, y, moments, stats, borrow});
+  const at::Tensor gathered = collective("all_gather_into_tensor", {moments, ranks, group_name}).view({ranks, 4, m});
+  phase({2, y, gathered, stats, borrow});
+  if (!borrow) return {y, stats};
+  z_out.copy_(z.narrow(0, 1, rows - 1));
+  return {y.narrow(0, 1, rows - 1).clone(), stats};
 }
 
 // The modules' eager call (fusedlib.cuda.eager_forward): eager_forward(x, weight, bias, scale,
@@ -330,5 +337,5 @@ static PyMethodDef fl_methods[] = {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   PyModule_AddFunctions(m.ptr(), fl_methods);
-  m.def("sync_forward", &sync_forward, "A data-parallel train forward's phase 1 or 2 (fusedlib/kernels/torch_op.cuh).");
+  m.def("sync_train", &sync_train, "torch.ops.fusedlib.sync_train's CUDA kernel (fusedlib/kernels/torch_op.cuh).");
 }

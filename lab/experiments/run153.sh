@@ -9,7 +9,7 @@
 #   PART=bench             python -m fusedlib sync-bench --world $WORLDS (default 1,2,4) --fresh
 #   PART=routes            the direct routes below the dispatcher on one GPU (tests/test_gpu_operator.py:
 #                          the backward's route against the operator, CUDA graphs, opcheck), then
-#                          lab/experiments/run155-hostprof.py (2 GPUs: the host's time piece by piece)
+#                          lab/experiments/run156-hostprof.py (2 GPUs: the host's time piece by piece)
 #   PART=multi             sync, routes, then bench (a 4-GPU machine: world sizes 2 and 4 in one call)
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
@@ -25,7 +25,7 @@ case ${PART:-check} in
     timeout 150 python -m pytest -q -m gpu tests/test_gpu_operator.py -p no:cacheprovider \
       -k "direct_route or opcheck_train_backward or cuda_graph or sgd_steps" > $OUT/routes.log 2>&1
     echo "routes: $(tail -n 1 $OUT/routes.log) ($(( $(date +%s) - t0 )) s)"; grep -h "^E  \|^FAILED" $OUT/routes.log | head -20
-    timeout 120 python lab/experiments/run155-hostprof.py > /tmp/hostprof.log 2>&1
+    timeout 120 python lab/experiments/run156-hostprof.py > /tmp/hostprof.log 2>&1
     echo "hostprof: rc=$? ($(( $(date +%s) - t0 )) s)"; grep " us" /tmp/hostprof.log | grep -v cProfile | head -24 ;;
   check)
     timeout 200 python -m fusedlib check --device cuda --problem 84,33 --stage all --mode all --precision all \
