@@ -151,10 +151,10 @@ std::vector<at::Tensor> backward_passes_group(const at::Tensor& dy, const at::Te
                                               c10::string_view kind, double eps, bool split, const at::Tensor& x,
                                               const at::Tensor& stats, const std::string& group_name) {
   const int64_t n = z.size(0), m = z.size(1), k = x.size(1);
-  const at::Tensor local = at::empty({4 * m + n}, z.options()), message = at::empty({2 * m + k + 1}, z.options());
+  at::Tensor local = at::empty({4 * m + n}, z.options()), message = at::empty({2 * m + k + 1}, z.options());
   BackwardSync sync{1, &x, &stats, &local, &message};
   backward_passes_impl(dy, y, z, scale, gamma, beta, kind, eps, split, &sync);
-  fl::collective("all_reduce_", {message, std::string("sum"), group_name});
+  fl::Collectives(group_name).all_reduce_sum(message);
   sync.phase = 2;
   std::vector<at::Tensor> out = backward_passes_impl(dy, y, z, scale, gamma, beta, kind, eps, split, &sync);
   out.push_back(message.narrow(0, 2 * m, k + 1));

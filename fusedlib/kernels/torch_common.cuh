@@ -6,6 +6,8 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <map>
 #include <mutex>
@@ -112,26 +114,35 @@ inline Scratch stream_scratch(const at::Tensor& x, cudaStream_t stream, bool cap
   return {reinterpret_cast<unsigned int*>(counters.data_ptr<int>()), floats.data_ptr<float>()};
 }
 
-// Data parallelism (docs/design.md §14): one of torch.distributed's functional collectives
-// (``_c10d_functional::<name>``, the ones torch.compile traces) on the current stream, then its
-// wait_tensor: the stream waits for the collective, the host does not. Called through the
-// dispatcher, boxed: no c10d header, and the same call under every torch version's schema
-// (group_name is a str in some, Any in others). args: the operator's arguments. Returns the
-// collective's result (for in-place ones, its input).
-inline at::Tensor collective(const char* name, torch::jit::Stack args) {
-  static std::mutex mu;
-  static auto* ops = new std::map<std::string, c10::OperatorHandle>;
-  const auto handle = [&](const std::string& op) {
-    const std::lock_guard<std::mutex> lock(mu);
-    auto it = ops->find(op);
-    if (it == ops->end()) it = ops->emplace(op, c10::Dispatcher::singleton().findSchemaOrThrow(op.c_str(), "")).first;
-    return it->second;
-  };
-  handle(std::string("_c10d_functional::") + name).callBoxed(&args);
-  TORCH_CHECK(args.size() == 1 && args[0].isTensor(), "_c10d_functional::", name, ": expected one tensor back");
-  torch::jit::Stack wait{args[0]};
-  handle("_c10d_functional::wait_tensor").callBoxed(&wait);
-  return args[0].toTensor();
-}
+// Data parallelism (docs/design.md §14): the collectives of the process group torch.distributed
+// names group_name, run as torch.distributed runs them with async_op=False: on the current stream
+// (asyncOp = false), nothing waiting on the host. One group lookup a call (the registry the
+// functional collectives resolve names in).
+struct Collectives {
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  explicit Collectives(const std::string& group_name) : group(c10d::resolve_process_group(group_name)) {}
+
+  void broadcast(at::Tensor& t, int root) const {  // root: the group's rank
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    opts.asyncOp = false;
+    std::vector<at::Tensor> tensors{t};
+    group->broadcast(tensors, opts)->wait();
+  }
+  void all_gather(at::Tensor& out, at::Tensor& in) const {  // out: every rank's in, in rank order
+    c10d::AllgatherOptions opts;
+    opts.asyncOp = false;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // (renamed all_gather_single in later torch)
+    group->_allgather_base(out, in, opts)->wait();
+#pragma GCC diagnostic pop
+  }
+  void all_reduce_sum(at::Tensor& t) const {
+    c10d::AllreduceOptions opts;
+    opts.asyncOp = false;
+    std::vector<at::Tensor> tensors{t};
+    group->allreduce(tensors, opts)->wait();
+  }
+};
 
 }  // namespace fl

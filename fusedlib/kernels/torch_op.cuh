@@ -263,11 +263,12 @@ std::vector<at::Tensor> sync_train(const at::Tensor& x_in, const at::Tensor& wei
                                    const at::Tensor& z_out, const std::string& group_name, int64_t rank,
                                    int64_t ranks) {
   using namespace fl;
+  const Collectives group(group_name);
   const bool shift = precision != "tf32", borrow = shift && rank != 0;
   at::Tensor x = x_in;
   if (shift) {  // rank 0's first row on every rank
     at::Tensor row = rank == 0 ? x_in.narrow(0, 0, 1).clone() : at::empty({1, x_in.size(1)}, x_in.options());
-    collective("broadcast_", {row, int64_t{0}, group_name});
+    group.broadcast(row, 0);
     if (borrow) x = at::cat({row, x_in});
   }
   const int64_t rows = x.size(0), m = weight.size(0);
@@ -279,7 +280,8 @@ std::vector<at::Tensor> sync_train(const at::Tensor& x_in, const at::Tensor& wei
                  true, eps, momentum, c10::string_view(gemm_path), z, false, &args);
   };
   phase({1, y, moments, stats, borrow});
-  const at::Tensor gathered = collective("all_gather_into_tensor", {moments, ranks, group_name}).view({ranks, 4, m});
+  at::Tensor gathered = at::empty({ranks, 4, m}, x.options());
+  group.all_gather(gathered, moments);
   phase({2, y, gathered, stats, borrow});
   if (!borrow) return {y, stats};
   z_out.copy_(z.narrow(0, 1, rows - 1));
