@@ -1,13 +1,15 @@
 """The GPU suite in parts side by side (``make check-gpu``): the float64 forward cases of each
 problem, the gradient cases with the reruns, the compute-sanitizer runs, the training runs
 (tests/test_training.py, recorded under "training"), the cases beyond 32-bit indexing
-(tests/test_gpu_large.py, recorded under "large"), and the operator
-tests (tests/test_gpu_operator.py, with the course's GPU exercises, bf16/fp16 on CUDA,
-tests/test_mixed_precision.py, and KernelBench's protocol in those dtypes) run as parallel pytest processes on the one GPU (the cases
-are small; the host is the bottleneck), each part writing its own record
+(tests/test_gpu_large.py, recorded under "large"), the operator tests
+(tests/test_gpu_operator.py, with bf16/fp16 on CUDA, tests/test_mixed_precision.py, and
+KernelBench's protocol in those dtypes) and the course's GPU exercises (tests/test_exercises.py,
+whose checks build edited kernels: minutes of nvcc) run as parallel pytest processes on the one
+GPU (the cases are small; the host is the bottleneck), each part writing its own record
 (``FUSEDLIB_VALIDATION_OUT``); the records are then joined into
-``results/<gpu>/validation.json`` (tests/test_gpu.py ``merge_files``). About 6 minutes on
-the H100 instead of 15 one after the other. Exit status: 0 if every part passed, else 1
+``results/<gpu>/validation.json`` (tests/test_gpu.py ``merge_files``). About 8 minutes on
+the H100 (the large part alone after the others) instead of 25 one after the other; each log
+ends with its 15 slowest tests. Exit status: 0 if every part passed, else 1
 (the record is written either way: failing cases stay in it).
 
 Usage: ``python tests/run_gpu_suite.py [--out DIR]`` (DIR keeps each part's log; default
@@ -39,18 +41,22 @@ ALONE = ("large",)
 #: Parts that run another test module than tests/test_gpu.py (each writes its record to the
 #: part's file just the same, under keys of its own).
 PART_FILES = {"training": "tests/test_training.py", "large": "tests/test_gpu_large.py"}
+#: Parts that record nothing: every GPU test of these modules.
+UNRECORDED = {"operator": ["tests/test_gpu_operator.py", "tests/test_mixed_precision.py", "tests/test_kernelbench.py"],
+              "exercises": ["tests/test_exercises.py"]}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "gpu-suite", help="folder for logs and parts")
-    parser.add_argument("--parts", help="comma list of the parts to run (default: all, and the operator tests); "
+    parser.add_argument("--parts", help="comma list of the parts to run (default: all of them); "
                         "the record joins their files with the other parts' already in --out")
     args = parser.parse_args(argv)
-    chosen = list(PARTS) + ["operator"] if not args.parts else args.parts.split(",")
-    unknown = [p for p in chosen if p not in PARTS and p != "operator"]
+    every = [*PARTS, *UNRECORDED]
+    chosen = every if not args.parts else args.parts.split(",")
+    unknown = [p for p in chosen if p not in every]
     if unknown:
-        parser.error(f"--parts: unknown {', '.join(unknown)}; expected some of {', '.join([*PARTS, 'operator'])}")
+        parser.error(f"--parts: unknown {', '.join(unknown)}; expected some of {', '.join(every)}")
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
     if not torch.cuda.is_available():
@@ -66,15 +72,15 @@ def main(argv=None) -> int:
     start = time.time()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     def launch(part: str) -> subprocess.Popen:
-        if part == "operator":  # with the course's GPU exercises (their checks build edited kernels)
-            cmd, part_env = ["tests/test_gpu_operator.py", "tests/test_exercises.py", "tests/test_mixed_precision.py",
-                             "tests/test_kernelbench.py"], env
+        if part in UNRECORDED:
+            cmd, part_env = UNRECORDED[part], env
         else:
             problems, select = PARTS[part]
             cmd = [PART_FILES.get(part, "tests/test_gpu.py"), "-k", select]
             part_env = dict(env, FUSEDLIB_GPU_PROBLEMS=problems,
                             FUSEDLIB_VALIDATION_OUT=str(args.out / f"{part}.json"))
-        return subprocess.Popen([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *cmd],
+        return subprocess.Popen([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
+                                 "--durations=15", *cmd],
                                 cwd=ROOT, env=part_env, stdout=(args.out / f"{part}.log").open("w"),
                                 stderr=subprocess.STDOUT)
 

@@ -16,7 +16,9 @@ cuBLAS, fp32 and 3xtf32 against fp32). Timing: the implementations in turn, a ba
 events around each step, ``--iters`` steps each after ``--warmup``; rank 0's median, min and max
 (the step's collectives keep the ranks in step); ``loop_ms``: ``--iters`` steps back to back
 between two events, a training loop's time a step (the host's launches overlap the GPU's work,
-which the barrier of the one-step timing prevents). World size 1 runs the same DDP step in one
+which the barrier of the one-step timing prevents), in ``--rounds`` rounds with the
+implementations in turn in each, the median round (one round alone varied by 5–9 % between
+two implementations that run the same code, at world size 1). World size 1 runs the same DDP step in one
 process, the baseline of weak-scaling efficiency (t₁ / t_R). Where a step's time goes (the
 collectives' kernels, the host's launches) is for a profile: lab/experiments/run154-*.py.
 """
@@ -32,7 +34,7 @@ from . import bench, records
 
 #: sync.csv's columns, in order.
 COLUMNS = ["problem", "batch_per_rank", "in_features", "out_features", "world", "precision", "impl", "median_ms",
-           "min_ms", "max_ms", "loop_ms", "iters", "gpu", "torch", "cuda", "commit", "timestamp"]
+           "min_ms", "max_ms", "loop_ms", "iters", "rounds", "gpu", "torch", "cuda", "commit", "timestamp"]
 IMPLS = ("fused-sync", "fused-local", "eager-syncbn", "eager-local")
 #: The record of the kernel sources the rows were measured on, beside the CSV.
 SOURCES = "sync.sources.json"
@@ -55,9 +57,23 @@ def _model(problem: str, impl: str, precision: str, device):
     return module.to(device).train()
 
 
-def _rank(rank: int, world: int, problems, precisions, impls, iters: int, warmup: int, out: str) -> None:
+def _timed(dev, fn) -> float:
+    """ms of ``fn()`` on ``dev`` between two CUDA events, started on every rank at once (a barrier
+    after the device's queue has drained)."""
     import torch
     import torch.distributed as dist
+    torch.cuda.synchronize(dev)
+    dist.barrier()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize(dev)
+    return start.elapsed_time(end)
+
+
+def _rank(rank: int, world: int, problems, precisions, impls, iters: int, warmup: int, rounds: int, out: str) -> None:
+    import torch
 
     from ..engine import cublas_precision
     from ..reference import PRESETS
@@ -86,44 +102,31 @@ def _rank(rank: int, world: int, problems, precisions, impls, iters: int, warmup
                         step()
                 for _ in range(iters):
                     for impl, step in steps.items():
-                        torch.cuda.synchronize(dev)
-                        dist.barrier()
-                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        start.record()
-                        step()
-                        end.record()
-                        torch.cuda.synchronize(dev)
-                        times[impl].append(start.elapsed_time(end))
-                loops = {}
-                for impl, step in steps.items():
-                    torch.cuda.synchronize(dev)
-                    dist.barrier()
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    for _ in range(iters):
-                        step()
-                    end.record()
-                    torch.cuda.synchronize(dev)
-                    loops[impl] = start.elapsed_time(end) / iters
+                        times[impl].append(_timed(dev, step))
+                loops = {impl: [] for impl in impls}
+                for _ in range(rounds):
+                    for impl, step in steps.items():
+                        loops[impl].append(_timed(dev, lambda step=step: [step() for _ in range(iters)]) / iters)
             for impl in impls:
                 t = sorted(times[impl])
                 rows.append({"problem": problem, "batch_per_rank": sh.batch, "in_features": sh.in_features,
                              "out_features": sh.out_features, "world": world, "precision": precision, "impl": impl,
-                             "median_ms": t[len(t) // 2], "min_ms": t[0], "max_ms": t[-1], "loop_ms": loops[impl],
-                             "iters": iters})
+                             "median_ms": t[len(t) // 2], "min_ms": t[0], "max_ms": t[-1],
+                             "loop_ms": sorted(loops[impl])[rounds // 2], "iters": iters, "rounds": rounds})
             del steps
             torch.cuda.empty_cache()
     if rank == 0:
         torch.save(rows, Path(out) / "rows.pt")
 
 
-def measure(world: int, problems, precisions, impls, iters: int, warmup: int, env: dict) -> list[dict]:
+def measure(world: int, problems, precisions, impls, iters: int, warmup: int, env: dict, rounds: int = 5
+            ) -> list[dict]:
     """Rows of :data:`COLUMNS` at world size ``world`` (``world`` processes on GPUs 0 … R−1)."""
     import torch
 
     from .sync_demo import spawn_ranks
     with tempfile.TemporaryDirectory() as out:
-        spawn_ranks(_rank, world, tuple(problems), tuple(precisions), tuple(impls), iters, warmup, out,
+        spawn_ranks(_rank, world, tuple(problems), tuple(precisions), tuple(impls), iters, warmup, rounds, out,
                     backend="nccl")
         rows = torch.load(Path(out) / "rows.pt")
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -141,6 +144,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--impl", default="all", help=f"comma list of {', '.join(IMPLS)}, or all (default)")
     p.add_argument("--iters", type=int, default=20, help="timed steps of each implementation")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps of each first")
+    p.add_argument("--rounds", type=int, default=5, help="rounds of --iters steps back to back (loop_ms: the median)")
     p.add_argument("--out", type=Path, help="CSV to write (default results/<gpu>/sync.csv)")
     p.add_argument("--fresh", action="store_true", help="start a new file (else append)")
 
@@ -152,8 +156,8 @@ def main(args) -> int:
         problems = bench.parse_list(args.problem, tuple(PROBLEMS), what="problem")
         precisions = bench.parse_list(args.precision, bench.PRECISIONS, what="precision")
         impls = bench.parse_list(args.impl, IMPLS, what="impl")
-        if args.iters < 1 or args.warmup < 0 or min(worlds) < 1:
-            raise ValueError("--iters and --world must be at least 1, --warmup at least 0")
+        if args.iters < 1 or args.rounds < 1 or args.warmup < 0 or min(worlds) < 1:
+            raise ValueError("--iters, --rounds and --world must be at least 1, --warmup at least 0")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -169,7 +173,7 @@ def main(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for world in worlds:
-        rows = measure(world, problems, precisions, impls, args.iters, args.warmup, env)
+        rows = measure(world, problems, precisions, impls, args.iters, args.warmup, env, args.rounds)
         bench.append_rows(out, rows, COLUMNS)
         for r in rows:
             print(f"world {world} {r['problem']} {r['precision']:6} {r['impl']:12} {r['median_ms']:8.3f} ms "

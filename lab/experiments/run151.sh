@@ -8,7 +8,10 @@
 #                  rounds) for 84 and 33 at 1024x8192:8192, 16384x4096:4096 (39's) and 4096x4096:4096,
 #                  and eager fp32 at each
 #   PART=all       the whole GPU suite, the large part alone at its end (or PART=large, then PART=suite)
-#   PART=large / suite / 84 / 33: as run150.sh
+#   PART=large / suite / 84 / 33: as run150.sh; large also returns the build cache in parts
+#                  (flcache.part-*: copy them into .cache/ and carry it, with large.json as
+#                  .cache/gpu-suite/large.json, so that the later calls skip the build); suite runs
+#                  every other part of the GPU suite (the course's exercises a part of their own)
 #   PART=train     train steps, then the peers once more into results/h100/peers/ (make results);
 #                  with NOTEBOOKS=1 then the notebooks (or PART=notebooks after, carrying results/h100/peers)
 # Later parts start from the carried cache (.cache/flcache.part-*).
@@ -65,11 +68,12 @@ PY
        tail -n 3 build/gpu-suite/*.log > $OUT/suite-tails.log; tail -n 15 build/gpu-suite/large.log > $OUT/large-tail.log
        (cd build && tar czf $OUT/suite-logs.tgz gpu-suite)
        cp results/h100/validation.json $OUT/ ;;
-  large)          timeout 480 python tests/run_gpu_suite.py --parts large --out build/gpu-suite 2>&1 | tee $OUT/large.log
+  large)  tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
+         timeout 480 python tests/run_gpu_suite.py --parts large --out build/gpu-suite 2>&1 | tee $OUT/large.log
          cp build/gpu-suite/large.json $OUT/; tail -n 15 build/gpu-suite/large.log > $OUT/large-tail.log ;;
   suite) cp .cache/gpu-suite/large.json build/gpu-suite/
          timeout 540 python tests/run_gpu_suite.py --out build/gpu-suite \
-           --parts forward-84,forward-33,forward-39a,forward-39b,gradients,sanitizer,training,operator 2>&1 | tee $OUT/suite.log
+           --parts forward-84,forward-33,forward-39a,forward-39b,gradients,sanitizer,training,operator,exercises 2>&1 | tee $OUT/suite.log
          tail -n 3 build/gpu-suite/*.log > $OUT/suite-tails.log
          (cd build && tar czf $OUT/suite-logs.tgz gpu-suite)
          cp results/h100/validation.json $OUT/ ;;
