@@ -59,7 +59,7 @@ struct Problem {
   float eps;               // BatchNorm eps
   float momentum;          // exponential-average factor (when momentum_none is 0)
   int momentum_none;       // 1: bn.momentum is None, cumulative average 1/num_batches_tracked
-  // Data parallelism (docs/design.md §14; train mode; torch_op.cuh sync_forward): a forward in two
+  // Data parallelism (docs/design.md §14; train mode; torch_op.cuh sync_train): a forward in two
   // phases around one collective. Phase 1 runs up to the batch statistics and writes this rank's
   // column moments instead of coefficients; phase 2 merges every rank's and runs the rest.
   int sync_phase;          // 0: one process (the whole forward); 1: up to the moments; 2: from every rank's

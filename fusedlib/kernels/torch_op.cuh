@@ -64,7 +64,7 @@ inline int parse_path(std::optional<c10::string_view> gemm_path, int precision, 
   } while (0)
 
 // Data parallelism (docs/design.md §14): what a phase of a train-mode forward split around its
-// collective takes besides the operator's arguments (sync_forward, below).
+// collective takes besides the operator's arguments (sync_train, below).
 struct SyncArgs {
   int phase;           // 1: up to this rank's column moments; 2: from every rank's (Problem::sync_phase)
   at::Tensor y;        // (N, M) Y, the caller's, the same in both phases

@@ -1,6 +1,7 @@
 """run156 (2 GPUs): the synchronised step's host time after its collectives moved into C++
 (torch_op.cuh sync_train, torch_backward.cuh backward_passes_group: the two phases and the
-collective in one call each, through _c10d_functional) and the cheaper eager_call gate; run155's
+collective in one call each; the collectives first through _c10d_functional, then the group's
+own on the current stream, torch_common.cuh Collectives) and the cheaper eager_call gate; run155's
 pieces where they still exist. At 64 x 64 -> 64, rank 0, rank 1 doing the same:
   1. host time a call and cProfile of 300 forwards and 300 train steps, with and without the group;
   2. the forward's pieces: the operator under no_grad, _sync_train_cuda's body, ext.sync_train,
