@@ -2,7 +2,7 @@
 (torch_op.cuh sync_train, torch_backward.cuh backward_passes_group: the two phases and the
 collective in one call each; the collectives first through _c10d_functional, then the group's
 own on the current stream, torch_common.cuh Collectives) and the cheaper eager_call gate; run155's
-pieces where they still exist. At 64 x 64 -> 64, rank 0, rank 1 doing the same:
+script (git 411546b) with the pieces that still exist. At 64 x 64 -> 64, rank 0, rank 1 doing the same:
   1. host time a call and cProfile of 300 forwards and 300 train steps, with and without the group;
   2. the forward's pieces: the operator under no_grad, _sync_train_cuda's body, ext.sync_train,
      torch.distributed's all-gather alone, the local operator;
