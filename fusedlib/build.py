@@ -32,6 +32,9 @@ BACKWARD_FILE = "backward.cu"
 HOST = "torch_op.cuh"
 BACKWARD_HOST = "torch_backward.cuh"
 HOST_COMMON = "torch_common.cuh"
+#: Data parallelism's collectives, included by HOST_COMMON (plain C++: tests/test_collectives.py
+#: builds it alone for the CPU).
+HOST_COLLECTIVES = "torch_collectives.cuh"
 _BACKWARD_DECL = ("std::vector<at::Tensor> backward_passes(const at::Tensor& dy, const at::Tensor& y, "
                   "const at::Tensor& z, const at::Tensor& scale, const at::Tensor& gamma, const at::Tensor& beta, "
                   "c10::string_view kind, double eps, bool split);\n"
@@ -51,7 +54,7 @@ class KernelBuildError(RuntimeError):
 def source_files(kernel_dir: Path | None = None) -> list[Path]:
     """Every kernel source: the shared headers, the stage files in stage order, the backward,
     the operators' host sides (in ``kernel_dir``, default the package's :data:`KERNEL_DIR`)."""
-    files = [*HEADERS, *STAGE_FILES.values(), BACKWARD_FILE, HOST_COMMON, HOST, BACKWARD_HOST]
+    files = [*HEADERS, *STAGE_FILES.values(), BACKWARD_FILE, HOST_COLLECTIVES, HOST_COMMON, HOST, BACKWARD_HOST]
     return [Path(kernel_dir or KERNEL_DIR) / f for f in files]
 
 

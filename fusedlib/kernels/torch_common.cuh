@@ -6,8 +6,6 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <map>
 #include <mutex>
@@ -15,6 +13,7 @@
 #include <utility>
 
 #include "common.cuh"
+#include "torch_collectives.cuh"
 
 namespace fl {
 
@@ -113,39 +112,5 @@ inline Scratch stream_scratch(const at::Tensor& x, cudaStream_t stream, bool cap
   if (!floats.defined() || floats.numel() < n_floats) floats = at::empty({n_floats}, x.options());
   return {reinterpret_cast<unsigned int*>(counters.data_ptr<int>()), floats.data_ptr<float>()};
 }
-
-// Data parallelism (docs/design.md §14): the collectives of the process group torch.distributed
-// names group_name, run as torch.distributed runs them with async_op=False: on the current stream
-// (asyncOp = false), nothing waiting on the host; a backend may then return no Work to wait on.
-// One group lookup a call (the registry the functional collectives resolve names in).
-struct Collectives {
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
-  explicit Collectives(const std::string& group_name) : group(c10d::resolve_process_group(group_name)) {}
-
-  void broadcast(at::Tensor& t, int root) const {  // root: the group's rank
-    c10d::BroadcastOptions opts;
-    opts.rootRank = root;
-    opts.asyncOp = false;
-    std::vector<at::Tensor> tensors{t};
-    wait(group->broadcast(tensors, opts));
-  }
-  void all_gather(at::Tensor& out, at::Tensor& in) const {  // out: every rank's in, in rank order
-    c10d::AllgatherOptions opts;
-    opts.asyncOp = false;
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // (renamed all_gather_single in later torch)
-    wait(group->_allgather_base(out, in, opts));
-#pragma GCC diagnostic pop
-  }
-  void all_reduce_sum(at::Tensor& t) const {
-    c10d::AllreduceOptions opts;
-    opts.asyncOp = false;
-    std::vector<at::Tensor> tensors{t};
-    wait(group->allreduce(tensors, opts));
-  }
-  static void wait(const c10::intrusive_ptr<c10d::Work>& work) {
-    if (work) work->wait();
-  }
-};
 
 }  // namespace fl
