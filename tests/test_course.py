@@ -412,3 +412,11 @@ def test_sync_summary_one_row_per_world_problem_precision():
         row["loop_ms"] = 0.9 * row["median_ms"]
     r = course.sync_summary(pd.DataFrame(rows)).iloc[0]
     assert abs(r["loop: sync cost %"] - 100 * (2.2 / 9.0 - 1)) < 1e-9 and abs(r["loop: × eager-syncbn"] - 2.2 / 9.0) < 1e-12
+    assert "no broadcast: sync cost %" not in course.sync_summary(pd.DataFrame(rows)).columns
+    for world, ms in ((2, 2.1), (2, 1.8)):  # without DDP's buffer broadcast: the later run counts
+        for impl, factor in (("fused-sync-nobcast", 1.0), ("eager-syncbn-nobcast", 3.0)):
+            rows.append({"world": world, "problem": "84", "precision": "tf32", "impl": impl,
+                         "median_ms": factor * ms, "loop_ms": 0.9 * factor * ms})
+    r = course.sync_summary(pd.DataFrame(rows)).iloc[0]
+    assert abs(r["no broadcast: sync cost %"] - 100 * (1.8 / 9.0 - 1)) < 1e-9  # loop_ms over fused-local's
+    assert abs(r["no broadcast: × eager-syncbn"] - 1 / 3) < 1e-12

@@ -1061,7 +1061,11 @@ def sync_summary(sync) -> "object":
     ``nn.SyncBatchNorm`` (``eager-syncbn``, ×), and the weak-scaling efficiency t₁ / t_R of the
     fused step (world size 1's ``fused-local``; empty without it). Where the CSV has
     ``loop_ms`` (steps back to back, as a training loop runs them), the cost of synchronising
-    and the ratio to ``eager-syncbn`` in that timing too ("loop" columns)."""
+    and the ratio to ``eager-syncbn`` in that timing too ("loop" columns). Where it has the
+    synchronised implementations under DDP without its broadcast of the buffers
+    (``fused-sync-nobcast``, ``eager-syncbn-nobcast``), the same two measures for them ("no
+    broadcast" columns; back to back where the CSV has ``loop_ms``), against ``fused-local`` as it
+    is."""
     import pandas as pd
     latest = sync.drop_duplicates(["world", "problem", "precision", "impl"], keep="last")
     keys = ["world", "problem", "precision"]
@@ -1081,6 +1085,10 @@ def sync_summary(sync) -> "object":
             q = loop.loc[(world, problem, precision)]
             row.update({"loop: sync cost %": 100 * (q.get("fused-sync") / q.get("fused-local") - 1),
                         "loop: × eager-syncbn": q.get("fused-sync") / q.get("eager-syncbn")})
+        if "fused-sync-nobcast" in t.columns:  # DDP without the buffers' broadcast, the synchronised ones
+            q = r if loop is None else loop.loc[(world, problem, precision)]
+            row.update({"no broadcast: sync cost %": 100 * (q.get("fused-sync-nobcast") / q.get("fused-local") - 1),
+                        "no broadcast: × eager-syncbn": q.get("fused-sync-nobcast") / q.get("eager-syncbn-nobcast")})
         row["weak-scaling efficiency"] = None if base is None else base / r.get("fused-sync")
         rows.append(row)
     return pd.DataFrame(rows)

@@ -9,7 +9,12 @@ DDP's all-reduce of the weight gradients — of each implementation:
 * ``fused-local``: the same without a group (each rank's own statistics): the difference is what
   synchronising BatchNorm costs the fused step;
 * ``eager-syncbn``: the reference model with ``nn.SyncBatchNorm`` (PyTorch's way);
-* ``eager-local``: the reference model as it is.
+* ``eager-local``: the reference model as it is;
+* ``fused-sync-nobcast``, ``eager-syncbn-nobcast``: the two synchronised ones under DDP with
+  ``broadcast_buffers=False``. Their running buffers are the same on every rank already, so DDP's
+  broadcast of rank 0's buffers before each forward (a collective, and a point where the ranks
+  wait for each other) changes nothing for them: the README's advice. The local ones need it
+  to keep rank 0's buffers, and keep DDP's default.
 
 The fused module runs at the precision; the eager ones at its PyTorch peer (tf32 with TF32
 cuBLAS, fp32 and 3xtf32 against fp32). Timing: the implementations in turn, a barrier and CUDA
@@ -35,7 +40,7 @@ from . import bench, records
 #: sync.csv's columns, in order.
 COLUMNS = ["problem", "batch_per_rank", "in_features", "out_features", "world", "precision", "impl", "median_ms",
            "min_ms", "max_ms", "loop_ms", "iters", "rounds", "gpu", "torch", "cuda", "commit", "timestamp"]
-IMPLS = ("fused-sync", "fused-local", "eager-syncbn", "eager-local")
+IMPLS = ("fused-sync", "fused-local", "eager-syncbn", "eager-local", "fused-sync-nobcast", "eager-syncbn-nobcast")
 #: The record of the kernel sources the rows were measured on, beside the CSV.
 SOURCES = "sync.sources.json"
 
@@ -50,10 +55,10 @@ def _model(problem: str, impl: str, precision: str, device):
     ref = make_reference(problem_kind(problem), sh.in_features, sh.out_features, seed=0)
     if impl.startswith("fused"):
         module = fusedlib.from_reference(ref, stage="fused", precision=precision)
-        if impl == "fused-sync":
+        if impl.startswith("fused-sync"):
             module = fusedlib.convert_sync_batchnorm(module)
     else:
-        module = torch.nn.SyncBatchNorm.convert_sync_batchnorm(ref) if impl == "eager-syncbn" else ref
+        module = torch.nn.SyncBatchNorm.convert_sync_batchnorm(ref) if impl.startswith("eager-syncbn") else ref
     return module.to(device).train()
 
 
@@ -88,7 +93,8 @@ def _rank(rank: int, world: int, problems, precisions, impls, iters: int, warmup
             steps = {}
             for impl in impls:
                 model = torch.nn.parallel.DistributedDataParallel(_model(problem, impl, precision, dev),
-                                                                  device_ids=[rank])
+                                                                  device_ids=[rank],
+                                                                  broadcast_buffers=not impl.endswith("-nobcast"))
 
                 def step(model=model):
                     model.zero_grad(set_to_none=True)
