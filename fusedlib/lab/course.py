@@ -316,7 +316,7 @@ def ladder_md(precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: s
             steps = " → ".join(f"`{s}` {mine[s]:.3f}" if s in mine else f"`{s}` {NOT_MEASURED}" for s in STAGES)
             refs = [f"{label} {peer} {float(peers[impl]):.3f} ms" for impl, label in
                     (("eager", "eager"), ("gemm_only", "GEMM alone")) if impl in peers]
-            lines.append(f"- **{problem}**, {precision}: {steps} ms" + (f" (" + ", ".join(refs) + ")" if refs else "")
+            lines.append(f"- **{problem}**, {precision}: {steps} ms" + (" (" + ", ".join(refs) + ")" if refs else "")
                          + ".")
     gpu_name = f" on the {bench.gpu.iloc[0]}" if "gpu" in bench and len(bench) else ""
     return f"Committed run{gpu_name}, {mode} mode, KernelBench shapes, median ms:\n\n" + "\n".join(lines)

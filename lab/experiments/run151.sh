@@ -12,6 +12,8 @@
 #                  (flcache.part-*: copy them into .cache/ and carry it, with large.json as
 #                  .cache/gpu-suite/large.json, so that the later calls skip the build); suite runs
 #                  every other part of the GPU suite (the course's exercises a part of their own)
+#   PART=33        bench 33/39, then the size sweeps (with SWEEPS set empty, without them: then
+#                  PART=sweeps in a later call, carrying results/h100/bench.csv and sources.json)
 #   PART=train     train steps, then the peers once more into results/h100/peers/ (make results);
 #                  with NOTEBOOKS=1 then the notebooks (or PART=notebooks after, carrying results/h100/peers)
 # Later parts start from the carried cache (.cache/flcache.part-*).
@@ -24,6 +26,11 @@ python -c "from fusedlib.build import load_backward; load_backward()" > /tmp/bui
 wait
 echo "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log && cat /tmp/build-*.log | tail -30
 mkdir -p build/gpu-suite
+sweeps() {  # the size sweeps, appended to bench.csv (make results)
+  python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
+    --impl stages,eager,compile,gemm_only > $OUT/sweeps.log 2>&1
+  echo "sweeps: rc=$? ($(( $(date +%s) - t0 )) s)"
+}
 case $PART in
   ab) tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
       timeout 420 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -x \
@@ -81,9 +88,8 @@ PY
       echo "bench 84: rc=$? ($(( $(date +%s) - t0 )) s)" ;;
   33) python -m fusedlib bench --profile --problem 33,39 > $OUT/bench.log 2>&1
       echo "bench 33,39: rc=$? ($(( $(date +%s) - t0 )) s)"
-      python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
-            --impl stages,eager,compile,gemm_only > $OUT/sweeps.log 2>&1
-      echo "sweeps: rc=$? ($(( $(date +%s) - t0 )) s)" ;;
+      if [ -n "${SWEEPS-1}" ]; then sweeps; fi ;;
+  sweeps) sweeps; cp results/h100/bench.csv results/h100/sources.json $OUT/ ;;
   train) python -m fusedlib train-step --fresh > $OUT/train_step.log 2>&1
           echo "train-step: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 22 $OUT/train_step.log
           cp results/h100/train_step.csv results/h100/train_step.sources.json $OUT/
