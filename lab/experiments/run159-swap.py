@@ -8,7 +8,9 @@ for a GEMM with many row tiles: out (n × m) = A Bᵀ with A split in registers 
 a pass (gemm_wgmma.cuh wg_w_pass). So the GEMM of a module with in_features K, out_features
 1024 on a batch of 8192 rows (A = the 8192 × 8192 "input", B = the 1024 × 8192 "weight") is the
 swapped GEMM of 84's 1024 × 8192 → 8192 in cost: the same FLOPs, the same operand bytes, B's
-pass over 1024 × 8192 floats. Its device time against the GEMM of 84's orientation (W split in
+pass over 1024 × 8192 floats. Not quite: its 1024 columns are 5⅓ tiles of 192 (the engine's
+3xTF32 width there), so it computes 12.5 % more than a swapped kernel with tiles that divide
+1024 would; a saving it shows is therefore a lower bound. Its device time against the GEMM of 84's orientation (W split in
 shared memory) is what the swap saves in the mainloop; the epilogue of the swapped form (column
 statistics as row reductions, Z stored through shared memory) is not measured here.
 
