@@ -1,10 +1,12 @@
 """The collectives of the data-parallel CUDA kernels' host code (``fusedlib/kernels/
 torch_collectives.cuh``: torch.distributed's process group found by its name, its all-gather,
 all-reduce and broadcast run as ``async_op=False`` runs them, waiting only on a Work the backend
-returns), built alone with the host compiler and run over gloo in 3 processes: every rank's
-tensor gathered in rank order, the sum over the ranks, the broadcast from a group's rank 0, also
-in a subgroup whose rank 0 is another process than the default group's. On GPUs the same code
-runs over NCCL inside the kernels' calls (tests/test_sync_gpu.py)."""
+returns, the GIL released while it blocks), built alone with the host compiler and run over
+gloo in 3 processes: every rank's tensor gathered in rank order, the sum over the ranks, the
+broadcast from a group's rank 0, also in a subgroup whose rank 0 is another process than the
+default group's. (Holding the GIL in that wait deadlocked here in one run of two: gdb showed gloo's
+worker thread waiting for the GIL.) On GPUs the same code runs over NCCL inside the
+kernels' calls (tests/test_sync_gpu.py)."""
 from __future__ import annotations
 
 import shutil

@@ -1,9 +1,10 @@
 // Data parallelism's collectives on the host (docs/design.md §14): the sync_train and
 // backward_passes_group calls of the operators' CUDA kernels (torch_op.cuh, torch_backward.cuh)
-// run their all-gather, broadcast and all-reduce through this. Plain C++ (no CUDA): the CPU
+// run their all-gather, broadcast and all-reduce through this. Host C++ (no CUDA): the CPU
 // tests build it alone with the host compiler and run it over gloo (tests/test_collectives.py).
 #pragma once
 #include <ATen/ATen.h>
+#include <pybind11/pybind11.h>
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
@@ -41,8 +42,13 @@ struct Collectives {
     std::vector<at::Tensor> tensors{t};
     wait(group->allreduce(tensors, opts));
   }
+  // A Work that blocks (gloo's) finishes on the backend's thread, which may take the GIL (gdb saw
+  // gloo's wait for it while this thread held it): called from Python, the wait lets it go.
   static void wait(const c10::intrusive_ptr<c10d::Work>& work) {
-    if (work) work->wait();
+    if (!work) return;
+    if (!PyGILState_Check()) return void(work->wait());
+    const pybind11::gil_scoped_release released;
+    work->wait();
   }
 };
 
