@@ -60,4 +60,4 @@ def _worker(rank: int, world: int, directory: str) -> None:
 
 def test_collectives_over_gloo(tmp_path):
     _extension(str(tmp_path))
-    sync_demo.spawn_ranks(_worker, 3, str(tmp_path))
+    sync_demo.spawn_ranks(_worker, 3, str(tmp_path), timeout=300)  # (a hang fails, not stalls)

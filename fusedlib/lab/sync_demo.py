@@ -72,17 +72,27 @@ def _rank(rank: int, world: int, port: int, backend: str, fn, args: tuple) -> No
     dist.destroy_process_group()
 
 
-def spawn_ranks(fn, world: int, *args, backend: str = "gloo") -> None:
+def spawn_ranks(fn, world: int, *args, backend: str = "gloo", timeout: float | None = None) -> None:
     """Run ``fn(rank, world, *args)`` in ``world`` new processes (the ``spawn`` start method), each
     a rank of one process group on this machine (the default group, on a free port): ``backend``
     "gloo" (CPU tensors) or "nccl" (rank r on GPU r, its current device); ``fn`` must be
-    importable (a module's top-level function).
+    importable (a module's top-level function). ``timeout`` (seconds): the ranks are killed if
+    they have not all finished by then (a collective that never completes).
 
     Raises:
         torch.multiprocessing.ProcessRaisedException: a rank failed (its traceback inside).
+        TimeoutError: ``timeout`` passed first.
     """
+    import time
+
     import torch.multiprocessing as mp
-    mp.spawn(_rank, args=(world, _free_port(), backend, fn, args), nprocs=world, join=True)
+    context = mp.spawn(_rank, args=(world, _free_port(), backend, fn, args), nprocs=world, join=False)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not context.join(None if deadline is None else max(0.0, deadline - time.monotonic())):
+        if deadline is not None and time.monotonic() >= deadline:
+            for process in context.processes:
+                process.kill()
+            raise TimeoutError(f"{world} ranks of {getattr(fn, '__name__', fn)} did not finish within {timeout} s")
 
 
 def _worker(rank: int, world: int, shards: tuple, kind: str, stage: str, compile_it: bool, out: str) -> None:
