@@ -15,7 +15,8 @@ Checks, each dtype: the odd and KernelBench shapes (K a multiple of 8: TMA's 16-
 against float64 of the same 16-bit operands, within fp32 accumulation's bound
 (2·K·u32·Σ|x||w| elementwise, u32 = 2⁻²⁴), NaN never passing (the output is poisoned first).
 Timing: the kernel against cuBLAS (torch.mm in the same dtype, fp32 accumulation, 16-bit out)
-and against F.linear in fp32 with TF32 at 84's shape (1024 × 8192 → 8192), medians of 50.
+and against F.linear in fp32 with TF32 at 84's shape (1024 × 8192 → 8192): medians of the lab's
+timing (fusedlib.lab.timing.time_cuda, an L2 flush before each call).
 
 Usage: python lab/experiments/run158-bf16-wgmma.py [--emit FILE] (FILE: the CUDA source only,
 for a compile check without a GPU).
@@ -171,21 +172,6 @@ DECL = ("at::Tensor gemm_bf16(const at::Tensor& x, const at::Tensor& w, at::Tens
         "at::Tensor gemm_f16(const at::Tensor& x, const at::Tensor& w, at::Tensor out);\n")
 
 
-def _median_ms(fn, iters: int = 50) -> float:
-    import torch
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[iters // 2]
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--emit", type=Path, help="write the CUDA source here and stop")
@@ -196,6 +182,9 @@ def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
     from torch.utils.cpp_extension import load_inline
+
+    sys.path.insert(0, str(ROOT))
+    from fusedlib.lab.timing import time_cuda
     build = Path(os.environ.get("FUSEDLIB_CACHE", "/tmp")) / "run158"
     build.mkdir(parents=True, exist_ok=True)
     ext = load_inline("run158_gemm16", cpp_sources=DECL, cuda_sources=source(), functions=["gemm_bf16", "gemm_f16"],
@@ -230,9 +219,9 @@ def main(argv=None) -> int:
             x, w = torch.randn(n, k, device=dev, dtype=dtype), torch.randn(m, k, device=dev, dtype=dtype)
             out = torch.empty(n, m, device=dev)
             x32, w32 = x.float(), w.float()
-            t_p = _median_ms(lambda: fn(x, w, out))
-            t_c = _median_ms(lambda: torch.mm(x, w.t()))
-            t_f = _median_ms(lambda: F.linear(x32, w32))
+            t_p = time_cuda(lambda x: fn(x, w, out), x)[0]
+            t_c = time_cuda(lambda x: torch.mm(x, w.t()), x)[0]
+            t_f = time_cuda(lambda x: F.linear(x, w32), x32)[0]
             print(f"{name:4s} {n}x{k}->{m} | {t_p:.4f} | {t_c:.4f} | {t_f:.4f} | {2 * n * k * m / t_p / 1e9:.0f}")
     print(f"\nchecks: worst error / bound {worst:.3f}; " + (f"FAILED {failed}" if failed else "all passed"))
     return 1 if failed else 0
