@@ -7,9 +7,10 @@ KernelBench's protocol in those dtypes) and the course's GPU exercises (tests/te
 whose checks build edited kernels: minutes of nvcc) run as parallel pytest processes on the one
 GPU (the cases are small; the host is the bottleneck), each part writing its own record
 (``FUSEDLIB_VALIDATION_OUT``); the records are then joined into
-``results/<gpu>/validation.json`` (tests/test_gpu.py ``merge_files``). About 8 minutes on
-the H100 (the large part alone after the others) instead of 25 one after the other; each log
-ends with its 15 slowest tests. Exit status: 0 if every part passed, else 1
+``results/<gpu>/validation.json`` (tests/test_gpu.py ``merge_files``). On the H100 the parts
+side by side took 340 s and the large part 155 s after them, where one after the other they add
+up to 34 minutes (results/h100/logs/run157-suite-timeout.log, run151-suite.log for the large
+part; before the forward parts were split further); each log ends with its 15 slowest tests. Exit status: 0 if every part passed, else 1
 (the record is written either way: failing cases stay in it).
 
 Usage: ``python tests/run_gpu_suite.py [--out DIR]`` (DIR keeps each part's log; default
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
     chosen = [p for p in chosen if p not in skipped]
     unknown = [p for p in chosen + skipped if p not in every]
     if unknown:
-        parser.error(f"--parts: unknown {', '.join(unknown)}; expected some of {', '.join(every)}")
+        parser.error(f"--parts, --skip: unknown {', '.join(unknown)}; expected some of {', '.join(every)}")
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
     if not torch.cuda.is_available():

@@ -63,6 +63,10 @@ inline int parse_path(std::optional<c10::string_view> gemm_path, int precision, 
     }                                           \
   } while (0)
 
+// Whether a forward shifts its GEMM by the batch's first row: train mode at fp32 and 3xTF32
+// (common.cuh column_shift, algebra.train_gemm; tf32 reads X as it is).
+inline bool first_row_shift(c10::string_view precision, bool training) { return training && precision != "tf32"; }
+
 // Data parallelism (docs/design.md §14): what a phase of a train-mode forward split around its
 // collective takes besides the operator's arguments (sync_train, below).
 struct SyncArgs {
@@ -163,8 +167,7 @@ static std::optional<at::Tensor> forward_impl(
   const SplitK sk = path == PATH_WGMMA  ? wg_split_k(prec, (int)n, (int)k, (int)m)
                     : path == PATH_SIMT ? simt_split_k((int)n, (int)k, (int)m)
                                         : SplitK{1, 0, 0};
-  // train mode at fp32 and 3xTF32: the first-row shift's z₀ (common.cuh column_shift; tf32 reads X as it is)
-  const bool shift = training && prec != TF32;
+  const bool shift = first_row_shift(precision, training);  // (its z₀ in the scratch)
   const int64_t n_count = aligned_floats((m + 31) / 32), n_sk = aligned_floats((int64_t)sk.floats());
   const int64_t n_floats = n_part + 4 * m + n_sk + (shift ? m : 0);
   at::Tensor captured;
@@ -264,7 +267,7 @@ std::vector<at::Tensor> sync_train(const at::Tensor& x_in, const at::Tensor& wei
                                    int64_t ranks) {
   using namespace fl;
   const Collectives group(group_name);
-  const bool shift = precision != "tf32", borrow = shift && rank != 0;
+  const bool shift = first_row_shift(precision, true), borrow = shift && rank != 0;
   at::Tensor x = x_in;
   if (shift) {  // rank 0's first row on every rank
     at::Tensor row = rank == 0 ? x_in.narrow(0, 0, 1).clone() : at::empty({1, x_in.size(1)}, x_in.options());

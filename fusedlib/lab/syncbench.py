@@ -22,8 +22,8 @@ events around each step, ``--iters`` steps each after ``--warmup``; rank 0's med
 (the step's collectives keep the ranks in step); ``loop_ms``: ``--iters`` steps back to back
 between two events, a training loop's time a step (the host's launches overlap the GPU's work,
 which the barrier of the one-step timing prevents), in ``--rounds`` rounds with the
-implementations in turn in each, the median round (one round alone varied by 5–9 % between
-two implementations that run the same code, at world size 1). World size 1 runs the same DDP step in one
+implementations in turn in each, the median round (with one round, two implementations that
+run the same code at world size 1 differed by up to 9 %). World size 1 runs the same DDP step in one
 process, the baseline of weak-scaling efficiency (t₁ / t_R). Where a step's time goes (the
 collectives' kernels, the host's launches) is for a profile: lab/experiments/run154-*.py.
 """
