@@ -7,11 +7,11 @@ KernelBench's protocol in those dtypes) and the course's GPU exercises (tests/te
 whose checks build edited kernels: minutes of nvcc) run as parallel pytest processes on the one
 GPU (the cases are small; the host is the bottleneck), each part writing its own record
 (``FUSEDLIB_VALIDATION_OUT``); the records are then joined into
-``results/<gpu>/validation.json`` (tests/test_gpu.py ``merge_files``). On the H100 the parts
-side by side took 340 s and the large part 155 s after them, where one after the other they add
-up to 34 minutes (results/h100/logs/run157-suite-timeout.log, run151-suite.log for the large
-part; before the forward parts were split further); each log ends with its 15 slowest tests. Exit status: 0 if every part passed, else 1
-(the record is written either way: failing cases stay in it).
+``results/<gpu>/validation.json`` (tests/test_gpu.py ``merge_files``). On the H100 the 13 parts
+side by side took 366 s, the time of the longest, the course's exercises, and the large part 128 s
+in a call of its own (results/h100/logs/run160-suite.log, run160-large.log); each log ends with
+its 15 slowest tests. Exit status: 0 if every part passed, else 1 (the record is written either
+way: failing cases stay in it).
 
 Usage: ``python tests/run_gpu_suite.py [--out DIR]`` (DIR keeps each part's log; default
 build/gpu-suite).
