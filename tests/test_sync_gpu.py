@@ -3,9 +3,10 @@
 
 A world size runs all its cases in one spawn (NCCL's set-up and the kernels' load once). A case
 is (problem, stage, precision, per-rank batches, offset, GEMM path: the GPU's default, and at
-world size 2 mma.sync too): each rank holds its rows of one batch
-and runs one train step (forward, backward of Σ Y∘dY), keeping its Y, dX, its part of every
-parameter's gradient and the running buffers. Checked:
+world size 2 mma.sync too; at world size 2 also rank 1 with one row and with many row tiles,
+whose GEMM takes rank 0's first row as its external shift row, :data:`EXTERNAL_SHIFT`): each
+rank holds its rows of one batch and runs one train step (forward, backward of Σ Y∘dY), keeping
+its Y, dX, its part of every parameter's gradient and the running buffers. Checked:
 
 * against float64 (the KernelBench model on the concatenated batch, on the CPU) within the
   forward's budgets, ``check.case_budget(precision, noise)`` = max(BUDGET, 2·noise), noise
@@ -43,15 +44,27 @@ SHARDS = {2: [(1000, 24), (1, 63)], 4: [(5, 300, 1, 77)]}
 PRECISIONS = ("fp32", "tf32", "3xtf32")
 
 
+#: at world size 2, rank 1's rows under the shared first-row shift (rank 0's row, external to rank
+#: 1's GEMM: every one of its rows shifted, its first too): one row; many row tiles, a multiple of
+#: none (1800 rows: 29 of the SIMT GEMM's 64-row tiles, 15 of the tensor cores' 128-row ones; and
+#: at fp32 5700 rows, 45 of the SIMT GEMM's 128-row tiles, in _cases)
+EXTERNAL_SHIFT = [(63, 1), (24, 1800)]
+
+
 def _cases(world: int) -> list[tuple]:
     """(problem, stage, precision, per-rank batches, offset, GEMM path): each GPU's default path
     ("auto"), and at world size 2 the tensor-core precisions also on mma.sync."""
     cases = [(kind, stage, prec, shards, 3.0, "auto") for shards in SHARDS[world] for kind in ("84", "33")
              for stage in algebra.STAGES for prec in PRECISIONS]
     if world == 2:  # columns far off zero: the shared shift's test; the other tensor-core path
-        cases += [(kind, "fused", prec, (200, 56), 1000.0, "auto") for kind in ("84", "33") for prec in ("fp32", "3xtf32")]
+        cases += [(kind, "fused", prec, shards, 1000.0, "auto") for shards in [(200, 56), *EXTERNAL_SHIFT]
+                  for kind in ("84", "33") for prec in ("fp32", "3xtf32")]
+        cases += [(kind, "fused", "fp32", (24, 5700), 1000.0, "auto") for kind in ("84", "33")]
+        cases += [(kind, stage, prec, EXTERNAL_SHIFT[0], 3.0, "auto") for kind in ("84", "33")
+                  for stage in algebra.STAGES for prec in ("fp32", "3xtf32")]
         cases += [(kind, stage, prec, (1000, 24), 3.0, "mma") for kind in ("84", "33") for stage in algebra.STAGES
                   for prec in ("tf32", "3xtf32")]
+        cases += [(kind, "fused", "3xtf32", shards, 1000.0, "mma") for shards in EXTERNAL_SHIFT for kind in ("84", "33")]
     return cases
 
 
