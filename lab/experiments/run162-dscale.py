@@ -1,6 +1,6 @@
 """run162 (one GPU): is the fp32 fused backward's d scale at offset 1000 within 1e-5 on ONE GPU
 at the row counts test_sync_gpu's new case uses (24 + 5700 = 5724), or does only the
-data-parallel step exceed it (run161's 84/fused/fp32/24+5700/offset 1000: 3.35e-05)? One process,
+data-parallel step exceed it (run163's 84/fused/fp32/24+5700/offset 1000: 3.35e-05)? One process,
 the concatenated batch, errors of every quantity against float64 (tests/test_sync_gpu.py's
 helpers and its float64 reference)."""
 import os
