@@ -11,9 +11,12 @@ its Y, dX, its part of every parameter's gradient and the running buffers. Check
 * against float64 (the KernelBench model on the concatenated batch, on the CPU) within the
   forward's budgets, ``check.case_budget(precision, noise)`` = max(BUDGET, 2·noise), noise
   being PyTorch's own error on the same quantity at the precision (``check.run_grad_case``'s
-  rule: fp32 for fp32 and 3xtf32, for tf32 its module with X and W rounded to TF32); with the columns far off zero
-  (offset 1000) fp32 and 3xtf32 held to BUDGET itself, which only a shift shared by the ranks
-  meets (PyTorch's own error there is far larger);
+  rule: fp32 for fp32 and 3xtf32, for tf32 its module with X and W rounded to TF32); with the
+  columns far off zero (offset 1000) the noise is PyTorch's on the centred batch (the same draws
+  without the offset), which only a shift shared by the ranks meets (PyTorch's own error at the
+  offset is far larger). That noise is BUDGET's floor for most quantities; it lifts the budget
+  only where the quantity itself is ill-conditioned (84's d scale at 5724 rows, a sum whose terms
+  cancel to 1 part in 17 400: PyTorch fp32 1.0e-4 off on the centred batch, 0.1 at the offset);
 * against one GPU on the concatenated batch (the same module without a group) within the same
   budget, and against DistributedDataParallel's usual way, the reference model with
   ``nn.SyncBatchNorm`` at the precision, within the budget plus that peer's own error;
@@ -158,6 +161,16 @@ def _record(key: str, record: dict) -> None:
     Path(path).write_text(json.dumps(data, indent=1) + "\n")
 
 
+def _noise_step(kind: str, precision: str, x: torch.Tensor, dy: torch.Tensor) -> dict:
+    """PyTorch's own step at the precision (check.run_grad_case's rule): the reference model in fp32
+    for fp32 and 3xtf32; for tf32 with X and W rounded to TF32, what its tensor cores read."""
+    model = _reference(kind)
+    if precision == "tf32":
+        with torch.no_grad():
+            model.gemm.weight.copy_(algebra.truncate_tf32(model.gemm.weight))
+    return _step(model, algebra.truncate_tf32(x) if precision == "tf32" else x, dy)
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
@@ -185,11 +198,11 @@ def test_ranks_equal_float64_one_gpu_and_syncbatchnorm(world_results):
         got, peer = _merged(per_rank, "fused"), _merged(per_rank, "peer")
         x, dy = _batch(sum(shards), offset)
         want = _step(copy.deepcopy(_reference(kind)).double(), x.double(), dy.double())
-        fp32 = _reference(kind)  # noise: PyTorch's own error at the precision (check.run_grad_case's rule)
-        if precision == "tf32":  # its module with X and W rounded to TF32, what its tensor cores read
-            with torch.no_grad():
-                fp32.gemm.weight.copy_(algebra.truncate_tf32(fp32.gemm.weight))
-        fp32 = _step(fp32, algebra.truncate_tf32(x) if precision == "tf32" else x, dy)
+        fp32, noise_want = _noise_step(kind, precision, x, dy), want
+        if offset > 100:  # the centred batch's noise (the same draws without the offset): see the docstring
+            xc = _batch(sum(shards), 0.0)[0]
+            fp32 = _noise_step(kind, precision, xc, dy)
+            noise_want = _step(copy.deepcopy(_reference(kind)).double(), xc.double(), dy.double())
         with engine.cublas_precision(precision), _path(path):
             one = _step(_fused(kind, stage, precision, False), x.cuda(), dy.cuda())
         quantities = [("Y", "y", None), ("dX", "dx", None)] + [
@@ -197,8 +210,7 @@ def test_ranks_equal_float64_one_gpu_and_syncbatchnorm(world_results):
             (n, "buffers", n) for n in ("bn.running_mean", "bn.running_var")]
         for label, key, sub in quantities:
             pick = (lambda d: d[key]) if sub is None else (lambda d: d[key][sub].double())
-            noise = _rel(pick(fp32).double(), pick(want))
-            budget = check.BUDGET[precision] if offset > 100 else check.case_budget(precision, noise)
+            budget = check.case_budget(precision, _rel(pick(fp32).double(), pick(noise_want)))
             if key == "buffers":
                 budget = max(budget, 1e-5)
             for against, ref in (("float64", want), ("one GPU", one), ("nn.SyncBatchNorm", peer)):
