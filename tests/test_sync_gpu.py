@@ -11,12 +11,16 @@ its Y, dX, its part of every parameter's gradient and the running buffers. Check
 * against float64 (the KernelBench model on the concatenated batch, on the CPU) within the
   forward's budgets, ``check.case_budget(precision, noise)`` = max(BUDGET, 2·noise), noise
   being PyTorch's own error on the same quantity at the precision (``check.run_grad_case``'s
-  rule: fp32 for fp32 and 3xtf32, for tf32 its module with X and W rounded to TF32); with the
-  columns far off zero (offset 1000) the noise is PyTorch's on the centred batch (the same draws
-  without the offset), which only a shift shared by the ranks meets (PyTorch's own error at the
-  offset is far larger). That noise is BUDGET's floor for most quantities; it lifts the budget
-  only where the quantity itself is ill-conditioned (84's d scale at 5724 rows, a sum whose terms
-  cancel to 1 part in 17 400: PyTorch fp32 1.0e-4 off on the centred batch, 0.1 at the offset);
+  rule: fp32 for fp32 and 3xtf32, for tf32 its module with X and W rounded to TF32); with the columns far off zero
+  (offset 1000) fp32 and 3xtf32 held to BUDGET itself, which only a shift shared by the ranks
+  meets (PyTorch's own error there is far larger). The scale's gradient at fp32 and 3xtf32 is a
+  sum over the batch whose terms t cancel: its budget is at least u·κ, κ = ‖Σ|t|‖ / ‖Σ t‖ its
+  condition number on the centred rows (float64; the offset's own cancellation is the one the
+  shift removes, which the budget is there to test) and u = 2⁻²⁴: the error of any fp32
+  evaluation that rounds each term once (:func:`_scale_grad_condition`). For 33 (one sum a
+  column) u·κ stays below BUDGET; for 84 (one sum over the whole batch) it is 3e-5 to 4e-5 at
+  256 to 1824 rows and 1.0e-3 at 5724 (κ = 17 400 at this seed), where PyTorch's own fp32 step
+  misses by 1e-5 to 1e-4 on the centred rows, depending on its summation order;
 * against one GPU on the concatenated batch (the same module without a group) within the same
   budget, and against DistributedDataParallel's usual way, the reference model with
   ``nn.SyncBatchNorm`` at the precision, within the budget plus that peer's own error;
@@ -171,6 +175,23 @@ def _noise_step(kind: str, precision: str, x: torch.Tensor, dy: torch.Tensor) ->
     return _step(model, algebra.truncate_tf32(x) if precision == "tf32" else x, dy)
 
 
+def _scale_grad_condition(kind: str, x: torch.Tensor, dy: torch.Tensor) -> float:
+    """κ = ‖Σ_i |t_i|‖ / ‖Σ_i t_i‖ of the scale's gradient over the batch x, in float64: the sum of
+    the terms t = ∂L/∂V ∘ B over the rows (84: V = scale·B, B = BatchNorm(Z); 33: V = Z·scale,
+    B = Z), L = Σ Y∘dY, in train mode."""
+    model = copy.deepcopy(_reference(kind)).double().train()
+    x, dy = x.double(), dy.double()
+    with torch.no_grad():
+        b = model.gemm(x)
+        if kind == "84":
+            b = model.bn(b)
+    v = (model.scale.detach() * b).requires_grad_()
+    y = model.softmax(v) if kind == "84" else model.bn(v)
+    (grad,) = torch.autograd.grad((y * dy).sum(), v)
+    terms = (grad * b).reshape(-1, model.scale.numel())
+    return float(terms.abs().sum(0).norm() / terms.sum(0).norm())
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
@@ -198,11 +219,7 @@ def test_ranks_equal_float64_one_gpu_and_syncbatchnorm(world_results):
         got, peer = _merged(per_rank, "fused"), _merged(per_rank, "peer")
         x, dy = _batch(sum(shards), offset)
         want = _step(copy.deepcopy(_reference(kind)).double(), x.double(), dy.double())
-        fp32, noise_want = _noise_step(kind, precision, x, dy), want
-        if offset > 100:  # the centred batch's noise (the same draws without the offset): see the docstring
-            xc = _batch(sum(shards), 0.0)[0]
-            fp32 = _noise_step(kind, precision, xc, dy)
-            noise_want = _step(copy.deepcopy(_reference(kind)).double(), xc.double(), dy.double())
+        fp32 = _noise_step(kind, precision, x, dy)
         with engine.cublas_precision(precision), _path(path):
             one = _step(_fused(kind, stage, precision, False), x.cuda(), dy.cuda())
         quantities = [("Y", "y", None), ("dX", "dx", None)] + [
@@ -210,7 +227,10 @@ def test_ranks_equal_float64_one_gpu_and_syncbatchnorm(world_results):
             (n, "buffers", n) for n in ("bn.running_mean", "bn.running_var")]
         for label, key, sub in quantities:
             pick = (lambda d: d[key]) if sub is None else (lambda d: d[key][sub].double())
-            budget = check.case_budget(precision, _rel(pick(fp32).double(), pick(noise_want)))
+            noise = _rel(pick(fp32).double(), pick(want))
+            budget = check.BUDGET[precision] if offset > 100 else check.case_budget(precision, noise)
+            if label == "d scale" and precision != "tf32":  # (tf32: the noise has the TF32 error amplified)
+                budget = max(budget, 2.0 ** -24 * _scale_grad_condition(kind, _batch(sum(shards), 0.0)[0], dy))
             if key == "buffers":
                 budget = max(budget, 1e-5)
             for against, ref in (("float64", want), ("one GPU", one), ("nn.SyncBatchNorm", peer)):
