@@ -217,7 +217,7 @@ def _worker(rank: int, world: int, shards, kind: str, stage: str, out: str) -> N
 
 
 @pytest.mark.parametrize("kind,stage,shards", [("84", "fused", (9, 1)), ("33", "sums", (7, 12, 3)),
-                                               ("84", "naive", (4, 4, 4))])
+                                               ("84", "naive", (4, 4, 4)), ("33", "fused", (3, 1, 10, 6))])
 def test_gloo_processes_equal_one_process(kind, stage, shards, tmp_path):
     """The same through torch.distributed's all_gather and all_reduce, gloo, one process a rank."""
     world = len(shards)
