@@ -27,7 +27,7 @@ __all__ = [
     "eval_coefficients", "fold_linear", "update_running_stats", "tracked_stats", "softmax_three_pass",
     "softmax_online", "stage_forward", "train_backward", "eval_backward", "backward_tile_partials",
     "train_backward_fused", "shifted_matmul_nt", "SHIFTED_PRECISIONS", "train_gemm", "column_moments",
-    "merge_ranks", "drop_zero_row", "shifted_rank_moments", "LOW_PRECISION",
+    "merge_ranks", "shifted_rank_moments", "LOW_PRECISION",
 ]
 
 #: The four optimisation stages, in teaching order.
@@ -289,33 +289,18 @@ def column_moments(z: torch.Tensor, tile_rows: int | None = None) -> torch.Tenso
     return torch.stack([n, mean, m2])
 
 
-def drop_zero_row(moments: torch.Tensor) -> torch.Tensor:
-    """:func:`column_moments` (3, M) of a set of rows one of which is exactly 0, without that
-    row: Chan's merge with (1, 0, 0) undone, n' = n − 1, mean' = mean·n/n',
-    M2' = M2 − mean'²·n'/n (at least 0). The kernels' ``column_done`` with ``drop_row0``: a rank
-    other than 0 runs its GEMM over [x₀; X_r], whose row 0 in the shifted frame is exactly 0
-    (:func:`shifted_rank_moments`)."""
-    n, mean, m2 = moments
-    n1 = n - 1
-    mean1 = mean * (n / n1)
-    return torch.stack([n1, mean1, (m2 - mean1 * mean1 * (n1 / n)).clamp_min(0)])
-
-
-def shifted_rank_moments(x: torch.Tensor, weight: torch.Tensor, x0: torch.Tensor, rank: int,
+def shifted_rank_moments(x: torch.Tensor, weight: torch.Tensor, x0: torch.Tensor,
                          precision: str = "fp32", tile_rows: int | None = None) -> torch.Tensor:
     """One rank's message as the CUDA kernels form it under the first-row shift (docs/design.md
-    §14): the :func:`column_moments` of D = (X_r − x₀)Wᵀ, x₀ the global batch's first row
-    (rank 0's, broadcast), so that every rank's moments share one origin and merge without
-    cancellation. Rank 0's first row is x₀ itself; every other rank runs its GEMM over [x₀; X_r]
-    and drops the extra row (:func:`drop_zero_row`).
+    §14): the :func:`column_moments` of D = (X_r − x₀)Wᵀ over this rank's rows, x₀ the global
+    batch's first row (rank 0's, broadcast), so that every rank's moments share one origin and
+    merge without cancellation. Rank 0's first row is x₀ itself (D's row 0 is 0); every other
+    rank's GEMM takes x₀ as an external shift row and shifts all its rows, row 0 too.
 
-    Args: x (N_r, K) this rank's rows, weight (M, K), x0 (K,), rank, precision (as
+    Args: x (N_r, K) this rank's rows, weight (M, K), x0 (K,), precision (as
     :func:`matmul_nt`), tile_rows (as :func:`column_moments`). Returns: (3, M).
     """
-    rows = x if rank == 0 else torch.cat([x0[None], x])
-    d = matmul_nt(rows - x0, weight, precision)
-    moments = column_moments(d, tile_rows)
-    return moments if rank == 0 else drop_zero_row(moments)
+    return column_moments(matmul_nt(x - x0, weight, precision), tile_rows)
 
 
 def merge_ranks(moments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -137,9 +137,10 @@ def _sync_train_cuda(x, weight, bias, scale, gamma, beta, running_mean, running_
 
     Under the first-row shift (fp32 and 3xTF32, :func:`fusedlib.algebra.train_gemm`) every rank
     shifts by the same row, rank 0's first, so that the moments share one frame and merge
-    exactly: one broadcast of in_features floats before the GEMM, and the other ranks run their
-    GEMM over [x₀; X] (their Z's row 0, exactly 0, is left out of their moments; Z and Y are
-    copied out without it). Returns (Y, stats (2, M): the global mean and biased variance of Z).
+    exactly: one broadcast of in_features floats before the GEMM, which the other ranks' GEMMs
+    take as their shift row (every row of their X shifted, row 0 too: their Z, moments and Y
+    are those of their own rows). Returns (Y, stats (2, M): the global mean and biased variance
+    of Z).
     """
     group = ops._group(group_name)
     ranks, rank = group.size(), group.rank()  # (torch.distributed's get_* cost the host more)

@@ -107,11 +107,24 @@ def test_merge_ranks_is_chan_in_rank_order():
     assert parts[1].abs().sum() == 0
 
 
-def test_drop_zero_row_is_the_moments_without_it():
-    """Chan's merge with a zero row undone gives the moments of the other rows."""
-    z = torch.randn(9, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(9)) + 3
-    with_zero = algebra.column_moments(torch.cat([z.new_zeros(1, 4), z]))
-    assert torch.allclose(algebra.drop_zero_row(with_zero), algebra.column_moments(z), rtol=1e-12, atol=1e-12)
+@pytest.mark.parametrize("shards", [(20, 1, 16), (1, 37), (5, 300)], ids=lambda s: "+".join(map(str, s)))
+@pytest.mark.parametrize("tile_rows", [None, 32])
+def test_shifted_rank_moments_merge_to_the_shifted_batch(shards, tile_rows):
+    """Every rank's message about rank 0's first row x₀ (:func:`fusedlib.algebra.shifted_rank_moments`:
+    all of a rank's rows shifted, its first too, on every rank but 0) merges in rank order into the
+    moments of D = (X − x₀)Wᵀ over the concatenated batch, a rank of one row included; the
+    variance is Z's, the mean Z's less z₀ = x₀Wᵀ."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(sum(shards), 7, generator=g, dtype=torch.float64) * 2 + 3
+    w = torch.randn(6, 7, generator=g, dtype=torch.float64)
+    x0, z = x[0], x @ w.t()
+    parts = torch.stack([algebra.shifted_rank_moments(xr, w, x0, tile_rows=tile_rows)
+                         for xr in torch.split(x, shards)])
+    assert parts[:, 0, 0].tolist() == list(map(float, shards))
+    mean, var, n = algebra.merge_ranks(parts)
+    assert n == sum(shards)
+    assert torch.allclose(mean, z.mean(0) - x0 @ w.t(), rtol=1e-12, atol=1e-12)
+    assert torch.allclose(var, z.var(0, unbiased=False), rtol=1e-12, atol=1e-12)
 
 
 def test_a_shared_shift_keeps_fp32_accuracy_across_ranks():
@@ -131,7 +144,7 @@ def test_a_shared_shift_keeps_fp32_accuracy_across_ranks():
     def error(y):
         return ((y.double() - y64).norm() / y64.norm()).item()
 
-    shared = torch.stack([algebra.shifted_rank_moments(xr, w, x0, r) for r, xr in enumerate(ranks)])
+    shared = torch.stack([algebra.shifted_rank_moments(xr, w, x0) for xr in ranks])
     mean, var, n = algebra.merge_ranks(shared)
     assert n == 1024
     y_shared = torch.cat([((xr - x0) @ w.t() - mean) / var.sqrt() for xr in ranks])
@@ -204,7 +217,7 @@ def _worker(rank: int, world: int, shards, kind: str, stage: str, out: str) -> N
 
 
 @pytest.mark.parametrize("kind,stage,shards", [("84", "fused", (9, 1)), ("33", "sums", (7, 12, 3)),
-                                               ("84", "naive", (4, 4, 4))])
+                                               ("84", "naive", (4, 4, 4)), ("33", "fused", (3, 1, 10, 6))])
 def test_gloo_processes_equal_one_process(kind, stage, shards, tmp_path):
     """The same through torch.distributed's all_gather and all_reduce, gloo, one process a rank."""
     world = len(shards)

@@ -47,6 +47,11 @@ struct Problem {
   unsigned int* tile_counter;     // (1) the persistent wgmma GEMM's next unit: zero before, left zero
   int splits;              // split-K splits S of the SIMT or wgmma GEMM (1: none; SplitK)
   float* z0;               // (M) train mode at fp32 and 3xTF32: the first-row shift (below), or null
+  const float* x0;         // (K) the shift's row x₀, which the GEMM subtracts from X's rows (read with p.z0
+                           //        only): X's own row 0 (p.x), or with x0_external another process's
+  int x0_external;         // 1: x₀ is not one of X's rows (data parallelism, ranks ≠ 0: rank 0's first row,
+                           //        docs/design.md §14): every row is shifted, row 0 too, and no GEMM row is
+                           //        z₀ (p.z0 is not written: D's row 0 is that row's own; shift_keeps_row0)
   float* w_parts;          // (2, M, K) 3xTF32 on wgmma with many row tiles: W's parts [Wb; Ws], made
                            //        from W by a pass at this call (gemm_wgmma.cuh wg_w_pass), or null
   int n, k, m;             // batch N, in_features K, out_features M, each at most kMaxDim; their products
@@ -64,12 +69,12 @@ struct Problem {
   // column moments instead of coefficients; phase 2 merges every rank's and runs the rest.
   int sync_phase;          // 0: one process (the whole forward); 1: up to the moments; 2: from every rank's
   float* moments;          // (4, M) phase 1: this rank's [n; mean; M2; z₀] of the Z the stage holds (z₀: its
-                           //        GEMM's row 0 under the first-row shift, where p.z0 points), the message
+                           //        GEMM's row 0 under the first-row shift, where p.z0 points; rank 0's only:
+                           //        the other ranks' shift row is external and their z₀ slot is left unwritten),
+                           //        the message
   const float* gathered;   // (R, 4, M) phase 2: every rank's moments in rank order (p.z0: rank 0's z₀)
   float* stats;            // (2, M) phase 2: the global batch's mean and biased variance of that Z
   int ranks;               // R
-  int drop_row0;           // phase 1: Z's row 0 is rank 0's shift row, borrowed (D's row 0, exactly 0): not
-                           //        one of this rank's rows, left out of its moments
 };
 
 #define FL_RETURN_IF_ERROR(expr)                        \
@@ -302,8 +307,18 @@ __device__ __forceinline__ void count_train_step(long long* num_batches_tracked)
 // XWᵀ + b: the same Z − μ, without the cancellation of a GEMM rounded to |x̄|·‖W‖ when X's
 // columns sit far from zero, nor that of adding a bias ≫ a column's spread. The epilogue moves
 // the GEMM's row 0, x₀Wᵀ, to p.z0; column_shift(p, j) = x₀Wᵀ + b of column j, what the running
-// mean adds back (0 without the shift).
+// mean adds back (0 without the shift). The mainloops read x₀ from p.x0. Data parallelism
+// (docs/design.md §14): on ranks other than 0, x₀ is rank 0's first row, external
+// (p.x0_external): the GEMM runs over X − x₀, row 0 shifted as every other, so Z is D of this
+// rank's own rows; its z₀ is rank 0's, which comes with rank 0's message.
 __device__ __forceinline__ float column_shift(const Problem& p, int j) { return p.z0 ? p.z0[j] + p.bias[j] : 0.f; }
+
+// Whether the shift leaves X's row 0 as it is (x₀ itself, whose GEMM row is z₀): in one process
+// and on rank 0; not with an external x₀, where every row is shifted and no GEMM row is z₀. The
+// mainloops and take_shift_row test it beside their own row-0 test (m0 + r == 0), which they
+// keep as it was, and with it the registers of one process (comparing m0 + r with a row index
+// held in a register instead cost the mma.sync kernels up to 12 registers a thread on sm_100).
+__device__ __forceinline__ bool shift_keeps_row0(const Problem& p) { return !p.x0_external; }
 
 // running ← (1 − m)·running + m·batch for column j, of what BatchNorm saw (its batch mean and
 // biased variance over n rows); the variance stored unbiased, ×n/(n−1).
@@ -337,15 +352,9 @@ __device__ void finalize_column(const Problem& p, int j, float mean, float var, 
 
 // Column j's statistics done, from its moments over this process's rows: the coefficients and the
 // running buffers (finalize_column), or in phase 1 of a data-parallel forward this rank's
-// moments, the message (p.moments). With drop_row0, Z's row 0 (exactly 0) is taken out of them,
-// Chan's merge with (1, 0, 0) undone: n' = n − 1, mean' = mean·n/n', M2' = M2 − mean'²·n'/n
-// (algebra.drop_zero_row).
+// moments, the message (p.moments).
 __device__ __forceinline__ void column_done(const Problem& p, int j, Moments mo, bool z_has_bias) {
   if (!p.moments) return finalize_column(p, j, mo.mean, mo.m2 / mo.n, z_has_bias, mo.n);
-  if (p.drop_row0) {
-    const float n1 = mo.n - 1.f, mean1 = mo.mean * (mo.n / n1);
-    mo = {n1, mean1, fmaxf(mo.m2 - mean1 * mean1 * (n1 / mo.n), 0.f)};
-  }
   p.moments[j] = mo.n;
   p.moments[(size_t)p.m + j] = mo.mean;
   p.moments[2 * (size_t)p.m + j] = mo.m2;

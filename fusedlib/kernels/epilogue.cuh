@@ -83,10 +83,11 @@ __device__ __forceinline__ bool sum_splits(const Problem& p, float (&d)[NACC], i
 }
 
 // The first-row shift (common.cuh column_shift): output (row, col) of the GEMM as the epilogue
-// sees it — row 0 is x₀Wᵀ, which goes to p.z0, and D's row 0, exactly 0, takes its place.
+// sees it — row 0 is x₀Wᵀ, which goes to p.z0, and D's row 0, exactly 0, takes its place (with
+// an external x₀, p.x0_external, no row is z₀: every row is D's own, shift_keeps_row0).
 // Called by each mainloop on the accumulators it hands over, before any epilogue reads them.
 __device__ __forceinline__ float take_shift_row(const Problem& p, float v, int row, int col) {
-  if (row != 0 || !p.z0) return v;
+  if (row != 0 || !p.z0 || !shift_keeps_row0(p)) return v;
   if (col < p.m) p.z0[col] = v;
   return 0.f;
 }
@@ -332,7 +333,8 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, r = 16 * warp + g;
   const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
   const bool ok0 = r < rows, ok1 = r + 8 < rows;
-  if (p.z0 && m0 + r == 0) {  // the first-row shift: row 0 is z₀ (rows r + 8 never are)
+  // the first-row shift: row 0 is z₀ (rows r + 8 never are; with an external x₀ no row is)
+  if (p.z0 && shift_keeps_row0(p) && m0 + r == 0) {
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       d[4 * j] = take_shift_row(p, d[4 * j], 0, n0 + 8 * j + 2 * t);

@@ -8,9 +8,9 @@
 // big·small + big·big (CUTLASS example 27), and since the tensor cores' fp32 accumulation
 // truncates, each K step's products are accumulated from zero and then added into the fp32
 // accumulator with a round-to-nearest FADD (promotion every 16 products): fp32-class at any K.
-// In train mode at 3xTF32 the A fragments are X's rows minus its row 0 (the first-row shift,
-// common.cuh), subtracted before the split. The finished accumulators go through the
-// shared-memory C tile to the epilogue Epi.
+// In train mode at 3xTF32 the A fragments are X's rows minus x₀, p.x0 (the first-row shift,
+// common.cuh: every row but X's row 0, or every row with an external x₀), subtracted before the
+// split. The finished accumulators go through the shared-memory C tile to the epilogue Epi.
 // grid = (ceil(M/128), ceil(N/128)) (past kMaxGridY row tiles, several launches from row tile
 // tile0: common.cuh). Without sm_80 the kernel compiles to an empty body (the host never
 // selects this path there: fusedlib/engine.py).
@@ -27,7 +27,7 @@ namespace fl {
 
 constexpr int kMmaBM = 128, kMmaBN = 128, kMmaBK = 16, kMmaStages = 4, kMmaThreads = 256;
 constexpr int kMmaLds = kMmaBK + 4;  // padded row stride (words): fragment loads hit 32 distinct banks
-// A stage: the X tile, the W tile, then one row of X's row 0 (the first-row shift), kMmaLds apart.
+// A stage: the X tile, the W tile, then one row of x₀ (the first-row shift), kMmaLds apart.
 constexpr int kMmaStageWords = (kMmaBM + kMmaBN + 1) * kMmaLds;
 constexpr size_t kMmaLoopSmem = (size_t)kMmaStages * kMmaStageWords * sizeof(float);
 constexpr size_t kMmaEpiSmem = epilogue_smem_bytes<kMmaBM, kMmaBN, kMmaThreads>();
@@ -70,7 +70,7 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // One K-slice (kMmaBK columns) of the X rows m0… and W rows n0… into a pipeline stage (with
-// the first-row shift, X's row 0 as well, after the W tile). VEC: 16-byte copies (K % 4 == 0
+// the first-row shift, x₀ as well, from p.x0, after the W tile). VEC: 16-byte copies (K % 4 == 0
 // and aligned pointers), else 4-byte copies.
 template <bool VEC>
 __device__ __forceinline__ void mma_load_stage(const Problem& p, const float* x, const float* w, float* As,
@@ -79,8 +79,8 @@ __device__ __forceinline__ void mma_load_stage(const Problem& p, const float* x,
   if (p.z0 && tid < (VEC ? kMmaBK / 4 : kMmaBK)) {
     const int c = VEC ? 4 * tid : tid;
     float* dst = Bs + kMmaBN * kMmaLds + c;
-    if (VEC) cp_async16(dst, k0 + c < p.k ? x + k0 + c : x, k0 + c < p.k);
-    else cp_async4(dst, k0 + c < p.k ? x + k0 + c : x, k0 + c < p.k);
+    if (VEC) cp_async16(dst, k0 + c < p.k ? p.x0 + k0 + c : p.x0, k0 + c < p.k);
+    else cp_async4(dst, k0 + c < p.k ? p.x0 + k0 + c : p.x0, k0 + c < p.k);
   }
   if (VEC) {
 #pragma unroll
@@ -113,6 +113,7 @@ mma_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __res
   const int n0 = blockIdx.x * kMmaBN, m0 = (tile0 + (int)blockIdx.y) * kMmaBM;
   const int KT = ceil_div(p.k, kMmaBK);
   constexpr int kStageWords = kMmaStageWords;
+  const bool keep0 = shift_keeps_row0(p);  // the first-row shift leaves X's row 0 as it is (not: external x₀)
   float acc[4][4][4], part[SPLIT ? 4 : 1][SPLIT ? 4 : 1][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -150,13 +151,13 @@ mma_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __res
 #pragma unroll
     for (int kk = 0; kk < kMmaBK; kk += 8) {
       uint32_t ab[4][4], bb[4][2], as[4][4], bs[4][2];
-      // the first-row shift: X's row 0 at this thread's two columns (zeros past K), else 0
+      // the first-row shift: x₀ at this thread's two columns (zeros past K), else 0
       const float* X0s = Bs + kMmaBN * kMmaLds;
       const float x0a = p.z0 ? X0s[kk + t] : 0.f, x0b = p.z0 ? X0s[kk + t + 4] : 0.f;
 #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
         const int r = wm * 64 + mi * 16 + g;
-        const bool first = m0 + r == 0;  // row 0 stays x₀ (rows r + 8 never are row 0)
+        const bool first = m0 + r == 0 && keep0;  // row 0 stays x₀ (rows r + 8 never are row 0)
         const float v[4] = {As[r * kMmaLds + kk + t] - (first ? 0.f : x0a), As[(r + 8) * kMmaLds + kk + t] - x0a,
                             As[r * kMmaLds + kk + t + 4] - (first ? 0.f : x0b),
                             As[(r + 8) * kMmaLds + kk + t + 4] - x0b};
@@ -220,7 +221,8 @@ mma_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __res
 
 template <class Epi>
 const char* launch_mma_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
-  const bool vec = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
+  const bool vec = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0 &&
+                   (!p.z0 || (uintptr_t)p.x0 % 16 == 0);  // (x₀: X's row 0, or an external row)
   const bool split = p.precision == TF32X3;
   auto kernel = vec ? (split ? mma_gemm_kernel<true, true, Epi> : mma_gemm_kernel<true, false, Epi>)
                     : (split ? mma_gemm_kernel<false, true, Epi> : mma_gemm_kernel<false, false, Epi>);

@@ -8,12 +8,13 @@
 // loaded into registers during this step's FFMAs and stored into the other stage, one
 // __syncthreads a K step. The finished accumulators go through the shared-memory C tile to
 // the epilogue Epi (epilogue.cuh). In train mode at fp32 the A tile's rows other than X's row
-// 0 go to shared memory minus that row (the first-row shift, common.cuh). grid = (ceil(M/BN),
-// ceil(N/BM), S) (past kMaxGridY row tiles, several launches from row tile tile0: common.cuh):
-// with split-K (SPLITK, p.splits = S > 1, where even 32×32 tiles leave SMs idle: simt_split_k,
-// gemm.cuh) block z runs its range of the K steps and the tile's last split sums the S partial
-// tiles in split order before the epilogue (sum_splits). The ladder of SIMT SGEMM kernels this
-// follows: siboehm, "How to optimize a CUDA matmul kernel" (SGEMM_CUDA).
+// 0 (all of them with an external x₀) go to shared memory minus x₀, p.x0 (the first-row shift,
+// common.cuh). grid = (ceil(M/BN), ceil(N/BM), S) (past kMaxGridY row tiles, several launches
+// from row tile tile0: common.cuh): with split-K (SPLITK, p.splits = S > 1, where even 32×32
+// tiles leave SMs idle: simt_split_k, gemm.cuh) block z runs its range of the K steps and the
+// tile's last split sums the S partial tiles in split order before the epilogue (sum_splits).
+// The ladder of SIMT SGEMM kernels this follows: siboehm, "How to optimize a CUDA matmul
+// kernel" (SGEMM_CUDA).
 #pragma once
 #include "epilogue.cuh"
 
@@ -58,17 +59,19 @@ __device__ __forceinline__ void simt_load(float (&r)[ROWS * BK / THREADS], const
   }
 }
 
-// The first-row shift (common.cuh) on the registers of simt_load: rows 1 … `rows` − 1 of the
-// tile minus x₀, the four elements of X's row 0 at this thread's columns (the same for every
-// group q, as THREADS is a multiple of BK/4). Done when the registers go to shared memory, so
-// the loads stay in flight under the K step's FFMAs.
+// The first-row shift (common.cuh) on the registers of simt_load: the tile's rows below `rows`,
+// but X's row 0 where the shift keeps it (keep0: common.cuh shift_keeps_row0), minus x₀, the four
+// elements of the shift row at this thread's columns (the same for every group q, as THREADS is
+// a multiple of BK/4). Done when the registers go to shared memory, so the loads stay in flight
+// under the K step's FFMAs.
 template <int ROWS, int BK, int THREADS>
-__device__ __forceinline__ void simt_shift(float (&r)[ROWS * BK / THREADS], float4 x0, int r0, int rows, int tid) {
+__device__ __forceinline__ void simt_shift(float (&r)[ROWS * BK / THREADS], float4 x0, int r0, int rows, bool keep0,
+                                           int tid) {
   static_assert(THREADS % (BK / 4) == 0, "a thread's groups share their columns");
 #pragma unroll
   for (int q = 0; q < ROWS * BK / THREADS / 4; ++q) {
     const int row = r0 + (tid + q * THREADS) / (BK / 4);
-    if (row > 0 && row < rows) r[4 * q] -= x0.x, r[4 * q + 1] -= x0.y, r[4 * q + 2] -= x0.z, r[4 * q + 3] -= x0.w;
+    if ((row > 0 || !keep0) && row < rows) r[4 * q] -= x0.x, r[4 * q + 1] -= x0.y, r[4 * q + 2] -= x0.z, r[4 * q + 3] -= x0.w;
   }
 }
 
@@ -101,16 +104,16 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
   const int K = p.k;
 
   float ra[LA], rb[LB];
-  float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f);  // the first-row shift: X's row 0 at this thread's columns
+  float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f);  // the first-row shift: x₀ (p.x0) at this thread's columns
   const bool shift = p.z0 != nullptr;
   auto load = [&](int k0) {
     simt_load<BM, BK, THREADS>(ra, x, m0, p.n, K, k0, tid, vec);
     simt_load<BN, BK, THREADS>(rb, w, n0, p.m, K, k0, tid, vec);
     const int kx = k0 + (tid % (BK / 4)) * 4;
-    if (shift) x0 = simt_load4(x + kx, kx, K, vec);
+    if (shift) x0 = simt_load4(p.x0 + kx, kx, K, vec);
   };
   auto stash = [&](int s) {
-    if (shift) simt_shift<BM, BK, THREADS>(ra, x0, m0, p.n, tid);
+    if (shift) simt_shift<BM, BK, THREADS>(ra, x0, m0, p.n, shift_keeps_row0(p), tid);
     simt_stash<BM, BK, THREADS, LDA>(ra, As + s * BK * LDA, tid);
     simt_stash<BN, BK, THREADS, LDB>(rb, Bs + s * BK * LDB, tid);
   };
@@ -185,7 +188,8 @@ const char* launch_simt_gemm(const Problem& p, const float* x, const float* w, f
   using T = SimtTile<BM, BN, BK, TM, TN>;
   auto kernel = simt_gemm_kernel<BM, BN, BK, TM, TN, MIN_BLOCKS, Epi, SPLITK>;
   FL_OPT_IN_SMEM(kernel, T::kSmem);
-  const bool vec = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
+  const bool vec = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0 &&
+                   (!p.z0 || (uintptr_t)p.x0 % 16 == 0);  // (x₀: X's row 0, or an external row)
   // kMaxGridY row tiles a launch (split-K runs on fewer than kMinGrid tiles: one launch)
   const int rows = ceil_div(p.n, BM);
   for (int t0 = 0; t0 < rows; t0 += kMaxGridY) {

@@ -4,7 +4,7 @@
 // consumer warpgroups of 64 rows each; 128×BN block tile, grouped raster order.
 //  * tf32: BN = 256, one pass over K; the tensor cores read the top 19 bits of the fp32 words.
 //  * 3xtf32: X = Xb + Xs split into TF32 parts by the consumers as they read X's tile (in train
-//    mode X shifted by its first row, common.cuh); W = Wb + Ws split in shared memory by the
+//    mode X shifted by the batch's first row, common.cuh); W = Wb + Ws split in shared memory by the
 //    producer warpgroup's three idle warps after each W tile lands (wgmma reads B from shared
 //    memory only), or, where every W tile would be split many times (many row tiles: wg_w_pass),
 //    by one pass over W before the GEMM into a workspace both parts are then loaded from; either
@@ -48,7 +48,7 @@ struct WgTile {
   static constexpr uint32_t kStageBytes = kABytes + (PROMOTE ? 2 : 1) * kBBytes;
   static constexpr uint32_t kLoadBytes = kABytes + kBBytes;  // what TMA writes a stage (X's tile, W's)
   static constexpr int kStages = (192 * 1024) / kStageBytes;
-  // 3xTF32 with the first-row shift: X's row 0 over the stage's 32 K columns, a 128-byte row a stage
+  // 3xTF32 with the first-row shift: x₀ (p.x0) over the stage's 32 K columns, a 128-byte row a stage
   static constexpr size_t kRow0Offset = (size_t)kStages * kStageBytes;
   static constexpr size_t kEpilogueOffset = kRow0Offset + kStages * kWgBK * sizeof(float);  // beside the live ring
   static constexpr size_t kBarrierOffset = kEpilogueOffset + fragment_smem_floats<BN>() * sizeof(float);
@@ -207,7 +207,7 @@ __device__ __forceinline__ int next_unit(const Problem& p, int units) {
 // thread's wgmma A fragments (wgmma_tf32_rs) of Xb and Xs, K slice kk (8 columns) of its
 // warpgroup's 64 rows in a stage, which TMA wrote with the 128-byte swizzle (16-byte chunk c of row r at chunk
 // c ^ (r % 8)). v = x − x₀ in the rows the first-row shift covers (shift_lo, shift_hi = 1 for rows
-// g, g + 8; x₀ from row0, X's row 0 over the stage's K columns, + 4t), then Xb = rna_tf32(v) and
+// g, g + 8; x₀ from row0, the shift row over the stage's K columns, + 4t), then Xb = rna_tf32(v) and
 // Xs = rna_tf32(v − Xb) (algebra.tf32_split; the same bits as a split pass; a NaN in X stays a
 // NaN in Xs).
 __device__ __forceinline__ float lds_f32(uint32_t addr) {
@@ -293,7 +293,7 @@ __global__ void w_parts_kernel(const uint4* __restrict__ w, uint4* __restrict__ 
 // (split_w_tile; split[s]: done), or with p.w_parts W's parts Wb, Ws from the pass (map_b0,
 // map_b1: TMA writes the whole stage, no split in the kernel); the consumers split X into TF32 parts as they read it from
 // shared memory (wgmma_3xtf32_fragments) and issue Xs·Wb + Xb·Ws + Xb·Wb for each K slice. With the first-row shift (p.z0) the producer
-// also loads X's row 0 for each K step (map_row0).
+// also loads x₀ for each K step (map_row0, the 1×K map over p.x0: X's row 0, or an external row).
 // PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each K
 // step's products (3 × 32) are accumulated from zero and then added into a separate fp32
 // accumulator (round-to-nearest FADD): 3xTF32 stays fp32-class for any K.
@@ -418,7 +418,8 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         int m0, n0;
         wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
         const int r = m0 + 64 * cw + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
-        shift_lo = r != 0 && r < p.n, shift_hi = r + 8 < p.n;  // row 0 stays x₀; rows past N stay 0
+        // row 0 stays x₀ (not with an external x₀: shift_keeps_row0); rows past N stay 0
+        shift_lo = (r != 0 || !shift_keeps_row0(p)) && r < p.n, shift_hi = r + 8 < p.n;
       }
       bool prev_released = true;  // step it − 1's stage already handed back to the producer
       // 3xTF32: the A fragments (Xb and Xs) of G K slices at a time (all four; 2 at BN = 192, for
@@ -506,7 +507,8 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 }
 
 // A (rows × k) row-major fp32 matrix read in boxes of box_rows × 32 (one 128-byte row each),
-// 128-byte swizzled for wgmma's descriptors (or not: X's row 0, which the consumers read by address).
+// 128-byte swizzled for wgmma's descriptors (or not: the shift row x₀, 1 × k, which the consumers read
+// by address).
 static const char* encode_map(CUtensorMap* map, const float* base, int rows, int k, int box_rows,
                               CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
@@ -625,7 +627,9 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
     return launch_wg<256, false, Epi>(p, out, a, b0, a, b0, st);
   }
   const int bn = wg_split_width(p.n, p.m, p.splits);
-  if ((err = encode_map(&row0, x, 1, p.k, 1, CU_TENSOR_MAP_SWIZZLE_NONE))) return err;
+  // the first-row shift's x₀ (p.x0: X's row 0, or an external row), a 1×K map (without the shift, unused)
+  if (p.z0 && (uintptr_t)p.x0 % 16 != 0) return "the wgmma GEMM needs a 16-byte aligned shift row x0 (TMA)";
+  if ((err = encode_map(&row0, p.z0 ? p.x0 : x, 1, p.k, 1, CU_TENSOR_MAP_SWIZZLE_NONE))) return err;
   if (p.w_parts) {  // W's parts by the pass, at this call; the GEMM loads both
     const size_t mk = (size_t)p.m * p.k;
     w_parts_kernel<<<sm_count() * 8, 256, 0, st>>>(reinterpret_cast<const uint4*>(w),

@@ -74,7 +74,8 @@ struct SyncArgs {
   at::Tensor y;        // (N, M) Y, the caller's, the same in both phases
   at::Tensor moments;  // phase 1: (4, M) the message; phase 2: (R, 4, M) every rank's, in rank order
   at::Tensor stats;    // phase 2: (2, M) the global batch's mean and biased variance of Z
-  bool drop_row0;      // phase 1: x's row 0 is rank 0's shift row, borrowed (common.cuh column_done)
+  at::Tensor x0;       // ranks ≠ 0 under the first-row shift: rank 0's first row (K), this GEMM's x₀, external
+                       //        (Problem::x0, x0_external); undefined: x's own row 0
 };
 
 }  // namespace fl
@@ -195,6 +196,8 @@ static std::optional<at::Tensor> forward_impl(
   p.tile_counter = scratch.counters + n_count + (sk.splits > 1 ? sk.tiles : 0);
   p.splits = sk.splits;
   p.z0 = shift ? scratch.floats + n_part + 4 * m + n_sk : nullptr;
+  p.x0_external = sync && sync->x0.defined();  // (data parallelism, ranks ≠ 0: rank 0's row)
+  p.x0 = p.x0_external ? sync->x0.data_ptr<float>() : p.x;
   at::Tensor w_parts;  // freed after the call (the caching allocator's; a capture's pool keeps it for replays)
   if (w_pass)
     w_parts = explain_oom([&] { return at::detail::empty_cuda({2 * m * k}, at::kFloat, x.device(), std::nullopt); },
@@ -216,9 +219,8 @@ static std::optional<at::Tensor> forward_impl(
   p.gathered = sync && sync->phase == 2 ? sync->moments.data_ptr<float>() : nullptr;
   p.stats = sync && sync->phase == 2 ? sync->stats.data_ptr<float>() : nullptr;
   p.ranks = sync && sync->phase == 2 ? (int)sync->moments.size(0) : 0;
-  p.drop_row0 = sync && sync->drop_row0;
-  if (sync && shift)  // z₀ into the message (phase 1); rank 0's, the same on every rank (phase 2)
-    p.z0 = (sync->phase == 1 ? p.moments : const_cast<float*>(p.gathered)) + 3 * m;
+  if (sync && shift)  // z₀ into the message (phase 1: rank 0's; an external x₀ writes none); rank 0's, the same
+    p.z0 = (sync->phase == 1 ? p.moments : const_cast<float*>(p.gathered)) + 3 * m;  // on every rank (phase 2)
 
   const char* poison = std::getenv("FUSEDLIB_POISON");
   if (poison && poison[0] == '1') {  // correctness tests: every unwritten element reads NaN (0xFFFFFFFF)
@@ -251,8 +253,9 @@ TORCH_LIBRARY_IMPL(fusedlib, CUDA, m) { m.impl(FL_STR(FL_STAGE), &forward); }
 // forward over a batch spread across the ranks of process group group_name, in two phases around
 // one all-gather, all on the current stream; nothing waits for the GPU.
 // Under the first-row shift (fp32 and 3xTF32: common.cuh column_shift) every rank shifts by rank
-// 0's first row, which one broadcast brings; the other ranks run their GEMM over [x₀; X] and
-// leave their Z's row 0 (exactly 0) out of their moments, Z and Y.
+// 0's first row, which one broadcast brings; on the other ranks it is the GEMM's external shift row
+// (Problem::x0, x0_external): their GEMM runs over X − x₀, row 0 shifted as every other, and their
+// moments, Z and Y are those of their own rows (no extra row, no copies).
 // phase 1: the GEMM and this rank's column moments (4, M) [n; mean; M2; z₀] of the Z the stage
 // holds; the all-gather of every rank's in rank order (rank 0 first: its z₀ is the shift's);
 // phase 2: merged (Chan, rank order), the coefficients, the running buffers over the global
@@ -267,28 +270,25 @@ std::vector<at::Tensor> sync_train(const at::Tensor& x_in, const at::Tensor& wei
                                    int64_t ranks) {
   using namespace fl;
   const Collectives group(group_name);
-  const bool shift = first_row_shift(precision, true), borrow = shift && rank != 0;
-  at::Tensor x = x_in;
+  const bool shift = first_row_shift(precision, true);
+  at::Tensor x0;  // ranks ≠ 0 under the shift: rank 0's first row, the GEMM's external x₀
   if (shift) {  // rank 0's first row on every rank
     at::Tensor row = rank == 0 ? x_in.narrow(0, 0, 1).clone() : at::empty({1, x_in.size(1)}, x_in.options());
     group.broadcast(row, 0);
-    if (borrow) x = at::cat({row, x_in});
+    if (rank != 0) x0 = row;
   }
-  const int64_t rows = x.size(0), m = weight.size(0);
-  const at::Tensor z = borrow ? at::empty({rows, m}, x.options()) : z_out;
-  at::Tensor y = at::empty({rows, m}, x.options()), moments = at::empty({4, m}, x.options()),
-             stats = at::empty({2, m}, x.options());
+  const int64_t rows = x_in.size(0), m = weight.size(0);
+  at::Tensor y = at::empty({rows, m}, x_in.options()), moments = at::empty({4, m}, x_in.options()),
+             stats = at::empty({2, m}, x_in.options());
   const auto phase = [&](const SyncArgs& args) {
-    forward_impl(x, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision,
-                 true, eps, momentum, c10::string_view(gemm_path), z, false, &args);
+    forward_impl(x_in, weight, bias, scale, gamma, beta, running_mean, running_var, num_batches_tracked, kind,
+                 precision, true, eps, momentum, c10::string_view(gemm_path), z_out, false, &args);
   };
-  phase({1, y, moments, stats, borrow});
-  at::Tensor gathered = at::empty({ranks, 4, m}, x.options());
+  phase({1, y, moments, stats, x0});
+  at::Tensor gathered = at::empty({ranks, 4, m}, x_in.options());
   group.all_gather(gathered, moments);
-  phase({2, y, gathered, stats, borrow});
-  if (!borrow) return {y, stats};
-  z_out.copy_(z.narrow(0, 1, rows - 1));
-  return {y.narrow(0, 1, rows - 1).clone(), stats};
+  phase({2, y, gathered, stats, x0});
+  return {y, stats};
 }
 
 // The modules' eager call (fusedlib.cuda.eager_forward): eager_forward(x, weight, bias, scale,
