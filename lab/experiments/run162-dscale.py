@@ -12,12 +12,16 @@ import copy  # noqa: E402
 
 import test_sync_gpu as t  # noqa: E402
 
-print("kind rows offset | " + " ".join(f"{q:>10}" for q in ("Y", "dX", "d weight", "d scale", "d bn.weight", "d bn.bias")))
+header = False
 for kind in ("84", "33"):
     for n, offset in ((256, 1000.0), (1824, 1000.0), (5724, 1000.0), (5724, 3.0)):
         x, dy = t._batch(n, offset)
         want = t._step(copy.deepcopy(t._reference(kind)).double(), x.double(), dy.double())
         got = t._step(t._fused(kind, "fused", "fp32", False), x.cuda(), dy.cuda())
         errs = [t._rel(got["y"], want["y"]), t._rel(got["dx"], want["dx"])]
-        errs += [t._rel(got["grads"][k], want["grads"][k]) for k in want["grads"] if k != "gemm.bias"]
-        print(kind, n, offset, "|", " ".join(f"{e:10.2e}" for e in errs), list(k for k in want["grads"] if k != "gemm.bias"))
+        names = [k for k in want["grads"] if k != "gemm.bias"]  # (the model's parameter order: scale first)
+        errs += [t._rel(got["grads"][k], want["grads"][k]) for k in names]
+        if not header:  # the columns named in the order they are printed
+            print("kind rows offset | " + " ".join(f"{q:>10}" for q in ["Y", "dX", *(f"d {k}" for k in names)]))
+            header = True
+        print(kind, n, offset, "|", " ".join(f"{e:10.2e}" for e in errs))
