@@ -176,8 +176,11 @@ def load_backward(device_index: int = 0):
 
 
 def compile_check(path: Path, capability: tuple[int, int] = (9, 0), nvcc: str = "nvcc") -> list[dict]:
-    """Compile one kernel source with ``nvcc -c`` (no torch headers needed) for ``capability``
-    and return ptxas's resource report, one dict per kernel and per device function a kernel
+    """Compile one kernel source with ``nvcc -c`` (no torch headers needed) for ``capability``,
+    with the flags torch's extension build gives nvcc (``COMMON_NVCC_FLAGS``: among them
+    ``__CUDA_NO_HALF_CONVERSIONS__`` and ``__CUDA_NO_BFLOAT16_CONVERSIONS__``, which remove the
+    implicit conversions between float and the 16-bit types, so code that compiles here
+    compiles in :func:`load_stage` too), and return ptxas's resource report, one dict per kernel and per device function a kernel
     calls (not inlined): ``kernel`` (mangled name),
     ``registers``, ``spill_stores``, ``spill_loads`` (bytes), ``stack_frame`` (bytes).
 
@@ -192,7 +195,9 @@ def compile_check(path: Path, capability: tuple[int, int] = (9, 0), nvcc: str = 
     if shutil.which(nvcc) is None:
         raise KernelBuildError(f"{nvcc} not found on PATH: cannot compile {path.name}")
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [nvcc, "-c", "-O3", "-std=c++17", *arch_flags(capability), "-Xptxas", "-v",
+        from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
+        cmd = [nvcc, "-c", "-O3", "-std=c++17", *COMMON_NVCC_FLAGS, *arch_flags(capability), "-Xptxas", "-v",
                "-I", str(KERNEL_DIR), "-o", str(Path(tmp) / "k.o"), str(path)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
