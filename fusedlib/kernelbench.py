@@ -35,10 +35,25 @@ from pathlib import Path
 
 from . import algebra
 
-__all__ = ["DTYPES", "model_new_source", "add_arguments", "main"]
+__all__ = ["DTYPES", "gemm_precision", "model_new_source", "add_arguments", "main"]
 
 #: KernelBench's evaluation dtypes (its ``precision`` argument), as its scripts name them.
 DTYPES = ("fp32", "bf16", "fp16")
+
+
+def gemm_precision(dtype: str, precision: str | None = None) -> str:
+    """The GEMM precision a fused module in ``dtype`` (one of :data:`DTYPES`) is built with:
+    ``precision`` when given, else fp32 for fp32 and tf32 for bf16 and fp16 — a bf16 or fp16
+    value is a TF32 value, so every precision multiplies 16-bit operands exactly
+    (docs/design.md §15), and tf32 is the fastest. The benchmark harness builds its 16-bit
+    stages with this rule too (:func:`fusedlib.lab.bench.build_impl`).
+
+    Raises:
+        ValueError: unknown dtype.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
+    return precision or ("fp32" if dtype == "fp32" else "tf32")
 
 #: KernelBench file of each problem id, and the fused class and constructor signature of its Model.
 _PROBLEMS = {
@@ -71,9 +86,7 @@ def model_new_source(problem: str, stage: str = "fused", precision: str | None =
     problem = str(problem)
     if problem not in _PROBLEMS:
         raise ValueError(f"problem: expected one of {tuple(_PROBLEMS)}, got {problem!r}")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
-    precision = precision or ("fp32" if dtype == "fp32" else "tf32")
+    precision = gemm_precision(dtype, precision)
     algebra.check_stage_precision(stage, precision)
     upstream, cls, signature, args = _PROBLEMS[problem]
     evaluation = "" if dtype == "fp32" else (

@@ -162,7 +162,7 @@ def test_errors():
     with pytest.raises(ValueError, match="mode"):
         cost("84", "fused", 1, 1, 1, mode="infer")
     with pytest.raises(ValueError, match="precision"):
-        cost("84", "fused", 1, 1, 1, precision="fp16")
+        cost("84", "fused", 1, 1, 1, precision="fp8")
     with pytest.raises(ValueError, match="shape"):
         cost("84", "fused", 0, 1, 1)
 
@@ -187,3 +187,64 @@ def test_3xtf32_pass_over_w_where_row_tiles_are_many(stage, monkeypatch):
     assert cost("33", stage, 16384, k, m, "train", "3xtf32").bytes == cost("33", stage, 16384, k, m, "train", "tf32").bytes
     monkeypatch.setenv(engine.W_SPLIT_VAR, "pass")
     assert cost("33", stage, 1024, k, m, "train", "3xtf32").passes[0].name.startswith("W's TF32 parts")
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_16bit_bytes_by_hand(dtype):
+    """bf16/fp16: X, W and Y at 2 bytes an element; the stages' Z in float32, the peers' Z in
+    the dtype; vectors at 4 bytes; FLOPs unchanged. The stages' GEMM tile is tf32's."""
+    g = cost("84", "gemm_only", N, K, M, "train", dtype)
+    assert g.bytes == 2 * (NK + MK + NM) + 4 * M and g.flops == GEMM_FLOPS + NM
+    naive = cost("84", "naive", N, K, M, "train", dtype)
+    assert _bytes(naive, "GEMM + bias") == 2 * (NK + MK) + 4 * M + 4 * NM      # Z kept in float32
+    assert _bytes(naive, "softmax normalize") == 4 * (NM + 2 * N) + 2 * NM     # Y in the dtype
+    assert _bytes(naive, "row max") == 4 * (NM + N)
+    eager = cost("84", "eager", N, K, M, "train", dtype)
+    assert _bytes(eager, "softmax") == 2 * (NM + NM)                          # eager's Z and Y: 16-bit
+    y33 = cost("33", "fused", N, K, M, "eval", dtype)
+    assert y33.bytes == 2 * (NK + MK + NM) + 4 * M                           # Y straight from the GEMM
+    n, k, m = 640, 1000, 1000
+    assert cost("84", "sums", n, k, m, "train", dtype).passes[0].write_bytes == 4 * (n * m + 2 * 5 * m)  # 5 tiles of 128
+    for impl in IMPLS:
+        assert cost("84", impl, N, K, M, "train", dtype).flops == cost("84", impl, N, K, M, "train", "tf32").flops
+
+
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_16bit_saves_the_operand_bytes(kind, mode):
+    """At 84's shape every implementation moves fewer bytes in bf16 than at tf32; the stages save
+    exactly half of X's, W's and Y's bytes, and the ladder's order of bytes holds."""
+    from fusedlib.lab.costmodel import ELEMENT_BYTES
+    n, k, m = 1024, 8192, 8192
+    for impl in IMPLS:
+        assert cost(kind, impl, n, k, m, mode, "bf16").bytes < cost(kind, impl, n, k, m, mode, "tf32").bytes
+    for stage in ("naive", "fold", "sums", "fused"):
+        saved = cost(kind, stage, n, k, m, mode, "tf32").bytes - cost(kind, stage, n, k, m, mode, "bf16").bytes
+        assert saved == (4 - ELEMENT_BYTES["bf16"]) * (n * k + m * k + n * m)
+    b = {impl: cost(kind, impl, n, k, m, mode, "bf16").bytes for impl in IMPLS}
+    assert b["naive"] > b["fold"] >= b["sums"] == b["fused"] >= b["gemm_only"]
+
+
+def test_gemm_rate_of_16bit_and_its_source():
+    """bf16/fp16 at the measured bf16 rate when env.json has it, else twice tf32's, and the
+    caller is told which; at the same ceilings the GEMM's predicted time halves against tf32."""
+    from fusedlib.lab.costmodel import gemm_tflops
+    ceil = {"bandwidth": 3000.0, "fp32": 50.0, "tf32": 400.0}
+    assert gemm_tflops("bf16", ceil) == (800.0, "2 × tf32") == gemm_tflops("fp16", ceil)
+    assert gemm_tflops("bf16", {**ceil, "bf16": 700.0}) == (700.0, "bf16")
+    assert gemm_tflops("3xtf32", ceil) == (pytest.approx(400.0 / 3), "tf32 / 3")
+    with pytest.raises(ValueError, match="precision"):
+        gemm_tflops("fp8", ceil)
+    n, k, m = 1024, 8192, 8192
+    tf32 = cost("84", "fused", n, k, m, "train", "tf32")
+    bf16 = cost("84", "fused", n, k, m, "train", "bf16")
+    t_tf32 = tf32.passes[0].flops / (gemm_tflops("tf32", ceil)[0] * 1e12)
+    t_bf16 = bf16.passes[0].flops / (gemm_tflops("bf16", ceil)[0] * 1e12)
+    assert t_bf16 == pytest.approx(t_tf32 / 2)                                # compute-bound GEMM: half
+    whole = {p: c.time_ms(gemm_tflops(p, ceil)[0], ceil["bandwidth"]) for p, c in (("tf32", tf32), ("bf16", bf16))}
+    assert whole["bf16"] < whole["tf32"]
+    gemm_share = {p: c.passes[0].flops / (gemm_tflops(p, ceil)[0] * 1e12) * 1e3 / whole[p]
+                  for p, c in (("tf32", tf32), ("bf16", bf16))}
+    assert gemm_share["bf16"] < gemm_share["tf32"]                            # the other passes weigh more
+    from fusedlib.lab.course import gemm_rate
+    assert gemm_rate("bf16", ceil) == 800.0 and gemm_rate("tf32", ceil) == 400.0

@@ -51,6 +51,25 @@ computes BatchNorm's coefficients (a, c) from the running statistics, γ, β, s 
 call and writes a∘(XWᵀ) + (a∘b + c) (no folded weight exists; of the M-vectors it reads only
 the bias is charged, the others are a few M floats against N·M), and 3xtf32 splits W inside
 the GEMM, so every call's bytes are charged to it.
+
+16-bit precisions (``bf16``, ``fp16``: :data:`PRECISIONS_16`) name the dtype of a module and
+its input (``module.to(torch.bfloat16)``), not a GEMM mode: the stages are built with the GEMM
+precision of :func:`fusedlib.kernelbench.gemm_precision` (tf32, exact for 16-bit operands, so
+the tensor-core row tiles of 128), the peers run cuBLAS and PyTorch in the dtype. The bytes
+follow where each tensor is stored: X, W and Y (the module's input, weight and output) at 2
+bytes an element in every implementation; the stages keep their intermediate N×M tensors (Z,
+Z', V) and the statistics partials in float32, as the 16-bit route keeps its float32 sums
+(docs/design.md §15); the peers store Z and every N×M tensor in the dtype, as eager PyTorch
+and Inductor do. Vectors of M and N (bias, scale, BatchNorm's parameters and buffers, row
+statistics) stay counted at 4 bytes: a few M against N·M. These are the compulsory bytes of
+the 16-bit route; today's CUDA modules convert X and W to float32 at each call and Y back
+(``modules._float32_kernels``), passes this model does not charge. The GEMM's FLOPs do not
+change; its rate does: :func:`gemm_tflops` takes cuBLAS's bf16 rate (env.json
+``gemm_bf16_tflops``), twice the tf32 rate where that was not measured. What the model then
+predicts: with a GEMM twice as fast and X and W half the bytes, the GEMM's time halves while
+the stages' non-GEMM passes over float32 Z do not, so the passes that fusion removes (naive →
+fused: the extra reads and writes of Z) are a larger share of the time than at tf32, and the
+fused stage's lead over eager grows in proportion.
 """
 from __future__ import annotations
 
@@ -66,8 +85,60 @@ IMPLS = ("naive", "fold", "sums", "fused", "eager", "compile", "compile_max_auto
 KINDS = ("84", "33")
 MODES = ("train", "eval")
 F32 = 4
+#: The 16-bit precisions: the dtype of the module and its input (bf16 or fp16), every other
+#: tensor as described in the module docstring.
+PRECISIONS_16 = ("bf16", "fp16")
+#: Every precision a benchmark row may name: the GEMM precisions of float32 modules, then the
+#: 16-bit dtypes.
+ALL_PRECISIONS = PRECISIONS + PRECISIONS_16
+#: Bytes an element of X, W and Y at each precision.
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 
-__all__ = ["IMPLS", "KINDS", "MODES", "PRECISIONS", "Pass", "Cost", "cost"]
+__all__ = ["IMPLS", "KINDS", "MODES", "PRECISIONS", "PRECISIONS_16", "ALL_PRECISIONS", "ELEMENT_BYTES", "Pass",
+           "Cost", "cost", "stage_precision", "gemm_tflops"]
+
+
+def stage_precision(precision: str) -> str:
+    """The GEMM precision of the stages at a benchmark ``precision`` (one of
+    :data:`ALL_PRECISIONS`): the precision itself for fp32, tf32 and 3xtf32; for bf16 and fp16
+    :func:`fusedlib.kernelbench.gemm_precision`'s (tf32, exact for 16-bit operands).
+
+    Raises:
+        ValueError: unknown precision.
+    """
+    from ..kernelbench import gemm_precision
+    if precision in PRECISIONS:
+        return precision
+    if precision in PRECISIONS_16:
+        return gemm_precision(precision)
+    raise ValueError(f"precision: expected one of {ALL_PRECISIONS}, got {precision!r}")
+
+
+def gemm_tflops(precision: str, ceil: dict) -> tuple[float, str]:
+    """(TFLOP/s, source): the rate a GEMM of ``precision`` can reach, from ``ceil``, the
+    ceilings in :func:`fusedlib.lab.course.ceilings`'s form (TFLOP/s under the keys ``fp32``,
+    ``tf32`` and, where measured, ``bf16``). fp32 and tf32: their rates; 3xtf32: a third of
+    tf32's (three TF32 products); bf16 and fp16: ``ceil["bf16"]`` (cuBLAS's bf16 rate; on the
+    H100 fp16 has the same dense rate) with source "bf16", else twice the tf32 rate with source
+    "2 × tf32" (the 16-bit tensor-core rate is twice TF32's on Ampere and Hopper), so the caller
+    can tell which was used. For the other precisions the source is the key read ("fp32",
+    "tf32", "tf32 / 3").
+
+    Raises:
+        ValueError: unknown precision.
+        KeyError: ``ceil`` lacks the rate needed.
+    """
+    if precision == "fp32":
+        return ceil["fp32"], "fp32"
+    if precision == "tf32":
+        return ceil["tf32"], "tf32"
+    if precision == "3xtf32":
+        return ceil["tf32"] / 3, "tf32 / 3"
+    if precision in PRECISIONS_16:
+        if ceil.get("bf16") is not None:
+            return ceil["bf16"], "bf16"
+        return 2 * ceil["tf32"], "2 × tf32"
+    raise ValueError(f"precision: expected one of {ALL_PRECISIONS}, got {precision!r}")
 
 
 @dataclass(frozen=True)
@@ -147,46 +218,56 @@ class Cost:
 
 
 class _Builder:
-    """Collects passes; sizes are given in fp32 elements."""
+    """Collects passes; sizes are given in fp32 elements (4 bytes): a 16-bit tensor of e
+    elements counts e / 2. ``x``, ``w`` and ``y`` are X's, W's and Y's sizes so counted, ``z``
+    that of an intermediate N×M tensor (float32 in the stages, the dtype in the peers); ``nk``,
+    ``mk`` and ``nm`` are plain element counts (FLOPs)."""
 
     def __init__(self, kind: str, n: int, k: int, m: int, train: bool, precision: str = "fp32",
-                 path: str = "wgmma"):
+                 path: str = "wgmma", peer: bool = False):
         self.kind, self.n, self.k, self.m, self.train = kind, n, k, m, train
         self.nk, self.mk, self.nm = n * k, m * k, n * m
+        io = ELEMENT_BYTES[precision] / F32  # X, W, Y: the module's dtype
+        self.x, self.w, self.y = io * self.nk, io * self.mk, io * self.nm
+        self.z = io * self.nm if peer else self.nm
         self.s = 1 if kind == "84" else m  # elements of the scale parameter
         self.passes: list[Pass] = []
+        gemm = stage_precision(precision)
         # W read once (3xtf32 splits it on the chip), or its two parts made by a pass and read
-        self.w_pass = w_parts_pass(precision, path, n)
-        self.w_reads = 2 * self.mk if self.w_pass else self.mk
+        self.w_pass = w_parts_pass(gemm, path, n)
+        self.w_reads = 2 * self.mk if self.w_pass else self.w
         # Row tiles of the GEMM (and of its statistics partials).
-        self.tiles = -(-n // tile_rows(n, m, precision))
+        self.tiles = -(-n // tile_rows(n, m, gemm))
 
     def add(self, name: str, reads: float, writes: float, flops: float) -> None:
         self.passes.append(Pass(name, F32 * reads, F32 * writes, float(flops)))
 
     # Passes shared by several implementations.
-    def gemm_bias(self, name: str = "GEMM + bias") -> None:
-        """The engine's GEMM with the bias epilogue: reads X, W and b, writes Z."""
-        self.add(name, self.nk + self.w_reads + self.m, self.nm, 2 * self.nk * self.m + self.nm)
+    def gemm_bias(self, name: str = "GEMM + bias", out: float | None = None) -> None:
+        """The engine's GEMM with the bias epilogue: reads X, W and b, writes Z (or ``out``
+        elements: Y where the GEMM's output is the module's)."""
+        self.add(name, self.x + self.w_reads + self.m, self.z if out is None else out,
+                 2 * self.nk * self.m + self.nm)
 
     def cublas_gemm_bias(self, name: str) -> None:
         """The peers' cuBLAS GEMM with the bias: reads X, W, b once, writes Z."""
-        self.add(name, self.nk + self.mk + self.m, self.nm, 2 * self.nk * self.m + self.nm)
+        self.add(name, self.x + self.w + self.m, self.z, 2 * self.nk * self.m + self.nm)
 
     def column_stats_two_kernels(self) -> None:
-        self.add("column mean", self.nm, self.m, self.nm)
-        self.add("column variance", self.nm + self.m, self.m, 3 * self.nm)
+        self.add("column mean", self.z, self.m, self.nm)
+        self.add("column variance", self.z + self.m, self.m, 3 * self.nm)
 
     def row_softmax_one_kernel(self, name: str, affine: bool) -> None:
-        """affine_softmax_rows_kernel: V = a∘Z + c (or V = Z), max, Σexp, normalize."""
-        self.add(name, self.nm + (2 * self.m if affine else 0), self.nm, (9 if affine else 7) * self.nm)
+        """affine_softmax_rows_kernel: V = a∘Z + c (or V = Z), max, Σexp, normalize; writes Y."""
+        self.add(name, self.z + (2 * self.m if affine else 0), self.y, (9 if affine else 7) * self.nm)
 
     def online_softmax(self, name: str, affine: bool) -> None:
-        """online_softmax_rows_kernel: one read of the row, (max, Σexp) partials merged."""
-        self.add(name, self.nm + (2 * self.m if affine else 0), self.nm, (11 if affine else 9) * self.nm)
+        """online_softmax_rows_kernel: one read of the row, (max, Σexp) partials merged; writes Y."""
+        self.add(name, self.z + (2 * self.m if affine else 0), self.y, (11 if affine else 9) * self.nm)
 
     def affine(self, name: str) -> None:
-        self.add(name, self.nm + 2 * self.m, self.nm, 2 * self.nm)
+        """Y = a∘Z + c: reads Z, a, c; writes Y."""
+        self.add(name, self.z + 2 * self.m, self.y, 2 * self.nm)
 
 
 def _naive(b: _Builder) -> None:
@@ -204,18 +285,18 @@ def _naive(b: _Builder) -> None:
     times (mean, variance, normalize, scale, max, Σexp, softmax normalize) and writes Y;
     33 writes Z twice (GEMM, scale), reads it 4 times and writes Y.
     """
-    nm, m, s = b.nm, b.m, b.s
+    nm, m, s, z = b.nm, b.m, b.s, b.z
     b.gemm_bias()
     if b.kind == "33":
-        b.add("scale", nm + s, nm, nm)
+        b.add("scale", z + s, z, nm)
     if b.train:
         b.column_stats_two_kernels()
-    b.add("normalize + affine", nm + 4 * m, nm, 6 * nm)
+    b.add("normalize + affine", z + 4 * m, z if b.kind == "84" else b.y, 6 * nm)
     if b.kind == "84":
-        b.add("scale", nm + 1, nm, nm)
-        b.add("row max", nm, b.n, nm)
-        b.add("row sum of exp", nm + b.n, b.n, 3 * nm)
-        b.add("softmax normalize", nm + 2 * b.n, nm, 3 * nm)
+        b.add("scale", z + 1, z, nm)
+        b.add("row max", z, b.n, nm)
+        b.add("row sum of exp", z + b.n, b.n, 3 * nm)
+        b.add("softmax normalize", z + 2 * b.n, b.y, 3 * nm)
     if b.train:
         b.add("running buffers", 4 * m, 2 * m, 6 * m)
 
@@ -257,13 +338,13 @@ def _sums(b: _Builder) -> None:
     statistics, writing V (84, then the row softmax: 1 read, 1 write) or Y (33).
     """
     if not b.train:
-        b.gemm_bias(EVAL_GEMM)
+        b.gemm_bias(EVAL_GEMM, b.z if b.kind == "84" else b.y)
         if b.kind == "84":
             b.row_softmax_one_kernel("row softmax", affine=False)
         return
     m, s, tiles = b.m, b.s, b.tiles
     partials = 2 * tiles * m
-    b.add("GEMM + statistics epilogue", b.nk + b.w_reads, b.nm + partials, 2 * b.nk * m + 4 * b.nm)
+    b.add("GEMM + statistics epilogue", b.x + b.w_reads, b.z + partials, 2 * b.nk * m + 4 * b.nm)
     b.add("finalize (Chan merge, coefficients, running buffers)", partials + 5 * m + s, 4 * m,
           8 * tiles * m + 10 * m)
     if b.kind == "84":
@@ -284,14 +365,14 @@ def _fused(b: _Builder) -> None:
     (84) the online softmax.
     """
     if not b.train:
-        b.gemm_bias(EVAL_GEMM)
+        b.gemm_bias(EVAL_GEMM, b.z if b.kind == "84" else b.y)
         if b.kind == "84":
             b.online_softmax("row softmax (online)", affine=False)
         return
     m, s, tiles = b.m, b.s, b.tiles
     partials = 2 * tiles * m
-    b.add("GEMM + statistics epilogue + last-block merge", b.nk + b.w_reads + partials + 5 * m + s,
-          b.nm + partials + 4 * m, 2 * b.nk * m + 4 * b.nm + 8 * tiles * m + 10 * m)
+    b.add("GEMM + statistics epilogue + last-block merge", b.x + b.w_reads + partials + 5 * m + s,
+          b.z + partials + 4 * m, 2 * b.nk * m + 4 * b.nm + 8 * tiles * m + 10 * m)
     if b.kind == "84":
         b.online_softmax("V = a∘Z' + c, online row softmax", affine=True)
     else:
@@ -307,16 +388,16 @@ def _eager(b: _Builder) -> None:
     mean, invstd, γ, β; write). 84: ``scale * x`` (read, write) and the softmax (one read of
     each row held in shared memory, one write).
     """
-    nm, m, s = b.nm, b.m, b.s
+    nm, m, s, z = b.nm, b.m, b.s, b.z
     b.cublas_gemm_bias("GEMM + bias (cuBLAS)")
     if b.kind == "33":
-        b.add("x * scale", nm + s, nm, nm)
+        b.add("x * scale", z + s, z, nm)
     if b.train:
-        b.add("BN statistics + running buffers", nm + 2 * m, 4 * m, 3 * nm + 6 * m)
-    b.add("BN normalize", nm + 4 * m, nm, 4 * nm)
+        b.add("BN statistics + running buffers", z + 2 * m, 4 * m, 3 * nm + 6 * m)
+    b.add("BN normalize", z + 4 * m, z if b.kind == "84" else b.y, 4 * nm)
     if b.kind == "84":
-        b.add("scale * x", nm + 1, nm, nm)
-        b.add("softmax", nm, nm, 7 * nm)
+        b.add("scale * x", z + 1, z, nm)
+        b.add("softmax", z, b.y, 7 * nm)
 
 
 def _compiled(b: _Builder) -> None:
@@ -326,15 +407,15 @@ def _compiled(b: _Builder) -> None:
     updates the running buffers; then one fused kernel reads Z once and writes Y (33: scale
     and BatchNorm; 84: BatchNorm, scale and the softmax, the row kept on chip).
     """
-    nm, m, s = b.nm, b.m, b.s
+    nm, m, s, z = b.nm, b.m, b.s, b.z
     b.cublas_gemm_bias("GEMM + bias")
     if b.train:
-        b.add("fused statistics + running buffers", nm + s + 2 * m, 4 * m,
+        b.add("fused statistics + running buffers", z + s + 2 * m, 4 * m,
               (4 if b.kind == "33" else 3) * nm + 6 * m)
     if b.kind == "84":
-        b.add("fused normalize + scale + softmax", nm + 4 * m + 1, nm, 12 * nm)
+        b.add("fused normalize + scale + softmax", z + 4 * m + 1, b.y, 12 * nm)
     else:
-        b.add("fused scale + normalize", nm + 4 * m + s, nm, 5 * nm)
+        b.add("fused scale + normalize", z + 4 * m + s, b.y, 5 * nm)
 
 
 def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", precision: str = "fp32",
@@ -346,11 +427,15 @@ def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", prec
         impl: one of :data:`IMPLS`.
         n, k, m: batch N, in_features K, out_features M (all ≥ 1).
         mode: "train" (batch statistics, running buffers updated) or "eval".
-        precision: "fp32", "tf32" or "3xtf32". Stages: the GEMM's row tiles (hence the
-            statistics partials of sums and fused); the bytes are the same at every
-            precision (3xtf32 splits X and W on the chip) but for 3xtf32's pass over W
-            (:func:`fusedlib.engine.w_parts_pass`). Peers: unchanged (cuBLAS reads X and W
-            once at any precision; PyTorch has no 3xtf32).
+        precision: "fp32", "tf32" or "3xtf32" (float32 modules), or "bf16" or "fp16" (the
+            module and its input in that dtype). Stages: the GEMM's row tiles (hence the
+            statistics partials of sums and fused; bf16/fp16 at :func:`stage_precision`'s,
+            tf32); the bytes are the same at every float32 precision (3xtf32 splits X and W
+            on the chip) but for 3xtf32's pass over W (:func:`fusedlib.engine.w_parts_pass`).
+            Peers: unchanged at fp32, tf32 and 3xtf32 (cuBLAS reads X and W once at any
+            precision; PyTorch has no 3xtf32). bf16/fp16: X, W and Y at 2 bytes an element
+            in every implementation, the peers' intermediate N×M tensors too (the module
+            docstring); the FLOPs do not change.
         path: the stages' GEMM path, "wgmma" (the H100's, the default) or "mma"/"simt": where
             3xtf32 makes W's parts by a pass.
 
@@ -368,11 +453,11 @@ def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", prec
         raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
     if mode not in MODES:
         raise ValueError(f"mode: expected 'train' or 'eval', got {mode!r}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+    if precision not in ALL_PRECISIONS:
+        raise ValueError(f"precision: expected one of {ALL_PRECISIONS}, got {precision!r}")
     if min(n, k, m) < 1:
         raise ValueError(f"shape: every dimension must be >= 1, got {n}x{k}->{m}")
-    b = _Builder(kind, n, k, m, mode == "train", precision, path)
+    b = _Builder(kind, n, k, m, mode == "train", precision, path, peer=impl not in STAGES)
     if b.w_pass and impl in STAGES:
         b.add("W's TF32 parts (3xtf32 pass)", b.mk, 2 * b.mk, 0)
     if impl == "gemm_only":

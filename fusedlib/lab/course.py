@@ -45,21 +45,29 @@ def env(gpu: str = "h100") -> dict | None:
 
 
 def ceilings(gpu: str = "h100") -> dict:
-    """Bandwidth (GB/s) and GEMM rates (TFLOP/s, fp32 and tf32) to predict with: measured on
-    the GPU (results/<gpu>/env.json) when committed, else the H100 SXM datasheet."""
+    """Bandwidth (GB/s) and GEMM rates (TFLOP/s, fp32 and tf32; bf16 where env.json measured
+    it, ``gemm_bf16_tflops``) to predict with: measured on the GPU (results/<gpu>/env.json)
+    when committed, else the H100 SXM datasheet (bf16 included)."""
     from .bench import DATASHEET_H100
     e = env(gpu)
     if e is not None and "measured" in e:
         m = e["measured"]
-        return {"bandwidth": m["copy_gbytes_per_s"], "fp32": m["gemm_fp32_tflops"], "tf32": m["gemm_tf32_tflops"],
-                "source": f"measured on the {e.get('gpu', 'GPU')} (results/{gpu}/env.json)"}
+        out = {"bandwidth": m["copy_gbytes_per_s"], "fp32": m["gemm_fp32_tflops"], "tf32": m["gemm_tf32_tflops"],
+               "source": f"measured on the {e.get('gpu', 'GPU')} (results/{gpu}/env.json)"}
+        if m.get("gemm_bf16_tflops") is not None:
+            out["bf16"] = m["gemm_bf16_tflops"]
+        return out
     return {"bandwidth": DATASHEET_H100["bandwidth_gbytes_per_s"], "fp32": DATASHEET_H100["fp32_tflops"],
-            "tf32": DATASHEET_H100["tf32_tflops"], "source": "H100 SXM datasheet (no env.json committed yet)"}
+            "tf32": DATASHEET_H100["tf32_tflops"], "bf16": DATASHEET_H100["bf16_tflops"],
+            "source": "H100 SXM datasheet (no env.json committed yet)"}
 
 
 def gemm_rate(precision: str, ceil: dict) -> float:
-    """TFLOP/s a GEMM of ``precision`` can reach: 3xTF32 issues three TF32 products."""
-    return ceil["fp32"] if precision == "fp32" else ceil["tf32"] / (3 if precision == "3xtf32" else 1)
+    """TFLOP/s a GEMM of ``precision`` can reach: 3xTF32 issues three TF32 products; bf16 and
+    fp16 at ``ceil["bf16"]``, or twice tf32's where it was not measured
+    (:func:`fusedlib.lab.costmodel.gemm_tflops`, which also says which was used)."""
+    from .costmodel import gemm_tflops
+    return gemm_tflops(precision, ceil)[0]
 
 
 def prediction(impl: str, problem: str, shape: str | None = None, mode: str = "train", precision: str = "fp32",
