@@ -93,6 +93,61 @@ def test_what_runs_at_each_precision():
     assert [i for i in bench.IMPLS if bench.available(i, "fp32")] == list(bench.IMPLS)
     assert [i for i in bench.IMPLS if bench.available(i, "tf32")] == list(bench.IMPLS)
     assert [i for i in bench.IMPLS if bench.available(i, "3xtf32")] == ["naive", "fold", "sums", "fused"]
+    for dtype in ("bf16", "fp16"):           # a dtype: every implementation runs in it
+        assert [i for i in bench.IMPLS if bench.available(i, dtype)] == list(bench.IMPLS)
+    with pytest.raises(ValueError, match="precision"):
+        bench.available("fused", "fp8")
+
+
+def test_precision_names_and_groups():
+    """all keeps its meaning (fp32, tf32, 3xtf32: make results unchanged); 16bit is bf16, fp16;
+    lists mix them, in a fixed order."""
+    assert bench.parse_precisions("all") == ["fp32", "tf32", "3xtf32"]
+    assert bench.parse_precisions("16bit") == ["bf16", "fp16"]
+    assert bench.parse_precisions("fp16,fp32") == ["fp32", "fp16"]
+    assert bench.parse_precisions("all,16bit") == ["fp32", "tf32", "3xtf32", "bf16", "fp16"]
+    assert bench._selection(_args())[3] == ["fp32", "tf32", "3xtf32"]
+    with pytest.raises(ValueError, match="16bit"):
+        bench.parse_precisions("bf8")
+    assert bench.table_dtype("bf16") == torch.bfloat16 and bench.table_dtype("fp16") == torch.float16
+    assert bench.table_dtype("3xtf32") == torch.float32
+    x = bench.bench_input(parse_shape("5x8:3"), 0, "bf16")
+    assert x.dtype == torch.bfloat16 and torch.equal(x, bench.bench_input(parse_shape("5x8:3")).bfloat16())
+
+
+def test_16bit_plan_and_list(capsys):
+    tables = bench.plan_tables(*bench._selection(_args("--problem", "84,33,39", "--precision", "16bit")))
+    assert {t.precision for t in tables} == {"bf16", "fp16"}
+    assert all(t.impls == bench.IMPLS for t in tables)
+    keys = {(t.problem, t.shape, t.mode, t.precision) for t in tables}
+    for problem in ("84", "33", "39"):
+        for mode in ("train", "eval"):
+            assert (problem, PRESETS[problem], mode, "bf16") in keys and (problem, PRESETS[problem], mode, "fp16") in keys
+    assert cli.main(["bench", "--list", "--problem", "84", "--shape", "84", "--mode", "train", "--precision",
+                     "bf16", "--impl", "fused,eager,gemm_only"]) == 0
+    out = capsys.readouterr().out
+    assert "1024x8192->8192 train bf16   fused,eager,gemm_only" in out and "1 tables, 3 measurements" in out
+
+
+def test_16bit_impls_run_in_the_dtype():
+    """Every implementation of a bf16/fp16 table is built in that dtype: the stages at the GEMM
+    precision kernelbench picks for the dtype (tf32), the peers on the reference in the dtype;
+    a float32 state_dict resets them; the reference model is left in float32."""
+    from fusedlib.kernelbench import gemm_precision
+    from fusedlib.reference import make_reference
+    ref = make_reference("84", 16, 8, seed=0).train()
+    x = bench.bench_input(parse_shape("6x16:8"), 0, "fp16")
+    state0 = {k: v.clone() for k, v in ref.state_dict().items()}
+    for impl in ("naive", "fused", "eager", "gemm_only"):
+        fn, module = bench.build_impl(impl, ref, "fp16")
+        if module is not None:
+            module.load_state_dict(state0)
+            assert module.gemm.weight.dtype == torch.float16
+        with torch.no_grad():
+            assert fn(x).dtype == torch.float16, impl
+    fused, _ = bench.build_impl("fused", ref, "bf16")
+    assert fused._precision == gemm_precision("bf16") == "tf32" and fused.gemm.weight.dtype == torch.bfloat16
+    assert ref.gemm.weight.dtype == torch.float32
 
 
 def test_default_plan_covers_the_kernelbench_shapes():
@@ -121,7 +176,7 @@ def test_selection_options():
     assert shapes["33"] == [Shape(128, 4096, 4096), Shape(512, 4096, 4096), Shape(1024, 1024, 1024),
                             Shape(1024, 2048, 2048), Shape(1024, 4096, 4096), Shape(1024, 8192, 8192)]
     assert bench._selection(_args("--problem", "all", "--mode", "all"))[0] == ["84", "33", "39"]
-    for bad in (("--problem", "85"), ("--impl", "cublas"), ("--precision", "fp16"), ("--batches", "x")):
+    for bad in (("--problem", "85"), ("--impl", "cublas"), ("--precision", "fp8"), ("--batches", "x")):
         with pytest.raises(ValueError):
             bench._selection(_args(*bad))
     assert _args().fresh is False and _args("--fresh").fresh is True and _args("--append").fresh is False
@@ -202,6 +257,9 @@ def test_estimate_covers_every_stage_at_every_precision():
                                                               [impl]), 10, 50, False)
                for prec in ("fp32", "tf32", "3xtf32")}
         assert 0 < est["tf32"] < est["3xtf32"] < est["fp32"], impl
+    for prec in ("bf16", "fp16"):
+        assert bench.estimate_seconds(bench.plan_tables(["84"], {"84": [PRESETS["84"]]}, ["train"], [prec],
+                                                        list(bench.IMPLS)), 10, 50, False) > 0
 
 
 def test_bench_without_gpu_exits_2(capsys):
@@ -277,6 +335,30 @@ def test_dry_run_of_the_whole_harness_on_cpu(tmp_path):
     assert cli.main(argv + ["--fresh", "--mode", "eval", "--precision", "fp32"]) == 0
     assert len(pd.read_csv(out)) == 2 * 4
     assert cli.main(["bench", "--device", "cpu"]) == 2  # a dry run needs --out
+
+
+def test_dry_run_of_16bit_tables_on_cpu(tmp_path):
+    """bf16 and fp16 tables end to end on the CPU algebra: every implementation in the dtype,
+    errors against the float64 model of the 16-bit parameters and input (the dtype's output
+    rounding, not more), bytes of the cost model at 2-byte X, W and Y; fp32 rows kept."""
+    import pandas as pd
+
+    from fusedlib.lab.costmodel import cost
+    out = tmp_path / "bench.csv"
+    argv = ["bench", "--device", "cpu", "--out", str(out), "--problem", "84", "--shape", "9x40->24",
+            "--impl", "naive,fused,eager,gemm_only", "--mode", "train", "--iters", "3", "--warmup", "1",
+            "--rounds", "2"]
+    assert cli.main(argv + ["--precision", "fp32"]) == 0
+    assert cli.main(argv + ["--precision", "16bit", "--append"]) == 0
+    df = pd.read_csv(out, dtype={"problem": str})
+    assert list(df.columns) == bench.COLUMNS and len(df) == 3 * 4
+    assert list(df.precision.drop_duplicates()) == ["fp32", "bf16", "fp16"]
+    budget = {"fp32": 1e-5, "bf16": 2e-2, "fp16": 3e-3}   # a few units of the dtype's rounding
+    for row in df.itertuples(index=False):
+        assert 0 < row.rel_err < budget[row.precision], row
+        c = cost("84", row.impl, 9, 40, 24, "train", row.precision)
+        assert row.gbytes_per_s == pytest.approx(c.bytes / (row.median_ms * 1e-3) / 1e9, rel=1e-4)
+    assert (df[df.precision != "fp32"].rel_err > 1e-4).all()  # 16-bit output: not float32's error
 
 
 @pytest.mark.parametrize("rounds", ["0", "4"])

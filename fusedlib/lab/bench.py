@@ -27,16 +27,24 @@ CUDA tensors); the peers ``eager`` (the reference module), ``compile``
 ``gemm_only`` (``F.linear``: the floor a fused version is judged against). Precisions: every
 stage runs fp32, tf32 and 3xtf32 (one GEMM engine under all four, :mod:`fusedlib.engine`);
 the peers run fp32 and tf32, tf32 through a scoped setting (:func:`peer_precision`), and
-have no 3xtf32.
+have no 3xtf32. The 16-bit precisions bf16 and fp16 (``--precision 16bit``; not in ``all``,
+which stays fp32, tf32 and 3xtf32) name a dtype: every implementation runs in it, the
+stages as the fusedlib modules built at the GEMM precision of
+:func:`fusedlib.kernelbench.gemm_precision` (tf32, exact for 16-bit operands) then
+``.to(dtype)``, the peers on the reference model ``.to(dtype)`` (``gemm_only``: cuBLAS in the
+dtype), the input in the dtype (:func:`build_impl`, :func:`bench_input`); their float64
+reference is the model with the 16-bit parameters and input, so ``rel_err`` is the
+implementation's own error, not the rounding of its inputs.
 
 Outputs, next to each other (``results/<gpu>/`` unless ``--out`` names another CSV):
 ``bench.csv`` (:data:`COLUMNS`, a table's rows appended as soon as the table is timed), ``env.json``
-(``--ceilings``: device, driver, clocks, measured copy bandwidth and cuBLAS GEMM rates,
-datasheet values) and ``profile.csv`` (``--profile``: per-kernel device time from
+(``--ceilings``: device, driver, clocks, measured copy bandwidth and cuBLAS GEMM rates at
+fp32, tf32 and bf16, datasheet values) and ``profile.csv`` (``--profile``: per-kernel device time from
 torch.profiler, :data:`PROFILE_COLUMNS`; with ``--ncu`` also DRAM bytes and SM throughput
 measured by Nsight Compute), and ``sources.json`` (the SHA-256 of the kernel sources the rows
 were measured on, :func:`stamp_sources`). ``tflops`` and ``gbytes_per_s`` divide the cost model's FLOPs
-and compulsory bytes (:mod:`fusedlib.lab.costmodel`) by the median time.
+and compulsory bytes (:mod:`fusedlib.lab.costmodel`; at bf16 and fp16, X, W and Y at 2 bytes an
+element) by the median time.
 """
 from __future__ import annotations
 
@@ -52,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..reference import PRESETS, PROBLEMS, Shape, parse_shape, problem_kind
-from .costmodel import IMPLS, MODES, PRECISIONS
+from .costmodel import ALL_PRECISIONS, IMPLS, MODES, PRECISIONS, PRECISIONS_16, stage_precision
 # The timing protocol, the records and the profiles live in their own modules; their names are
 # also reachable from here, where the benchmark's callers have always found them.
 from .profiling import (NCU_METRICS, kernel_base, ncu_command, parse_ncu_csv, profile_kernels,  # noqa: F401
@@ -65,8 +73,13 @@ from .timing import (CALLS_PER_ROUND, FLUSH_MB, MAX_ITERS, MIN_ITERS, MIN_TIMED_
 
 STAGE_IMPLS, PEER_IMPLS = IMPLS[:4], IMPLS[4:]
 COMPILE_MODES = {"compile": "default", "compile_max_autotune": "max-autotune-no-cudagraphs"}
-#: H100 SXM datasheet: HBM3 bandwidth (GB/s), dense FP32 and TF32 rates (TFLOP/s).
-DATASHEET_H100 = {"device": "H100 SXM", "bandwidth_gbytes_per_s": 3350.0, "fp32_tflops": 67.0, "tf32_tflops": 495.0}
+#: H100 SXM datasheet: HBM3 bandwidth (GB/s), dense FP32, TF32 and BF16 rates (TFLOP/s; dense
+#: FP16 is BF16's).
+DATASHEET_H100 = {"device": "H100 SXM", "bandwidth_gbytes_per_s": 3350.0, "fp32_tflops": 67.0, "tf32_tflops": 495.0,
+                  "bf16_tflops": 989.0}
+#: Names of ``--precision`` lists: ``all`` the float32 modules' GEMM precisions (what ``make
+#: results`` has always timed), ``16bit`` the 16-bit dtypes.
+PRECISION_GROUPS = {"all": PRECISIONS, "16bit": PRECISIONS_16}
 #: Size sweeps: batch at BATCH_SWEEP_FEATURES→BATCH_SWEEP_FEATURES, and features (K = M) at
 #: FEATURE_SWEEP_BATCH rows; the sizes are overridable (--batches, --features).
 SWEEP_BATCHES = (256, 1024, 4096)
@@ -96,12 +109,42 @@ def parse_list(text: str, choices, groups: dict | None = None, what: str = "valu
     return [c for c in choices if c in wanted]
 
 
+def parse_precisions(text: str) -> list[str]:
+    """``--precision``: a comma list of :data:`ALL_PRECISIONS` and the names of
+    :data:`PRECISION_GROUPS` (``all``: fp32, tf32, 3xtf32; ``16bit``: bf16, fp16), in the order
+    of :data:`ALL_PRECISIONS`.
+
+    Raises:
+        ValueError: an entry is neither a precision nor a group.
+    """
+    return parse_list(text, ALL_PRECISIONS, PRECISION_GROUPS, what="precision")
+
+
 def available(impl: str, precision: str) -> bool:
     """Whether ``impl`` runs at ``precision``: the four stages run every precision; the
-    peers have fp32 and tf32 (PyTorch has no 3xTF32 mode)."""
+    peers have fp32, tf32, bf16 and fp16 (PyTorch has no 3xTF32 mode).
+
+    Raises:
+        ValueError: unknown precision.
+    """
+    if precision not in ALL_PRECISIONS:
+        raise ValueError(f"precision: expected one of {ALL_PRECISIONS}, got {precision!r}")
     if impl in STAGE_IMPLS:
         return True
     return precision != "3xtf32"
+
+
+def table_dtype(precision: str):
+    """The dtype of a table's modules and input: ``torch.bfloat16`` for bf16,
+    ``torch.float16`` for fp16, ``torch.float32`` for the GEMM precisions.
+
+    Raises:
+        ValueError: unknown precision.
+    """
+    import torch
+    if precision not in ALL_PRECISIONS:
+        raise ValueError(f"precision: expected one of {ALL_PRECISIONS}, got {precision!r}")
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
 
 
 @dataclass(frozen=True)
@@ -184,7 +227,8 @@ def rel_err(y, y64) -> float:
 
 def build_impl(impl: str, ref, precision: str, reset: bool = True):
     """(callable, module whose state to reset or None) for one implementation, built from the
-    reference model ``ref`` (its device, parameters and train/eval mode).
+    reference model ``ref`` (its device, parameters and train/eval mode) at the table's
+    ``precision`` (one of :data:`ALL_PRECISIONS`).
 
     Stages: :func:`fusedlib.from_reference`. eager: a copy of ``ref``. compile peers: a copy
     of ``ref`` under ``torch.compile(mode=..., dynamic=False)``, after ``torch._dynamo.reset()``
@@ -193,17 +237,25 @@ def build_impl(impl: str, ref, precision: str, reset: bool = True):
     kept for the round-robin: it resets once per table and passes ``reset=False``, since a
     reset between them would drop the first one's compiled code.
     gemm_only: ``F.linear`` with ``ref``'s weight and bias.
+
+    bf16 and fp16 (:data:`PRECISIONS_16`): every implementation in that dtype
+    (:func:`table_dtype`), the input too (the caller's, :func:`bench_input`): the stages built
+    at :func:`fusedlib.lab.costmodel.stage_precision`'s GEMM precision (tf32) then
+    ``.to(dtype)``, eager and the compile peers on a copy of ``ref`` ``.to(dtype)``, gemm_only
+    on the weight and bias in the dtype. ``ref`` itself is left in its dtype; the module
+    returned for a state reset takes a float32 ``state_dict`` (``load_state_dict`` converts).
     """
     import torch
 
     from ..modules import from_reference
+    dtype = table_dtype(precision)
     if impl in STAGE_IMPLS:
-        module = from_reference(ref, stage=impl, precision=precision)
+        module = from_reference(ref, stage=impl, precision=stage_precision(precision)).to(dtype)
         return module, module
     if impl == "gemm_only":
-        w, b = ref.gemm.weight, ref.gemm.bias
+        w, b = ref.gemm.weight.to(dtype), ref.gemm.bias.to(dtype)
         return (lambda x: torch.nn.functional.linear(x, w, b)), None
-    module = copy.deepcopy(ref)
+    module = copy.deepcopy(ref).to(dtype)
     if impl == "eager":
         return module, module
     if reset:
@@ -220,8 +272,9 @@ def measure_ceilings(copy_mib: int = 1024, gemm: int = 8192) -> dict:
         ``copy_gbytes_per_s``: device-to-device copy of ``copy_mib`` MiB, bytes read +
         written per second (GB/s, median of 20); ``gemm_fp32_tflops`` and
         ``gemm_tf32_tflops``: cuBLAS ``torch.mm`` of two ``gemm``² fp32 matrices, 2·gemm³ FLOPs
-        over the median of 10 (TFLOP/s), TF32 scoped by :func:`peer_precision`; and the
-        sizes used.
+        over the median of 10 (TFLOP/s), TF32 scoped by :func:`peer_precision`;
+        ``gemm_bf16_tflops``: the same of the two matrices in bf16 (float32 accumulation; the
+        rate of the 16-bit tables' roof, fp16's too); and the sizes used.
     """
     import torch
     src = torch.rand(copy_mib * (1 << 20) // 4, device="cuda")
@@ -234,6 +287,9 @@ def measure_ceilings(copy_mib: int = 1024, gemm: int = 8192) -> dict:
         with peer_precision(precision):
             ms, _, _ = time_cuda(lambda x: torch.mm(x, b), a, warmup=3, iters=10, flush_mb=0)
         out[f"gemm_{precision}_tflops"] = 2 * gemm ** 3 / (ms * 1e-3) / 1e12
+    a, b = a.bfloat16(), b.bfloat16()
+    ms, _, _ = time_cuda(lambda x: torch.mm(x, b), a, warmup=3, iters=10, flush_mb=0)
+    out["gemm_bf16_tflops"] = 2 * gemm ** 3 / (ms * 1e-3) / 1e12
     out["gemm_size"] = gemm
     return out
 
@@ -279,15 +335,17 @@ def estimate_seconds(tables: list[Table], warmup: int, iters: int, profile: bool
                      min_ms: float = MIN_TIMED_MS) -> float:
     """Rough wall time of a run on an H100 (s): each timed call at the cost model's roofs
     (GEMM rates in TFLOP/s: this project's engine, the same for every stage, 20 at fp32 on
-    the SIMT path, 300 at tf32 and 100 at 3xtf32 on tensor cores; cuBLAS 50 at fp32 and
-    330 at tf32 for the peers; 2.5 TB/s) plus 0.15 ms of flush and launch; 10 s per
+    the SIMT path, 300 at tf32 and 100 at 3xtf32 on tensor cores, 300 at bf16 and fp16 (the
+    16-bit modules run the tf32 kernels today); cuBLAS 50 at fp32, 330 at tf32 and 600 at
+    bf16 and fp16 for the peers; 2.5 TB/s) plus 0.15 ms of flush and launch; 10 s per
     torch.compile, 30 s more per max-autotune of a new GEMM shape and precision; 1.5 s per
     profiled implementation; 60 s to build the kernels on a fresh machine; 10 s start-up.
     Timed calls per table as :func:`table_iters` would pick them from these call times. The round-robin (``--rounds``) changes the order of the calls, not their number, so the
     estimate does not depend on it."""
     from .costmodel import cost
     rates = {("stage", "fp32"): 20.0, ("stage", "tf32"): 300.0, ("stage", "3xtf32"): 100.0,
-             ("peer", "fp32"): 50.0, ("peer", "tf32"): 330.0}
+             ("stage", "bf16"): 300.0, ("stage", "fp16"): 300.0,
+             ("peer", "fp32"): 50.0, ("peer", "tf32"): 330.0, ("peer", "bf16"): 600.0, ("peer", "fp16"): 600.0}
     total = 10.0 + (60.0 if any(i in STAGE_IMPLS for t in tables for i in t.impls) else 0.0)
     tuned = set()
     for t in tables:
@@ -321,7 +379,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batches", default=",".join(map(str, SWEEP_BATCHES)), help="batch sizes of --sweep batch")
     p.add_argument("--features", default=",".join(map(str, SWEEP_FEATURES)), help="K = M of --sweep features")
     p.add_argument("--mode", default="all", help="train, eval or all (default; comma list)")
-    p.add_argument("--precision", default="all", help="fp32, tf32, 3xtf32 or all (default; comma list)")
+    p.add_argument("--precision", default="all",
+                   help="comma list of fp32, tf32, 3xtf32, bf16, fp16, or the groups all (fp32, tf32, 3xtf32: "
+                        "the default) and 16bit (bf16, fp16: the modules and the input in that dtype)")
     p.add_argument("--stage", help="stages to time: comma list of naive, fold, sums, fused, or all")
     p.add_argument("--impl", help="implementations: comma list of stages and peers "
                    f"({', '.join(IMPLS)}) or the groups all, stages, peers. Default (neither "
@@ -362,7 +422,7 @@ def _selection(args) -> tuple[list[str], dict, list[str], list[str], list[str]]:
     """
     problems = parse_list(args.problem, tuple(PROBLEMS), what="problem")
     modes = parse_list(args.mode, MODES, what="mode")
-    precisions = parse_list(args.precision, PRECISIONS, what="precision")
+    precisions = parse_precisions(args.precision)
     if args.stage is None and args.impl is None:
         impls = list(IMPLS)
     else:
@@ -441,8 +501,9 @@ def main(args) -> int:
     if args.ceilings:
         env_json = write_env(out.parent / "env.json", measure_ceilings())
         m = env_json["measured"]
-        print(f"ceilings: copy {m['copy_gbytes_per_s']:.0f} GB/s, cuBLAS fp32 {m['gemm_fp32_tflops']:.1f} "
-              f"and tf32 {m['gemm_tf32_tflops']:.1f} TFLOP/s -> {out.parent / 'env.json'}", file=sys.stderr)
+        print(f"ceilings: copy {m['copy_gbytes_per_s']:.0f} GB/s, cuBLAS fp32 {m['gemm_fp32_tflops']:.1f}, "
+              f"tf32 {m['gemm_tf32_tflops']:.1f} and bf16 {m['gemm_bf16_tflops']:.1f} TFLOP/s "
+              f"-> {out.parent / 'env.json'}", file=sys.stderr)
     if args.device == "cuda":
         broken = _prebuild({i for t in tables for i in t.impls if i in STAGE_IMPLS})
         tables = [Table(t.problem, t.shape, t.mode, t.precision, tuple(i for i in t.impls if i not in broken))
@@ -473,9 +534,10 @@ def _prebuild(stages) -> set[str]:
     return failed
 
 
-def bench_input(shape, seed: int = 0):
-    """The timed input X (N, K) float32 on the CPU: KernelBench's ``torch.rand`` (``torch.randn``
-    at v0), drawn from a generator seeded ``1000 + seed`` — a stream of its own, as in
+def bench_input(shape, seed: int = 0, precision: str = "fp32"):
+    """The timed input X (N, K) on the CPU, in the dtype of ``precision`` (:func:`table_dtype`:
+    float32, or bf16/fp16 rounded from the same float32 draw): KernelBench's ``torch.rand``
+    (``torch.randn`` at v0), drawn from a generator seeded ``1000 + seed`` — a stream of its own, as in
     :func:`fusedlib.check.case_model`. (Drawn from the stream that initialised the parameters,
     ``torch.manual_seed(seed)``, row i of X would be an affine function of row i of W: the
     diagonal of X Wᵀ then stands out by ~25 standard deviations and problem 84's softmax
@@ -483,7 +545,8 @@ def bench_input(shape, seed: int = 0):
     import torch
 
     from ..reference import get_inputs
-    return get_inputs(shape, "randn" if shape == PRESETS["v0"] else "rand", torch.Generator().manual_seed(1000 + seed))
+    x = get_inputs(shape, "randn" if shape == PRESETS["v0"] else "rand", torch.Generator().manual_seed(1000 + seed))
+    return x.to(table_dtype(precision))
 
 
 def _run(tables: list[Table], args, env: dict, out: Path, profile_csv: Path) -> int:
@@ -502,27 +565,27 @@ def _run(tables: list[Table], args, env: dict, out: Path, profile_csv: Path) -> 
     bar = tqdm(total=sum(len(t.impls) for t in tables), desc="bench", unit="impl", file=sys.stderr,
                mininterval=1.0 if sys.stderr.isatty() else 30.0)
     for table in tables:
-        shape, problem = table.shape, table.problem
+        shape, problem, dtype = table.shape, table.problem, table_dtype(table.precision)
         if ref_key != (problem, shape):
             ref = y64 = z64 = None
             gc.collect()
             ref = make_reference(problem, shape.in_features, shape.out_features, seed=args.seed).to(args.device)
             state0 = {k: v.clone() for k, v in ref.state_dict().items()}
             ref_key = (problem, shape)
-        if x_key != shape:
-            x = bench_input(shape, args.seed).to(args.device)
-            x_key = shape
+        if x_key != (shape, dtype):
+            x = bench_input(shape, args.seed, table.precision).to(args.device)
+            x_key = (shape, dtype)
         ref.load_state_dict(state0)
         ref.train(table.mode == "train")
-        if y_key != (problem, shape, table.mode):
+        if y_key != (problem, shape, table.mode, dtype):
             y64 = z64 = None
-            with torch.no_grad():
-                ref64 = copy.deepcopy(ref).double()
+            with torch.no_grad():  # the model and input of the table's dtype, exactly (16-bit: rounded)
+                ref64 = copy.deepcopy(ref).to(dtype).double()
                 x64 = x.double()
                 y64 = ref64(x64)
                 z64 = torch.nn.functional.linear(x64, ref64.gemm.weight, ref64.gemm.bias)
                 del ref64, x64
-            y_key = (problem, shape, table.mode)
+            y_key = (problem, shape, table.mode, dtype)
         failures += _time_table(table, ref, state0, x, y64, z64, args, env, out, profile_csv, bar)
         if any(i in COMPILE_MODES for i in table.impls):
             torch._dynamo.reset()  # let go of the table's compiled graphs

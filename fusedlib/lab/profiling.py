@@ -158,7 +158,7 @@ def _ncu_target(problem: str, shape: str, mode: str, precision: str, impl: str, 
     from .bench import PEER_IMPLS, bench_input, build_impl
     s = parse_shape(shape)
     ref = make_reference(problem, s.in_features, s.out_features, seed=seed).cuda().train(mode == "train")
-    x = bench_input(s, seed).cuda()
+    x = bench_input(s, seed, precision).cuda()
     fn, _ = build_impl(impl, ref, precision)
     with peer_precision(precision if impl in PEER_IMPLS else "fp32"), torch.no_grad():
         for _ in range(3):
