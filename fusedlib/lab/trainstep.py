@@ -13,6 +13,18 @@ activations, gradients, workspaces) and the largest normwise relative error amon
 parameters' gradients against a float64 copy of the reference (the bias's excluded: zero
 in exact arithmetic, in train mode).
 
+Precisions (:data:`PRECISIONS`; ``--precision``, the bench's names and groups: ``all`` is fp32,
+tf32, 3xtf32, ``16bit`` bf16, fp16): fp32, tf32 and 3xtf32 as the bench (the stages' GEMM
+precision; the peers' TF32 switch); bf16 and fp16 the module, x and dY in that dtype
+(:func:`fusedlib.lab.bench.build_impl`: the stages at the GEMM precision
+:func:`fusedlib.kernelbench.gemm_precision` gives the dtype, tf32), the gradients in it too,
+against the float64 copy of the 16-bit model (parameters, x and dY rounded to the dtype: the
+error is the step's own); ``autocast-bf16`` the float32 module with every call of the step
+and of the forward under ``torch.autocast("cuda", dtype=torch.bfloat16)`` (the stages built at
+the same GEMM precision, tf32; the peers with TF32 off: the Linear runs in bf16 anyway), x
+and dY in float32, its gradients (float32) against the float32 model's float64 copy, so that
+its error includes autocast's rounding of x, W and b.
+
 Columns (:data:`COLUMNS`): problem, batch, in_features, out_features, precision, impl,
 median_ms, min_ms, max_ms, iters, forward_ms, peak_mib, grad_rel_err, gpu, torch, cuda,
 commit, timestamp. The kernel sources the rows were measured on are recorded beside, in
@@ -22,6 +34,7 @@ new file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime
 import sys
@@ -38,6 +51,64 @@ IMPLS = ("naive", "fold", "sums", "fused", "eager", "compile")
 SOURCES = "train_step.sources.json"
 #: Parameters whose gradients enter ``grad_rel_err``.
 GRAD_PARAMS = ("gemm.weight", "scale", "bn.weight", "bn.bias")
+#: The autocast precisions: label → the autocast dtype's name (the module stays float32).
+AUTOCAST = {"autocast-bf16": "bf16"}
+#: Every precision of a train-step row: the bench's (fp32, tf32, 3xtf32, bf16, fp16), then the
+#: float32 module under autocast.
+PRECISIONS = bench.ALL_PRECISIONS + tuple(AUTOCAST)
+
+
+def parse_precisions(text: str) -> list[str]:
+    """``--precision``: a comma list of :data:`PRECISIONS` and the bench's groups (``all``:
+    fp32, tf32, 3xtf32; ``16bit``: bf16, fp16).
+
+    Raises:
+        ValueError: an entry is neither a precision nor a group.
+    """
+    return bench.parse_list(text, PRECISIONS, bench.PRECISION_GROUPS, what="precision")
+
+
+def step_dtype(precision: str):
+    """The dtype of the module, x and dY at ``precision``: float32 under autocast, else the
+    bench's (:func:`fusedlib.lab.bench.table_dtype`)."""
+    import torch
+    return torch.float32 if precision in AUTOCAST else bench.table_dtype(precision)
+
+
+def build_precision(precision: str) -> str:
+    """The bench precision the implementations are built at (:func:`fusedlib.lab.bench.build_impl`):
+    ``precision`` itself, and for an autocast precision the GEMM precision of the stages at its
+    dtype (:func:`fusedlib.lab.costmodel.stage_precision`: tf32), with float32 modules."""
+    from .costmodel import stage_precision
+    return stage_precision(AUTOCAST[precision]) if precision in AUTOCAST else precision
+
+
+def step_context(precision: str, impl: str):
+    """A context manager factory for ``impl``'s calls at ``precision``
+    (:func:`fusedlib.lab.bench.time_round_robin` enters it around each round): the peers'
+    scoped TF32 switch at the table's precision (the stages': "fp32"), and for an autocast
+    precision TF32 off inside ``torch.autocast("cuda", dtype)``."""
+    import torch
+    if precision not in AUTOCAST:
+        flags = precision if impl in bench.PEER_IMPLS else "fp32"
+        return lambda: bench.peer_precision(flags)
+    dtype = bench.table_dtype(AUTOCAST[precision])
+
+    @contextlib.contextmanager
+    def context():
+        with bench.peer_precision("fp32"), torch.autocast("cuda", dtype=dtype):
+            yield
+    return context
+
+
+def reference_step(ref, x, dy, precision: str):
+    """A float64 copy of ``ref`` (float32, in its current state) after one :func:`train_step`
+    on ``x`` and ``dy`` (float32): at bf16 and fp16 of the model, x and dY rounded to that
+    dtype first (the 16-bit step's exact counterpart), otherwise of the float32 ones."""
+    dtype = step_dtype(precision)
+    ref64 = copy.deepcopy(ref).to(dtype).double()
+    train_step(ref64, dy.to(dtype).double())(x.to(dtype).double())
+    return ref64
 
 
 def train_step(model, dy, module=None):
@@ -74,29 +145,37 @@ def peak_mib(step, x, module) -> float:
 
 
 def measure(problem: str, precisions, impls, args, env: dict) -> list[dict]:
-    """The rows of one problem at its KernelBench shape, a table per precision."""
+    """The rows of one problem at its KernelBench shape, a table per precision (x and dY in
+    :func:`step_dtype`, the implementations built at :func:`build_precision`, each call in
+    :func:`step_context`)."""
     import torch
 
     from ..reference import make_reference
     shape = PRESETS[problem]
     ref = make_reference(problem, shape.in_features, shape.out_features, seed=args.seed).cuda().train()
     state0 = copy.deepcopy(ref.state_dict())
-    x = bench.bench_input(shape, args.seed).cuda()
-    dy = torch.randn(shape.batch, shape.out_features, generator=torch.Generator().manual_seed(2000 + args.seed)).cuda()
-    ref64 = copy.deepcopy(ref).double()
-    train_step(ref64, dy.double())(x.double())
-    rows = []
+    x32 = bench.bench_input(shape, args.seed).cuda()
+    dy32 = torch.randn(shape.batch, shape.out_features,
+                       generator=torch.Generator().manual_seed(2000 + args.seed)).cuda()
+    rows, refs = [], {}
     for precision in precisions:
-        todo = [i for i in impls if bench.available(i, precision)]
+        todo = [i for i in impls if bench.available(i, AUTOCAST.get(precision, precision))]
+        dtype = step_dtype(precision)
+        x, dy = x32.to(dtype), dy32.to(dtype)
+        if dtype not in refs:  # the float64 step of the float32 model (fp32, tf32, 3xtf32, autocast) or the 16-bit one
+            ref.load_state_dict(state0)
+            refs[dtype] = reference_step(ref, x32, dy32, precision)
+        ref64 = refs[dtype]
         steps, forwards, extra = {}, {}, {}
         for impl in todo:
             ref.load_state_dict(state0)
-            model, module = bench.build_impl(impl, ref, precision)  # stage, copy of ref, or its compile
-            context = precision if impl in bench.PEER_IMPLS else "fp32"
+            model, module = bench.build_impl(impl, ref, build_precision(precision))  # stage, copy of ref, or its compile
+            context = step_context(precision, impl)
             step = train_step(model, dy, module)
-            with bench.peer_precision(context):
+            with context():
                 step(x)  # builds, compiles; the gradients of one step from state0
-                extra[impl] = (peak_mib(step, x, module), grad_rel_err(module, ref64))
+                peak = peak_mib(step, x, module)
+            extra[impl] = (peak, grad_rel_err(module, ref64))  # (outside autocast)
             steps[impl] = (step, context)
             forwards[impl] = (model, context)
         times = bench.time_round_robin(steps, x, args.warmup, args.iters, args.rounds)
@@ -110,7 +189,7 @@ def measure(problem: str, precisions, impls, args, env: dict) -> list[dict]:
                          "iters": args.iters, "forward_ms": bench._sig(fwd[impl][0]),
                          "peak_mib": bench._sig(extra[impl][0], 5), "grad_rel_err": bench._sig(extra[impl][1], 3),
                          **{k: env[k] for k in ("gpu", "torch", "cuda", "commit")}, "timestamp": now})
-            print(f"{problem:>3} {precision:6} {impl:8} step {median:8.3f} ms  forward {fwd[impl][0]:7.3f} ms  "
+            print(f"{problem:>3} {precision:13} {impl:8} step {median:8.3f} ms  forward {fwd[impl][0]:7.3f} ms  "
                   f"peak {extra[impl][0]:7.0f} MiB  grad err {extra[impl][1]:.1e}", file=sys.stderr, flush=True)
         del steps, forwards
         torch._dynamo.reset()
@@ -120,7 +199,10 @@ def measure(problem: str, precisions, impls, args, env: dict) -> list[dict]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problem", default="all", help="comma list of 84, 33, 39, or all (default)")
-    p.add_argument("--precision", default="all", help="fp32, tf32, 3xtf32 or all (default; comma list)")
+    p.add_argument("--precision", default="all",
+                   help="comma list of fp32, tf32, 3xtf32, bf16, fp16, autocast-bf16, or the groups all (fp32, "
+                        "tf32, 3xtf32: the default) and 16bit (bf16, fp16: the module, x and dY in that dtype); "
+                        "autocast-bf16: the float32 module under torch.autocast(\"cuda\", dtype=torch.bfloat16)")
     p.add_argument("--impl", default="all", help=f"comma list of {', '.join(IMPLS)}, or all (default)")
     p.add_argument("--iters", type=int, default=bench.MIN_ITERS, help="timed calls of each implementation")
     p.add_argument("--warmup", type=int, default=bench.MIN_WARMUP, help="untimed calls first")
@@ -133,7 +215,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     try:
         problems = bench.parse_list(args.problem, tuple(PROBLEMS), what="problem")
-        precisions = bench.parse_list(args.precision, bench.PRECISIONS, what="precision")
+        precisions = parse_precisions(args.precision)
         impls = bench.parse_list(args.impl, IMPLS, what="impl")
         bench.round_calls(args.iters, args.rounds)
     except ValueError as exc:
