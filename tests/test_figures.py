@@ -134,6 +134,58 @@ def test_predicted_ms_is_the_cost_model_at_the_ceilings():
     assert figures.predicted_ms("84", "fused", "tf32", env) < figures.predicted_ms("84", "fused", "3xtf32", env)
 
 
+def test_predicted_ms_of_16bit_at_the_bf16_rate():
+    """bf16/fp16 predictions: the GEMM at env.json's gemm_bf16_tflops, or at twice tf32's
+    without it; the same cost model as the table (2-byte X, W, Y)."""
+    from fusedlib.lab.costmodel import cost
+    env = {"measured": {"copy_gbytes_per_s": 3000, "gemm_fp32_tflops": 50, "gemm_tf32_tflops": 400}}
+    s = PRESETS["84"]
+    for prec in ("bf16", "fp16"):
+        c = cost("84", "fused", s.batch, s.in_features, s.out_features, "train", prec)
+        assert figures.predicted_ms("84", "fused", prec, env) == pytest.approx(c.time_ms(800, 3000))
+        measured = {"measured": {**env["measured"], "gemm_bf16_tflops": 600}}
+        assert figures.predicted_ms("84", "fused", prec, measured) == pytest.approx(c.time_ms(600, 3000))
+    assert figures.predicted_ms("84", "fused", "bf16", env) < figures.predicted_ms("84", "fused", "tf32", env)
+    assert [r[2] for r in figures.bf16_roofs(env)] == ["2 × the measured tf32 (bf16 not measured)"]
+    assert [r[:2] for r in figures.bf16_roofs({**measured, "datasheet": bench.DATASHEET_H100})] == [
+        (600, "-"), (989.0, ":")]
+
+
+def test_ladder_and_roofline_draw_16bit_rows(tmp_path):
+    """With bf16 rows (no fp16) at the KernelBench shapes the ladder gets a fourth column of
+    panels (titles "... bf16", eager and the GEMM alone in bf16 as its lines) and the roofline
+    bf16 points and roofs; the 3xtf32 panels keep their fp32 stand-in."""
+    _synthetic_results(tmp_path, profile=False)
+    for problem in ("84", "33", "39"):
+        for impl in bench.IMPLS:
+            ms = {"eager": 0.5, "gemm_only": 0.25}.get(impl, 0.3) * (2 if problem == "39" else 1)
+            bench.append_row(tmp_path / "bench.csv", _row(problem, PRESETS[problem], "train", "bf16", impl, ms,
+                                                          rel_err=3e-3))
+    df, env, _ = figures.load_results(tmp_path)
+    figures.ladder(df, env, tmp_path / "f")
+    texts = _svg_texts(tmp_path / "f" / "ladder.svg")
+    assert [t for t in texts if t.endswith(", bf16")] == [f"{p} @{PRESETS[p]}, bf16".replace(">", "&gt;")
+                                                         for p in ("84", "33", "39")]
+    assert not any(t.endswith(", fp16") for t in texts)
+    assert texts.count("0.3 ms") == 2 * 4 and texts.count("0.6 ms") == 4        # the stages of 84 and 33, of 39
+    assert any(t.startswith("bf16/fp16 predictions: the GEMM at 2 × the measured tf32 rate") for t in texts)
+    assert any("reference of the 3xtf32 panels" in t for t in texts)
+    figures.roofline(df, env, tmp_path / "f")
+    texts = _svg_texts(tmp_path / "f" / "roofline.svg")
+    assert "bf16" in texts and "fp16" not in texts                               # the marker's legend entry
+    assert any(t.startswith("bf16 roof, 2 × the measured tf32") for t in texts)
+    assert any(t.startswith("bf16 roof, datasheet: 989") for t in texts)
+
+
+def test_figures_without_16bit_rows_draw_no_16bit_column(tmp_path):
+    _synthetic_results(tmp_path, profile=False)
+    df, env, _ = figures.load_results(tmp_path)
+    figures.ladder(df, env, tmp_path / "f")
+    figures.roofline(df, env, tmp_path / "f")
+    for name in ("ladder", "roofline"):
+        assert not any("bf16" in t or "fp16" in t for t in _svg_texts(tmp_path / "f" / f"{name}.svg")), name
+
+
 def test_missing_results_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="bench.csv"):
         figures.make_all(tmp_path, tmp_path)

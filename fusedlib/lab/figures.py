@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from .bench import COLUMNS, PEER_IMPLS, PROFILE_COLUMNS, STAGE_IMPLS
-from .costmodel import PRECISIONS
+from .costmodel import PRECISIONS, PRECISIONS_16
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 FORMATS = ("png", "svg", "pdf")
@@ -33,6 +33,9 @@ FORMATS = ("png", "svg", "pdf")
 STAGE_ORDER, PEERS = STAGE_IMPLS, PEER_IMPLS
 PRECISION_MARKERS = {"fp32": "o", "tf32": "s", "3xtf32": "^"}
 PRECISION_LINES = {"fp32": "-", "tf32": "--", "3xtf32": ":"}
+#: Markers of the 16-bit rows (bf16, fp16) in the roofline: drawn, and named in its legend, only
+#: where bench.csv holds such rows, so that a figure of fp32, tf32 and 3xtf32 rows stays as it was.
+PRECISION_MARKERS_16 = {"bf16": "D", "fp16": "v"}
 #: matplotlib settings every figure is drawn and saved with: text readable on a slide
 #: (at least 10 pt) and a fixed SVG hash salt (the same element ids at every export).
 STYLE = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "xtick.labelsize": 10,
@@ -109,20 +112,51 @@ def _no_data(ax, text: str) -> None:
 
 def _ceilings(env: dict) -> dict:
     """The measured ceilings of env.json in :func:`fusedlib.lab.course.gemm_rate`'s form:
-    bandwidth (GB/s), fp32 and tf32 (TFLOP/s).
+    bandwidth (GB/s), fp32 and tf32 (TFLOP/s), and bf16 (TFLOP/s) where env.json has
+    ``gemm_bf16_tflops`` (an env.json of before it has not: the 16-bit rate is then twice tf32's,
+    :func:`fusedlib.lab.costmodel.gemm_tflops`).
 
     Raises:
-        KeyError: env.json lacks ``measured`` or one of its values.
+        KeyError: env.json lacks ``measured`` or one of its fp32, tf32 and copy values.
     """
     m = env["measured"]
-    return {"bandwidth": m["copy_gbytes_per_s"], "fp32": m["gemm_fp32_tflops"], "tf32": m["gemm_tf32_tflops"]}
+    ceil = {"bandwidth": m["copy_gbytes_per_s"], "fp32": m["gemm_fp32_tflops"], "tf32": m["gemm_tf32_tflops"]}
+    if m.get("gemm_bf16_tflops") is not None:
+        ceil["bf16"] = m["gemm_bf16_tflops"]
+    return ceil
+
+
+def present_16bit(precisions) -> list[str]:
+    """The 16-bit precisions (bf16, fp16, in that order) among ``precisions`` (e.g. bench.csv's
+    ``precision`` column)."""
+    held = set(precisions)
+    return [p for p in PRECISIONS_16 if p in held]
+
+
+def bf16_roofs(env: dict) -> list[tuple[float, str, str]]:
+    """The compute roofs of the 16-bit rows: (TFLOP/s, line style, label). cuBLAS's measured
+    bf16 rate (solid; fp16's dense rate is the same on the H100), or twice the measured tf32
+    rate (dash-dot, so labelled) where env.json has no ``gemm_bf16_tflops``; and the
+    datasheet's bf16 rate (dotted) where env.json's datasheet has ``bf16_tflops``.
+
+    Raises:
+        KeyError: env.json lacks ``measured`` values.
+    """
+    from .costmodel import gemm_tflops
+    rate, source = gemm_tflops("bf16", _ceilings(env))
+    roofs = [(rate, "-", "cuBLAS, measured") if source == "bf16" else
+             (rate, "-.", "2 × the measured tf32 (bf16 not measured)")]
+    sheet = env.get("datasheet", {})
+    if sheet.get("bf16_tflops") is not None:
+        roofs.append((sheet["bf16_tflops"], ":", "datasheet"))
+    return roofs
 
 
 def predicted_ms(problem: str, impl: str, precision: str, env: dict, mode: str = "train", shape=None) -> float:
     """The cost model's time of one call in ms (:meth:`fusedlib.lab.costmodel.Cost.time_ms`):
     each pass at its own roof, the GEMM's rate of ``precision`` (measured cuBLAS fp32 or
-    tf32 rate, 3xtf32 a third of tf32's: :func:`fusedlib.lab.course.gemm_rate`) or the measured
-    copy bandwidth, the passes added up. ``shape``: a :class:`~fusedlib.reference.Shape`
+    tf32 rate, 3xtf32 a third of tf32's, bf16 and fp16 the measured bf16 rate or twice tf32's:
+    :func:`fusedlib.lab.course.gemm_rate`) or the measured copy bandwidth, the passes added up. ``shape``: a :class:`~fusedlib.reference.Shape`
     or preset name, default the problem's KernelBench shape.
 
     Raises:
@@ -146,7 +180,9 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
     sums → fused (fp32). The axes span the points and the roofs above them (a factor 1.5
     of margin), not decades where nothing is drawn. Roofs: memory from the measured copy bandwidth (solid) and the datasheet
     (dotted); compute for fp32 and tf32 from the measured cuBLAS GEMM (solid) and the
-    datasheet (dotted).
+    datasheet (dotted). bf16 and fp16 rows, where bench.csv holds them, are drawn too (markers
+    :data:`PRECISION_MARKERS_16`, their intensity from the cost model's 2-byte X, W and Y) under
+    the bf16 roofs of :func:`bf16_roofs`; without them the figure is the fp32/tf32/3xtf32 one.
 
     Raises:
         KeyError: env.json lacks ``measured`` or ``datasheet`` values.
@@ -158,9 +194,11 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
     from ..reference import PRESETS, problem_kind
     measured, sheet = env["measured"], env["datasheet"]
     fig, axes = subplots(1, 3, figsize=(17, 5.5), sharey=True, layout="constrained")
-    top = max(sheet["tf32_tflops"], measured["gemm_tf32_tflops"]) * 1.5
     train = one_run(bench[bench["mode"] == "train"])
     kb = [(problem, _preset_rows(train, problem)) for problem in ("84", "33", "39")]
+    sixteen = present_16bit(p for _, rows in kb for p in rows["precision"])
+    roofs16 = bf16_roofs(env) if sixteen else []
+    top = max([sheet["tf32_tflops"], measured["gemm_tf32_tflops"]] + [r for r, _, _ in roofs16]) * 1.5
     xs = [cost(problem_kind(pr), r.impl, PRESETS[pr].batch, PRESETS[pr].in_features, PRESETS[pr].out_features,
                "train", r.precision).intensity for pr, rows in kb for r in rows.itertuples(index=False)]
     ys = [r.tflops for _, rows in kb for r in rows.itertuples(index=False) if r.tflops > 0]
@@ -177,6 +215,9 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
             for peak, style, what in ((measured[f"gemm_{prec}_tflops"], "-", "cuBLAS, measured"),
                                       (sheet[f"{prec}_tflops"], ":", "datasheet")):
                 ax.axhline(peak, ls=style, color=color, lw=1, label=f"{prec} roof, {what}: {peak:.0f} TFLOP/s")
+        for peak, style, what in roofs16:
+            ax.axhline(peak, ls=style, color="tab:green", lw=1,
+                       label=f"{'/'.join(sixteen)} roof, {what}: {peak:.0f} TFLOP/s")
         s = PRESETS[problem]
         if rows.empty:
             _no_data(ax, "no train-mode rows at this shape")
@@ -185,7 +226,8 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
             x = cost(problem_kind(problem), row.impl, s.batch, s.in_features, s.out_features, "train",
                      row.precision).intensity
             points[row.impl, row.precision] = (x, row.tflops)
-            dot = ax.scatter([x], [row.tflops], marker=PRECISION_MARKERS.get(row.precision, "o"),
+            marker = PRECISION_MARKERS.get(row.precision, PRECISION_MARKERS_16.get(row.precision, "o"))
+            dot = ax.scatter([x], [row.tflops], marker=marker,
                              color=_impl_color(row.impl), s=40, zorder=3, edgecolor="black", linewidth=0.4)
             impl_handles.setdefault(row.impl, dot)
         chain = [points[stage, "fp32"] for stage in STAGE_IMPLS if (stage, "fp32") in points]
@@ -201,7 +243,7 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
     for impl in [i for i in list(STAGE_IMPLS) + list(PEER_IMPLS) if i in impl_handles]:
         handles.append(Line2D([], [], marker="o", ls="", color=_impl_color(impl), markeredgecolor="black"))
         labels.append(impl)
-    for prec, marker in PRECISION_MARKERS.items():
+    for prec, marker in list(PRECISION_MARKERS.items()) + [(p, PRECISION_MARKERS_16[p]) for p in sixteen]:
         handles.append(Line2D([], [], marker=marker, ls="", color="white", markeredgecolor="black"))
         labels.append(prec)
     fig.legend(handles, labels, loc="outside lower center", ncol=4)
@@ -348,9 +390,9 @@ def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
 
 #: Reference lines of the ladder: peer, line style, and the precision it is drawn at in each
 #: precision (PyTorch has no 3xTF32: eager fp32, the same accuracy class, stands in; no
-#: GEMM-alone line there).
-LADDER_REFERENCES = (("eager", "--", {"fp32": "fp32", "tf32": "tf32", "3xtf32": "fp32"}),
-                     ("gemm_only", ":", {"fp32": "fp32", "tf32": "tf32"}))
+#: GEMM-alone line there; bf16 and fp16 at their own dtype).
+LADDER_REFERENCES = (("eager", "--", {"fp32": "fp32", "tf32": "tf32", "3xtf32": "fp32", "bf16": "bf16", "fp16": "fp16"}),
+                     ("gemm_only", ":", {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16"}))
 
 
 def saved_label(before: float, after: float) -> str:
@@ -365,14 +407,17 @@ def ladder(bench, env: dict, outdir: Path) -> list[Path]:
     """``ladder.{png,svg,pdf}``: every stage at every precision, measured against predicted.
 
     Small multiples, linear time axes: one panel per problem (rows: 84, 33, 39 at their
-    KernelBench shapes) and precision (columns: fp32, tf32, 3xtf32), train mode, each with
-    its own scale from zero. In a panel one bar per stage (naive, fold, sums, fused) holding
+    KernelBench shapes) and precision (columns: fp32, tf32, 3xtf32, then bf16 and fp16 where
+    bench.csv holds train-mode rows of them, :func:`present_16bit`: without, the figure is
+    the three-column one), train mode, each with its own scale from zero. In a panel one bar per stage (naive, fold, sums, fused) holding
     the measured median in ms on top and, inside, the **% saved** by the step from the stage
     before it ("saves x %", or "costs x %" when the step is slower); a black dashed tick
     across each bar, the cost model's prediction (:func:`predicted_ms`: each pass at its
     roof, measured ceilings of env.json). Horizontal lines: eager (dashed) and the GEMM alone
     (``gemm_only``, dotted) at the panel's precision; the 3xtf32 panels get eager fp32
-    (dash-dot) instead, PyTorch having no 3xTF32, and no GEMM-alone line.
+    (dash-dot) instead, PyTorch having no 3xTF32, and no GEMM-alone line. A bf16 or fp16 panel
+    has every implementation in that dtype; its prediction takes the GEMM at the measured bf16
+    rate, or at twice tf32's where env.json has none (the legend then says so).
 
     One run: bench.csv may hold two runs of a configuration; the ladder takes, for each
     (problem, shape, mode, precision) group, the rows with the group's latest timestamp
@@ -388,18 +433,23 @@ def ladder(bench, env: dict, outdir: Path) -> list[Path]:
     from matplotlib.patches import Patch
 
     from ..reference import PRESETS
-    _ceilings(env)  # fail early, before drawing, on an env.json without ceilings
-    fig, axes = subplots(3, len(PRECISIONS), figsize=(16, 14), squeeze=False)
+    from .costmodel import gemm_tflops
+    ceil = _ceilings(env)  # fail early, before drawing, on an env.json without ceilings
     train = one_run(bench[bench["mode"] == "train"])
+    precisions = list(PRECISIONS) + present_16bit(train["precision"])
+    fig, axes = subplots(3, len(precisions), figsize=(16 * len(precisions) / len(PRECISIONS), 14), squeeze=False)
     handles: dict[str, object] = {stage: Patch(facecolor=_impl_color(stage), edgecolor="black", linewidth=0.4)
                                   for stage in STAGE_IMPLS}
     handles["black dashes: cost-model prediction (each pass at its roof)"] = Line2D(
         [], [], color="black", ls=(0, (3, 2)), lw=1.5)
+    if len(precisions) > len(PRECISIONS) and gemm_tflops("bf16", ceil)[1] != "bf16":
+        handles["bf16/fp16 predictions: the GEMM at 2 × the measured tf32 rate (env.json has no bf16 rate)"] = \
+            Line2D([], [], color="black", ls=(0, (3, 2)), lw=1.5)
     x = range(len(STAGE_IMPLS))
     for r, problem in enumerate(("84", "33", "39")):
         rows = _preset_rows(train, problem)
         ms = {(row.impl, row.precision): float(row.median_ms) for row in rows.itertuples(index=False)}
-        for c, prec in enumerate(PRECISIONS):
+        for c, prec in enumerate(precisions):
             ax = axes[r][c]
             values = []
             previous = None
