@@ -100,10 +100,12 @@ slides: venv
 check-gpu: venv
 	$(BIN)/python tests/run_gpu_suite.py
 
-# The one command that regenerates every committed GPU result, on a GPU machine (about 27 min on
+# The one command that regenerates every committed GPU result, on a GPU machine (about 35 min on
 # an H100), from the repository root: the validation, then one bench process for all tables
-# (KernelBench shapes with ceilings and per-kernel profile, then the size sweeps appended), the
-# train steps (forward + backward), the peers once more (their run-to-run spread), the README
+# (KernelBench shapes with ceilings and per-kernel profile, then the size sweeps appended, then
+# the 16-bit tables: bf16 and fp16 modules and inputs at the same shapes, appended), the
+# train steps (forward + backward; then bf16, fp16 and the fp32 module under bf16 autocast,
+# appended), the peers once more (their run-to-run spread), the README
 # tables, the figures and the notebooks executed
 # with the kernels. Commit results/, figures/, notebooks/ and README.md. (The one-off experiments
 # that NOTES.md cites are lab/experiments/, not part of it.)
@@ -111,7 +113,9 @@ results: check-gpu
 	$(BIN)/python -m fusedlib bench --fresh --ceilings --profile
 	$(BIN)/python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
 		--impl stages,eager,compile,gemm_only
+	$(BIN)/python -m fusedlib bench --append --problem 84,33,39 --precision 16bit --impl stages,eager,compile,gemm_only
 	$(BIN)/python -m fusedlib train-step --fresh
+	$(BIN)/python -m fusedlib train-step --precision 16bit,autocast-bf16
 	# the peers' run-to-run spread (course.peer_spread): one more run of eager, compile and the GEMM
 	# alone at each KernelBench shape, train mode (≈ 2 min)
 	gpu=$$($(BIN)/python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))") && \

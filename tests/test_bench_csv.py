@@ -189,6 +189,36 @@ def test_list_prints_the_plan_without_a_gpu(capsys):
     assert "16384x4096->4096 train 3xtf32 naive,fold,sums,fused" in out and "1 tables, 4 measurements" in out
 
 
+def _results_commands(tool):
+    """The argument lists of the Makefile's results target's commands ``$(BIN)/python -m fusedlib
+    <tool>`` (those inside shell loops left out)."""
+    import shlex
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "Makefile").read_text().replace("\\\n", " ")
+    target = text.split("\nresults:", 1)[1].split("\n\n", 1)[0]
+    return [shlex.split(line.split(f"-m fusedlib {tool}", 1)[1]) for line in target.splitlines()
+            if line.strip().startswith(f"$(BIN)/python -m fusedlib {tool} ")]
+
+
+def test_make_results_appends_the_16bit_tables():
+    """make results: the first bench keeps all = fp32, tf32, 3xtf32; one more, appended, times
+    bf16 and fp16 at the KernelBench shapes of 84, 33 and 39 (both modes), stages and peers;
+    train-step appends bf16, fp16 and autocast-bf16 rows after its fresh fp32 ones."""
+    from fusedlib.lab import trainstep
+    plans = [bench.plan_tables(*bench._selection(_args(*argv))) for argv in _results_commands("bench")]
+    assert {t.precision for t in plans[0]} == {"fp32", "tf32", "3xtf32"}
+    sixteen = [(argv, plan) for argv, plan in zip(_results_commands("bench"), plans)
+               if {t.precision for t in plan} == {"bf16", "fp16"}]
+    assert len(sixteen) == 1 and "--append" in sixteen[0][0] and "--fresh" not in sixteen[0][0]
+    keys = {(t.problem, t.shape, t.mode, t.precision) for t in sixteen[0][1]}
+    assert all((p, PRESETS[p], m, d) in keys for p in ("84", "33", "39") for m in ("train", "eval")
+               for d in ("bf16", "fp16"))
+    assert {"eager", "compile", "gemm_only", *bench.STAGE_IMPLS} <= set(sixteen[0][1][0].impls)
+    steps = _results_commands("train-step")
+    assert steps[0] == ["--fresh"]
+    assert trainstep.parse_precisions(steps[1][steps[1].index("--precision") + 1]) == ["bf16", "fp16", "autocast-bf16"]
+
+
 def test_nvidia_smi_line():
     assert bench.parse_nvidia_smi("580.95.05, 1980 MHz, 2619 MHz") == {
         "driver": "580.95.05", "sm_clock_max_mhz": 1980, "mem_clock_max_mhz": 2619}

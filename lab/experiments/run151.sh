@@ -16,6 +16,10 @@
 #                  PART=sweeps in a later call, carrying results/h100/bench.csv and sources.json)
 #   PART=train     train steps, then the peers once more into results/h100/peers/ (make results);
 #                  with NOTEBOOKS=1 then the notebooks (or PART=notebooks after, carrying results/h100/peers)
+#   SIXTEEN=1      (opt-in) with PART=84, 33 or train: the 16-bit rows of make results there too, appended
+#                  after the part's own: bench --precision 16bit of the part's problems (84: about 3 min
+#                  more, so PART=84 about 9.5 of a call's 10; 33,39: about 4 min, so with PART=33 give
+#                  SWEEPS= as well), train-step --precision 16bit,autocast-bf16 (bench16.log, train_step16.log)
 # Later parts start from the carried cache (.cache/flcache.part-*).
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
@@ -26,6 +30,11 @@ python -c "from fusedlib.build import load_backward; load_backward()" > /tmp/bui
 wait
 echo "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log && cat /tmp/build-*.log | tail -30
 mkdir -p build/gpu-suite
+sixteen() {  # the 16-bit tables of make results for problems $1, appended to bench.csv (SIXTEEN=1)
+  python -m fusedlib bench --append --problem $1 --precision 16bit --impl stages,eager,compile,gemm_only \
+    > $OUT/bench16.log 2>&1
+  echo "bench $1 16bit: rc=$? ($(( $(date +%s) - t0 )) s)"
+}
 sweeps() {  # the size sweeps, appended to bench.csv (make results)
   python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
     --impl stages,eager,compile,gemm_only > $OUT/sweeps.log 2>&1
@@ -85,13 +94,19 @@ PY
          (cd build && tar czf $OUT/suite-logs.tgz gpu-suite)
          cp results/h100/validation.json $OUT/ ;;
   84) python -m fusedlib bench --fresh --ceilings --profile --problem 84 > $OUT/bench.log 2>&1
-      echo "bench 84: rc=$? ($(( $(date +%s) - t0 )) s)" ;;
+      echo "bench 84: rc=$? ($(( $(date +%s) - t0 )) s)"
+      if [ -n "${SIXTEEN:-}" ]; then sixteen 84; fi ;;
   33) python -m fusedlib bench --profile --problem 33,39 > $OUT/bench.log 2>&1
       echo "bench 33,39: rc=$? ($(( $(date +%s) - t0 )) s)"
+      if [ -n "${SIXTEEN:-}" ]; then sixteen 33,39; fi
       if [ -n "${SWEEPS-1}" ]; then sweeps; fi ;;
   sweeps) sweeps; cp results/h100/bench.csv results/h100/sources.json $OUT/ ;;
   train) python -m fusedlib train-step --fresh > $OUT/train_step.log 2>&1
           echo "train-step: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 22 $OUT/train_step.log
+          if [ -n "${SIXTEEN:-}" ]; then  # bf16, fp16 and autocast-bf16 rows, appended (make results)
+            python -m fusedlib train-step --precision 16bit,autocast-bf16 > $OUT/train_step16.log 2>&1
+            echo "train-step 16bit: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 20 $OUT/train_step16.log
+          fi
           cp results/h100/train_step.csv results/h100/train_step.sources.json $OUT/
           if [ -n "${PEERS-1}" ]; then  # (PEERS= : the committed peers kept)
           rm -rf results/h100/peers  # the peers once more (make results), for their run-to-run spread
@@ -109,5 +124,6 @@ PY
 esac
 case $PART in
   84|33) grep -i "warning\|error\|ceilings\|wrote" $OUT/bench.log | grep -v "UserWarning\|warnings.warn" | cut -c1-300 | tail -15
+         [ -f $OUT/bench16.log ] && grep -i "warning\|error\|wrote" $OUT/bench16.log | grep -v "UserWarning\|warnings.warn" | cut -c1-300 | tail -10
                 cp results/h100/bench.csv results/h100/sources.json results/h100/env.json results/h100/profile.csv $OUT/ ;;
 esac
