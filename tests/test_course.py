@@ -420,3 +420,116 @@ def test_sync_summary_one_row_per_world_problem_precision():
     r = course.sync_summary(pd.DataFrame(rows)).iloc[0]
     assert abs(r["no broadcast: sync cost %"] - 100 * (1.8 / 9.0 - 1)) < 1e-9  # loop_ms over fused-local's
     assert abs(r["no broadcast: × eager-syncbn"] - 1 / 3) < 1e-12
+
+
+# ---------------------------------------------------------------- the 16-bit precisions (notebooks 05, 06)
+def _results_with_16bit(tmp_path, monkeypatch, sixteen: bool = True, env_measured: dict | None = None):
+    """A results folder holding the committed env.json (``env_measured`` merged into its measured
+    ceilings) and bench.csv, plus, if ``sixteen``, bf16 rows made from the tf32 rows at the
+    KernelBench shapes (times × 0.6); FUSEDLIB_RESULTS points at it."""
+    import json
+    monkeypatch.delenv("FUSEDLIB_RESULTS", raising=False)  # the committed results
+    bench, env = course.measured(), course.env()
+    if bench is None or env is None:
+        pytest.skip("no committed bench.csv and env.json")
+    env = {**env, "measured": {**env["measured"], **(env_measured or {})}}
+    (tmp_path / "env.json").write_text(json.dumps(env))
+    if sixteen:
+        import pandas as pd
+        kb = course.at_presets(bench)
+        bf16 = kb[kb.precision == "tf32"].assign(precision="bf16")
+        bf16 = bf16.assign(median_ms=bf16.median_ms * 0.6)
+        bench = pd.concat([bench, bf16], ignore_index=True)
+    bench.to_csv(tmp_path / "bench.csv", index=False)
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    return bench
+
+
+def test_pass_share_splits_the_prediction_into_the_gemm_and_the_passes():
+    for problem in course.PROBLEMS:
+        for precision in ("tf32", "bf16"):
+            s = course.pass_share("fused", problem, precision)
+            assert s["GEMM ms"] > 0 and s["passes ms"] > 0
+            assert s["GEMM ms"] + s["passes ms"] == pytest.approx(s["total ms"])
+            assert s["total ms"] == pytest.approx(course.prediction("fused", problem, precision=precision)[1])
+            assert 0 < s["passes %"] < 50
+        assert course.pass_share("gemm_only", problem, "bf16")["passes %"] == 0
+
+
+def test_the_passes_weigh_more_in_bf16_at_every_shape():
+    """The GEMM is faster in bf16, the stages' passes over float32 Z are not: the share of the time
+    outside the GEMM grows for naive and fused, and so does the % of naive's time fusion saves."""
+    t = course.pass_share_table(("naive", "eager", "fused"))
+    assert list(t.index) == [(p, q) for p in course.PROBLEMS for q in ("tf32", "bf16")]
+    for problem in course.PROBLEMS:
+        tf32, bf16 = t.loc[(problem, "tf32")], t.loc[(problem, "bf16")]
+        assert bf16["fused GEMM ms"] < tf32["fused GEMM ms"]
+        for impl in ("naive", "fused"):
+            assert bf16[f"{impl} passes %"] > tf32[f"{impl} passes %"], (problem, impl)
+        assert bf16["fused: % saved vs naive"] > tf32["fused: % saved vs naive"] > 0
+        # eager stores Z in bf16: its passes halve with its GEMM, its share barely moves
+        assert bf16["eager passes %"] == pytest.approx(tf32["eager passes %"], abs=1.0)
+    text = course.pass_share_md()
+    assert text.count("grows at every shape") == 2 and "bf16" in text
+    with pytest.raises(ValueError, match="two"):
+        course.pass_share_md(("fp32", "tf32", "bf16"))
+
+
+def test_predicted_ladder_saves_more_in_bf16():
+    from fusedlib.algebra import STAGES
+    ladder = course.predicted_ladder()
+    assert list(ladder.columns[:4]) == list(STAGES)
+    for problem in course.PROBLEMS:
+        assert ladder.loc[(problem, "bf16"), "fused"] < ladder.loc[(problem, "tf32"), "fused"]
+        saved = ladder.loc[problem, "% saved, naive → fused"]
+        assert saved["bf16"] > saved["tf32"] > 0
+
+
+def test_bf16_roof_says_where_its_rate_comes_from(tmp_path, monkeypatch):
+    _results_with_16bit(tmp_path, monkeypatch, sixteen=False)
+    tf32 = course.ceilings()["tf32"]
+    rate, source = course.bf16_roof()
+    assert rate == pytest.approx(2 * tf32) and source.startswith("twice")  # the committed env.json: no bf16 rate
+    assert "twice the measured tf32" in course.bf16_roof_md() and "989" in course.bf16_roof_md()
+    _results_with_16bit(tmp_path, monkeypatch, sixteen=False, env_measured={"gemm_bf16_tflops": 700.0})
+    rate, source = course.bf16_roof()
+    assert rate == 700.0 and source.startswith("cuBLAS's bf16 GEMM measured")
+    assert "**700 TFLOP/s**" in course.bf16_roof_md()
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path / "absent"))
+    rate, source = course.bf16_roof()
+    assert rate == 989.0 and "datasheet" in source
+
+
+def test_measured_16bit_is_empty_without_16bit_rows(tmp_path, monkeypatch):
+    """No bf16/fp16 row (or no bench.csv): an empty table with the same columns, and one line
+    naming the command that measures them."""
+    _results_with_16bit(tmp_path, monkeypatch, sixteen=False)
+    table = course.measured_16bit()
+    assert table.empty and "fused ms" in table.columns and "fused predicted ms" in table.columns
+    note = course.sixteen_bit_note()
+    assert course.NOT_MEASURED in note and "`make results`" in note and "\n" not in note
+    (tmp_path / "bench.csv").unlink()
+    assert course.measured_16bit().empty and course.sixteen_bit_note() == note
+
+
+def test_measured_16bit_puts_the_rows_beside_the_prediction(tmp_path, monkeypatch):
+    bench = _results_with_16bit(tmp_path, monkeypatch)
+    table = course.measured_16bit()
+    assert course.sixteen_bit_note() is None
+    assert list(table.index) == [(p, "bf16") for p in course.PROBLEMS]  # no fp16 rows: no fp16 line
+    kb = course.at_presets(bench)
+    for problem in course.PROBLEMS:
+        row = table.loc[(problem, "bf16")]
+        want = kb[(kb.problem == problem) & (kb.precision == "bf16") & (kb.impl == "fused")].median_ms
+        assert row["fused ms"] == pytest.approx(float(want.iloc[0]))
+        assert row["fused predicted ms"] == pytest.approx(course.prediction("fused", problem, precision="bf16")[1])
+        assert row["% saved naive → fused"] == pytest.approx(course.pct_saved(row["naive ms"], row["fused ms"]))
+
+
+def test_predicted_roofline_16bit_needs_no_results(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path / "absent"))
+    fig = course.predicted_roofline_16bit()
+    assert len(fig.axes) == 3 and not any("measured" in t.get_text() for t in fig.legends[0].get_texts())
+    _results_with_16bit(tmp_path, monkeypatch)
+    fig = course.predicted_roofline_16bit()
+    assert any(t.get_text() == "bf16, measured" for t in fig.legends[0].get_texts())

@@ -1125,6 +1125,269 @@ def strip_run_ids(text: str) -> str:
     return text
 
 
+# ---------------------------------------------------------------- notebooks 05–06: the 16-bit precisions
+#: The 16-bit precisions a benchmark row may name (bf16, fp16: the module and its input in that
+#: dtype), in the order the course shows them.
+SIXTEEN = ("bf16", "fp16")
+#: The implementations the 16-bit tables show: the first and last stage, and the peers a stage is
+#: judged against.
+SIXTEEN_IMPLS = ("naive", "fused", "eager", "gemm_only")
+
+
+def is_gemm_pass(name: str) -> bool:
+    """Whether a cost-model pass (:func:`fusedlib.lab.costmodel.cost`) is the GEMM: its name
+    contains "GEMM" (the stages' GEMM with its epilogue, the peers' cuBLAS GEMM + bias). Every
+    other pass is one of the passes around it (statistics, normalise, softmax, …)."""
+    return "GEMM" in name
+
+
+def pass_share(impl: str, problem: str, precision: str = "tf32", shape: str | None = None, mode: str = "train",
+               gpu: str = "h100") -> dict:
+    """The cost model's split of ``impl``'s predicted time (:func:`prediction`, each pass at its
+    roof) into the GEMM and the passes around it, for ``problem`` (84, 33 or 39) at ``shape``
+    (default: its KernelBench shape) and ``precision`` (fp32, tf32, 3xtf32, bf16 or fp16).
+
+    Returns:
+        ``{"GEMM ms", "passes ms", "total ms", "passes %"}``: milliseconds, and the passes'
+        share of the total in percent (0 for ``gemm_only``).
+
+    Raises:
+        ValueError: unknown impl, problem, precision, mode or shape (from the cost model).
+    """
+    table, total = prediction(impl, problem, shape, mode, precision, gpu)
+    gemm = float(table.loc[table["pass"].map(is_gemm_pass), "ms at its roof"].sum())
+    return {"GEMM ms": gemm, "passes ms": total - gemm, "total ms": total, "passes %": 100 * (total - gemm) / total}
+
+
+def pass_share_table(impls=("eager", "fused"), precisions=("tf32", "bf16"), mode: str = "train",
+                     gpu: str = "h100"):
+    """:func:`pass_share` at the KernelBench shapes: one row per problem (84, 33, 39) and
+    precision, for each of ``impls`` the columns ``<impl> GEMM ms``, ``<impl> passes ms`` and
+    ``<impl> passes %``; then, for the last impl against each other one, ``% saved vs <impl>``
+    (:func:`pct_saved` of the predicted totals). Ceilings: :func:`ceilings` (env.json, else the
+    datasheet); the bf16/fp16 GEMM at :func:`bf16_roof`'s rate. Works without a GPU and without
+    bench.csv.
+
+    Raises:
+        ValueError: an impl or precision the cost model does not know.
+    """
+    import pandas as pd
+    rows = []
+    for problem in PROBLEMS:
+        for precision in precisions:
+            row, totals = {"problem": problem, "precision": precision}, {}
+            for impl in impls:
+                s = pass_share(impl, problem, precision, None, mode, gpu)
+                totals[impl] = s["total ms"]
+                row.update({f"{impl} GEMM ms": s["GEMM ms"], f"{impl} passes ms": s["passes ms"],
+                            f"{impl} passes %": s["passes %"]})
+            last = impls[-1]
+            for impl in impls[:-1]:
+                row[f"{last}: % saved vs {impl}"] = pct_saved(totals[impl], totals[last])
+            rows.append(row)
+    return pd.DataFrame(rows).set_index(["problem", "precision"])
+
+
+def _by_problem(values: dict, fmt: str = "{:.1f} %") -> str:
+    """"a → b at 84, …": one pair of values a problem, ``values[(problem, i)]`` for i = 0, 1."""
+    return ", ".join(f"{fmt.format(values[p, 0])} → {fmt.format(values[p, 1])} at {p}" for p in PROBLEMS)
+
+
+def pass_share_md(precisions=("tf32", "bf16"), mode: str = "train", gpu: str = "h100") -> str:
+    """What the cost model predicts when the precision goes from ``precisions[0]`` to
+    ``precisions[1]`` (default tf32 → bf16), in three sentences (Markdown) rendered from
+    :func:`pass_share_table` for naive, eager and fused at the KernelBench shapes: the fused
+    stage's passes' share of its time, the % of naive's time that fusion saves, and the fused
+    stage's lead over eager PyTorch; each says whether it grows or shrinks.
+
+    Raises:
+        ValueError: ``precisions`` is not two precisions the cost model knows.
+    """
+    if len(precisions) != 2:
+        raise ValueError(f"precisions: expected two (before, after), got {precisions!r}")
+    t = pass_share_table(("naive", "eager", "fused"), precisions, mode, gpu)
+    a, b = precisions
+
+    def pairs(col):
+        return {(p, i): float(t.loc[(p, q), col]) for p in PROBLEMS for i, q in enumerate(precisions)}
+
+    def trend(values):
+        up = [values[p, 1] > values[p, 0] for p in PROBLEMS]
+        return "grows at every shape" if all(up) else "shrinks at every shape" if not any(up) else "moves both ways"
+
+    share, saved, lead = pairs("fused passes %"), pairs("fused: % saved vs naive"), pairs("fused: % saved vs eager")
+    eager, gemm = pairs("eager passes %"), pairs("fused GEMM ms")
+    return "\n".join([
+        f"Predicted, {a} → {b}, {mode} mode, KernelBench shapes:\n",
+        f"- **The fused stage's passes** (the row pass over float32 Z′): {_by_problem(share)} of its time; the "
+        f"share {trend(share)}. The GEMM takes {_by_problem(gemm, '{:.3f} ms')}; the row pass keeps its float32 "
+        "read of Z′.",
+        f"- **What fusion removes**: `fused` saves {_by_problem(saved)} of `naive`'s time; the saving "
+        f"{trend(saved)}. The passes it removes run over float32 Z at every precision, so against a faster "
+        "GEMM they weigh more.",
+        f"- **Against eager PyTorch**, which stores its Z in {b} (its passes: {_by_problem(eager)} of its time): "
+        f"`fused` saves {_by_problem(lead)} of eager's time; the saving {trend(lead)}. Eager's passes shrink with its "
+        "GEMM; storing Z′ in the 16-bit dtype would cut the bytes of the fused row pass by a third.",
+    ])
+
+def predicted_ladder(precisions=("tf32", "bf16"), impls=("naive", "fold", "sums", "fused", "eager", "gemm_only"),
+                     mode: str = "train", gpu: str = "h100"):
+    """The cost model's ladder (:func:`prediction`, ms) at the KernelBench shapes: one row per
+    problem (84, 33, 39) and precision, one column per impl, and ``% saved, naive → fused``
+    (:func:`pct_saved`) where both stages are among ``impls``. Needs no GPU and no bench.csv.
+
+    Raises:
+        ValueError: an impl or precision the cost model does not know.
+    """
+    import pandas as pd
+    rows = []
+    for problem in PROBLEMS:
+        for precision in precisions:
+            row = {"problem": problem, "precision": precision}
+            row.update({impl: prediction(impl, problem, None, mode, precision, gpu)[1] for impl in impls})
+            if "naive" in impls and "fused" in impls:
+                row["% saved, naive → fused"] = pct_saved(row["naive"], row["fused"])
+            rows.append(row)
+    return pd.DataFrame(rows).set_index(["problem", "precision"])
+
+def bf16_roof(gpu: str = "h100") -> tuple[float, str]:
+    """(TFLOP/s, where it comes from) of the bf16/fp16 GEMM the predictions use: cuBLAS's bf16
+    rate measured on the GPU (env.json ``gemm_bf16_tflops``), else twice the measured tf32 rate
+    (:func:`fusedlib.lab.costmodel.gemm_tflops`), else, without env.json, the H100 SXM
+    datasheet's dense bf16 rate. The second item is a phrase for a sentence ("measured ...",
+    "twice ...", "the ... datasheet")."""
+    from .costmodel import gemm_tflops
+    ceil = ceilings(gpu)
+    rate, source = gemm_tflops("bf16", ceil)
+    if source != "bf16":
+        return rate, (f"twice the measured tf32 rate of {ceil['tf32']:.0f} TFLOP/s: results/{gpu}/env.json has no "
+                      "measured bf16 rate yet")
+    if env(gpu) is None or "measured" not in env(gpu):
+        return rate, "the H100 SXM datasheet's dense bf16 rate (no env.json committed yet)"
+    return rate, f"cuBLAS's bf16 GEMM measured at 8192³ (results/{gpu}/env.json)"
+
+
+def bf16_roof_md(gpu: str = "h100") -> str:
+    """The bf16/fp16 GEMM roof in a sentence (Markdown) from :func:`bf16_roof`: its rate, where
+    it comes from, its ridge point against the copy bandwidth, the tf32 roof beside it, and the
+    datasheet's dense bf16 and TF32 rates (env.json's datasheet where it has them, else
+    :data:`fusedlib.lab.bench.DATASHEET_H100`)."""
+    from .bench import DATASHEET_H100
+    ceil = ceilings(gpu)
+    rate, source = bf16_roof(gpu)
+    sheet = {**DATASHEET_H100, **((env(gpu) or {}).get("datasheet") or {})}
+    return (f"bf16/fp16 GEMM roof: **{rate:.0f} TFLOP/s**, {source}; ridge point "
+            f"{rate * 1e3 / ceil['bandwidth']:.0f} FLOP/byte, against tf32's {ceil['tf32']:.0f} TFLOP/s and "
+            f"{ceil['tf32'] * 1e3 / ceil['bandwidth']:.0f} FLOP/byte. The {sheet['device']} datasheet's dense "
+            f"rates: {sheet['bf16_tflops']:.0f} TFLOP/s bf16, {sheet['tf32_tflops']:.0f} TFLOP/s TF32 "
+            f"({sheet['bf16_tflops'] / sheet['tf32_tflops']:.1f} times).")
+
+
+def measured_16bit(impls=SIXTEEN_IMPLS, mode: str = "train", gpu: str = "h100"):
+    """The committed bf16 and fp16 timings at the KernelBench shapes beside the cost model's
+    prediction: one row per problem and 16-bit precision that bench.csv holds (one run,
+    :func:`preset_times`), for each of ``impls`` ``<impl> ms`` (measured median, NaN where the
+    run lacks it) and ``<impl> predicted ms``; and ``% saved naive → fused``, measured and
+    predicted, where both stages are among ``impls``.
+
+    Returns:
+        a DataFrame indexed by (problem, precision); **empty** (no rows, the same columns)
+        when bench.csv is absent or holds no bf16/fp16 row: the notebooks then print
+        :func:`sixteen_bit_note`.
+    """
+    import pandas as pd
+    columns = [f"{impl} ms" for impl in impls] + [f"{impl} predicted ms" for impl in impls]
+    both = "naive" in impls and "fused" in impls
+    if both:
+        columns += ["% saved naive → fused", "% saved naive → fused, predicted"]
+    bench = measured(gpu=gpu)
+    held = set() if bench is None else set(at_presets(bench, mode).precision)
+    ms = preset_times(mode, gpu) if held & set(SIXTEEN) else None
+    rows = []
+    for problem in PROBLEMS:
+        for precision in SIXTEEN:
+            if ms is None or precision not in held or all(ms(problem, i, precision) != ms(problem, i, precision)
+                                                          for i in impls):
+                continue
+            row = {"problem": problem, "precision": precision}
+            for impl in impls:
+                row[f"{impl} ms"] = ms(problem, impl, precision)
+                row[f"{impl} predicted ms"] = prediction(impl, problem, None, mode, precision, gpu)[1]
+            if both:
+                row["% saved naive → fused"] = pct_saved(row["naive ms"], row["fused ms"])
+                row["% saved naive → fused, predicted"] = pct_saved(row["naive predicted ms"],
+                                                                    row["fused predicted ms"])
+            rows.append(row)
+    index = pd.MultiIndex.from_arrays([[r.pop("problem") for r in rows], [r.pop("precision") for r in rows]],
+                                      names=["problem", "precision"])
+    return pd.DataFrame(rows, index=index, columns=columns, dtype=float)
+
+
+def sixteen_bit_note(gpu: str = "h100") -> str | None:
+    """The one line the notebooks print where bench.csv has no bf16/fp16 timings yet (which file
+    lacks them, and the command that makes them), or None where it has some."""
+    if not measured_16bit(gpu=gpu).empty:
+        return None
+    return (f"bf16 and fp16: {NOT_MEASURED} (results/{gpu}/bench.csv has no bf16 or fp16 rows; "
+            "`make results` on a GPU machine times them).")
+
+
+def predicted_roofline_16bit(impls=("naive", "fold", "sums", "fused", "eager", "compile"), gpu: str = "h100"):
+    """A roofline Figure (one panel per problem at its KernelBench shape, train mode) of the cost
+    model's predictions in tf32 (squares) and bf16 (diamonds): each implementation at its
+    intensity (cost-model FLOPs / bytes: bf16 counts X, W and Y at 2 bytes) and its predicted
+    rate (FLOPs / predicted time), hollow; the measured bf16 points filled where bench.csv holds
+    them. Roofs: the copy bandwidth, the tf32 GEMM and the bf16 GEMM of :func:`bf16_roof`.
+    Drawn without pyplot (:func:`fusedlib.lab.figures.subplots`); needs no GPU and no bench.csv."""
+    import numpy as np
+
+    from .costmodel import cost
+    from .figures import _impl_color, subplots
+    from ..reference import PRESETS, problem_kind
+    ceil = ceilings(gpu)
+    roof16, _ = bf16_roof(gpu)
+    ms = preset_times("train", gpu)
+    markers = {"tf32": "s", "bf16": "D"}
+    fig, axes = subplots(1, len(PROBLEMS), figsize=(15, 4.6), sharey=True)
+    ai = np.geomspace(20, 4000, 200)
+    for ax, problem in zip(axes, PROBLEMS):
+        s = PRESETS[problem]
+        ax.plot(ai, np.minimum(ai * ceil["bandwidth"] / 1e3, roof16 * 1.5), color="gray", lw=1,
+                label=f"memory roof {ceil['bandwidth'] / 1e3:.2f} TB/s")
+        ax.axhline(ceil["tf32"], color="tab:orange", ls="--", lw=1, label=f"tf32 GEMM roof {ceil['tf32']:.0f} TFLOP/s")
+        ax.axhline(roof16, color="tab:green", ls="--", lw=1, label=f"bf16 GEMM roof {roof16:.0f} TFLOP/s")
+        for precision, marker in markers.items():
+            for impl in impls:
+                c = cost(problem_kind(problem), impl, s.batch, s.in_features, s.out_features, "train", precision)
+                t = prediction(impl, problem, None, "train", precision, gpu)[1]
+                ax.scatter([c.intensity], [c.flops / (t * 1e-3) / 1e12], marker=marker, s=45, facecolor="none",
+                           edgecolor=_impl_color(impl), linewidth=1.2, zorder=3,
+                           label=f"{impl}, {precision}, predicted")
+                m = ms(problem, impl, precision) if ms is not None and precision == "bf16" else float("nan")
+                if m == m:
+                    ax.scatter([c.intensity], [c.flops / (m * 1e-3) / 1e12], marker=marker, s=45,
+                               color=_impl_color(impl), edgecolor="black", linewidth=0.4, zorder=4,
+                               label=f"{impl}, bf16, measured")
+        ax.set(xscale="log", yscale="log", xlim=(ai[0], ai[-1]), ylim=(50, roof16 * 1.5),
+               title=f"problem {problem} @{s}", xlabel="arithmetic intensity (FLOP/byte, cost model)")
+        ax.grid(True, which="major", lw=0.3)
+    axes[0].set_ylabel("TFLOP/s (cost-model FLOPs / time)")
+    from matplotlib.lines import Line2D
+    handles, labels = axes[0].get_legend_handles_labels()
+    handles, labels = handles[:3], labels[:3]  # the roofs
+    for impl in impls:
+        handles.append(Line2D([], [], marker="o", ls="", color=_impl_color(impl), markeredgecolor="black"))
+        labels.append(impl)
+    for precision, marker in markers.items():
+        handles.append(Line2D([], [], marker=marker, ls="", markerfacecolor="none", markeredgecolor="black"))
+        labels.append(f"{precision}, predicted")
+    if any(lab.endswith("measured") for ax in axes for lab in ax.get_legend_handles_labels()[1]):
+        handles.append(Line2D([], [], marker=markers["bf16"], ls="", color="gray", markeredgecolor="black"))
+        labels.append("bf16, measured")
+    fig.legend(handles, labels, fontsize=9, loc="outside right center")
+    fig.suptitle("Predicted tf32 (squares) and bf16 (diamonds) points, hollow; measured bf16 filled where committed")
+    return fig
+
 # ---------------------------------------------------------------- notebooks 07–08: eval mode and the backward
 #: The fused train-mode backward's passes (``kernels/backward.cu``, ``ops.backward_gemms``) with x the input
 #: data (no dX, as the train step times it): (kernel, {tensor: size}, {tensor: size}, GEMM or not), the sizes
