@@ -110,6 +110,13 @@ TERMS: dict[str, Term] = {
     "producer/consumer": Term("Warp specialization: some warps (producers) only load tiles, the others (consumers) "
                               "only compute on them, handing tiles over through barriers.", "05",
                               r"(?i)\bproducers?\b|\bconsumers?\b|\bwarp[- ]speciali[sz](ed|ation)\b"),
+    # ------------------------------------------------------------------ 05: the 16-bit precisions
+    "bf16": Term("bfloat16, a 16-bit float with fp32's 8 exponent bits and 7 mantissa bits: fp32's range with "
+                 "about two significant decimal digits; the format models usually train in.", "05",
+                 r"\b(?:bf16|BF16|bfloat16)\b"),
+    "fp16": Term("IEEE half precision, a 16-bit float with 5 exponent bits and 10 mantissa bits: about three "
+                 "significant decimal digits, but nothing beyond 65504 and a narrow range near zero.", "05",
+                 r"\b(?:fp16|FP16|float16)\b"),
 }
 
 

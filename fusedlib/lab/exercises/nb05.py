@@ -1,5 +1,6 @@
-"""Checks for notebook 05: the online softmax (one sweep, running max and sum), and the ring of
-shared-memory stages of the Hopper GEMM."""
+"""Checks for notebook 05: the online softmax (one sweep, running max and sum), the ring of
+shared-memory stages of the Hopper GEMM, and the row pass's share of the fused stage's time in
+tf32, bf16 and fp16."""
 from __future__ import annotations
 
 import math
@@ -60,3 +61,44 @@ def check_ring_stages(ring_stages) -> None:
         got = ring_stages(bn, three_x)
         expect(got == want, f"BN = {bn}, {'3xTF32' if three_x else 'tf32'}: {got} stages, the kernel has {want}"
                             + (" (in 3xTF32 a stage holds W's slice twice)" if three_x else ""))
+
+
+def _row_pass_share_z_in_the_dtype(n: int, k: int, m: int, element_bytes: int, tflops: float,
+                                   gbytes_per_s: float) -> float:
+    """The known-wrong answer: Z′ stored in the 16-bit dtype, as eager PyTorch stores its Z (the
+    fused stage keeps Z′ in float32)."""
+    gemm = max(2 * n * k * m / (tflops * 1e12), (n * k + m * k + n * m) * element_bytes / (gbytes_per_s * 1e9))
+    row = 2 * element_bytes * n * m / (gbytes_per_s * 1e9)
+    return 100 * row / (gemm + row)
+
+
+#: (problem, shape) of the row-pass exercise: 84/33's and 39's KernelBench shapes, a smaller K,
+#: and one where the GEMM itself is bound by the bandwidth in bf16.
+ROW_PASS_CASES = (("84", "1024x8192->8192"), ("39", "16384x4096->4096"), ("33", "4096x1024->4096"),
+                  ("33", "8192x512->2048"))
+#: How far (percentage points) an answer may be from the cost model, which also counts the small
+#: vectors (bias, coefficients, the statistics partials).
+ROW_PASS_TOLERANCE = 1.0
+
+
+@exercise(solution=solutions.row_pass_share, wrong=_row_pass_share_z_in_the_dtype,
+          verified="the row pass's share matches the cost model's in tf32, bf16 and fp16 at four shapes")
+def check_row_pass_share(row_pass_share) -> None:
+    """``row_pass_share(n, k, m, element_bytes, tflops, gbytes_per_s)`` (percent) against the
+    cost model's share of the passes around the fused stage's GEMM
+    (:func:`fusedlib.lab.course.pass_share`), at the course's ceilings, within
+    :data:`ROW_PASS_TOLERANCE` percentage points."""
+    from fusedlib.lab import course
+    from fusedlib.lab.costmodel import ELEMENT_BYTES
+    from fusedlib.reference import parse_shape
+    ceil = course.ceilings()
+    for precision in ("tf32", "bf16", "fp16"):
+        rate = course.gemm_rate(precision, ceil)
+        for problem, shape in ROW_PASS_CASES:
+            s = parse_shape(shape)
+            want = course.pass_share("fused", problem, precision, shape)["passes %"]
+            got = row_pass_share(s.batch, s.in_features, s.out_features, ELEMENT_BYTES[precision], rate,
+                                 ceil["bandwidth"])
+            expect(abs(float(got) - want) <= ROW_PASS_TOLERANCE,
+                   f"{problem} at {shape}, {precision}: {float(got):.1f} %, the cost model says {want:.1f} % "
+                   "(which tensors are float32 in the fused stage? is each pass at its own roof?)")

@@ -1,4 +1,5 @@
-"""Solutions for notebook 05 (the fused stage): the online softmax, and the ring of stages."""
+"""Solutions for notebook 05 (the fused stage): the online softmax, the ring of stages, and the
+row pass's share of the time in tf32 and bf16."""
 import math
 
 
@@ -20,3 +21,14 @@ def ring_stages(bn: int, three_x: bool, bm: int = 128, bk: int = 32, budget: int
     W's slice (W_small beside W_big)."""
     stage = 4 * bk * (bm + (2 if three_x else 1) * bn)
     return budget // stage
+
+
+def row_pass_share(n: int, k: int, m: int, element_bytes: int, tflops: float, gbytes_per_s: float) -> float:
+    """The % of the fused stage's predicted time (train mode) spent in its row pass. The GEMM
+    pass reads X (n×k) and W (m×k) at ``element_bytes`` an element and writes Z′ (n×m) in
+    float32; the row pass reads Z′ (float32) and writes Y (n×m, ``element_bytes``). Each pass
+    takes max(FLOPs / rate, bytes / bandwidth); the row pass is memory-bound, so its bytes
+    decide. The small vectors (bias, coefficients, statistics partials) are left out."""
+    gemm = max(2 * n * k * m / (tflops * 1e12), ((n * k + m * k) * element_bytes + 4 * n * m) / (gbytes_per_s * 1e9))
+    row = (4 + element_bytes) * n * m / (gbytes_per_s * 1e9)
+    return 100 * row / (gemm + row)
