@@ -62,14 +62,17 @@ Z', V) and the statistics partials in float32, as the 16-bit route keeps its flo
 (docs/design.md §15); the peers store Z and every N×M tensor in the dtype, as eager PyTorch
 and Inductor do. Vectors of M and N (bias, scale, BatchNorm's parameters and buffers, row
 statistics) stay counted at 4 bytes: a few M against N·M. These are the compulsory bytes of
-the 16-bit route; today's CUDA modules convert X and W to float32 at each call and Y back
-(``modules._float32_kernels``), passes this model does not charge. The GEMM's FLOPs do not
+the 16-bit route; the CUDA modules' conversions around the kernels (the vectors and Y, and X
+and W where the 16-bit kernels do not run: docs/design.md §15) are passes this model does not
+charge. The GEMM's FLOPs do not
 change; its rate does: :func:`gemm_tflops` takes cuBLAS's bf16 rate (env.json
 ``gemm_bf16_tflops``), twice the tf32 rate where that was not measured. What the model then
 predicts: with a GEMM twice as fast and X and W half the bytes, the GEMM's time halves while
 the stages' non-GEMM passes over float32 Z do not, so the passes that fusion removes (naive →
-fused: the extra reads and writes of Z) are a larger share of the time than at tf32, and the
-fused stage's lead over eager grows in proportion.
+fused: the extra reads and writes of Z) are a larger share of the time than at tf32: fusion
+saves more against the naive stage. Against eager, which keeps its Z in the 16-bit dtype, the
+fused stage's lead shrinks while its own Z stays float32 (:func:`fusedlib.lab.course.pass_share_table`
+gives both at the KernelBench shapes); storing Z in 16 bits is what makes it grow.
 """
 from __future__ import annotations
 
