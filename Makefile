@@ -100,27 +100,32 @@ slides: venv
 check-gpu: venv
 	$(BIN)/python tests/run_gpu_suite.py
 
-# The one command that regenerates every committed GPU result, on a GPU machine (about 35 min on
+# The one command that regenerates every committed GPU result, on a GPU machine (about 27 min on
 # an H100), from the repository root: the validation, then one bench process for all tables
-# (KernelBench shapes with ceilings and per-kernel profile, then the size sweeps appended, then
-# the 16-bit tables: bf16 and fp16 modules and inputs at the same shapes, appended), the
-# train steps (forward + backward; then bf16, fp16 and the fp32 module under bf16 autocast,
-# appended), the peers once more (their run-to-run spread), the README
+# (KernelBench shapes with ceilings and per-kernel profile, then the size sweeps appended), the
+# train steps (forward + backward), the peers once more (their run-to-run spread), the README
 # tables, the figures and the notebooks executed
 # with the kernels. Commit results/, figures/, notebooks/ and README.md. (The one-off experiments
-# that NOTES.md cites are lab/experiments/, not part of it.)
+# that NOTES.md cites are lab/experiments/, not part of it.) The 16-bit tables: results-16bit, after.
 results: check-gpu
 	$(BIN)/python -m fusedlib bench --fresh --ceilings --profile
 	$(BIN)/python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
 		--impl stages,eager,compile,gemm_only
-	$(BIN)/python -m fusedlib bench --append --problem 84,33,39 --precision 16bit --impl stages,eager,compile,gemm_only
 	$(BIN)/python -m fusedlib train-step --fresh
-	$(BIN)/python -m fusedlib train-step --precision 16bit,autocast-bf16
 	# the peers' run-to-run spread (course.peer_spread): one more run of eager, compile and the GEMM
 	# alone at each KernelBench shape, train mode (≈ 2 min)
 	gpu=$$($(BIN)/python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))") && \
 	rm -rf results/$$gpu/peers && for p in 84 33 39; do $(BIN)/python -m fusedlib bench --problem $$p --shape $$p \
 		--mode train --impl eager,compile,gemm_only --remeasure --out results/$$gpu/peers/bench.csv || exit 1; done
+	$(MAKE) figures notebooks
+
+# The 16-bit tables, appended to a committed run on the same kernels (about 8 min on an H100):
+# bf16 and fp16 modules and inputs at the KernelBench shapes of 84, 33 and 39, every stage and
+# peer, then the train steps in bf16, fp16 and of the fp32 module under bf16 autocast; then the
+# figures and notebooks that show them.
+results-16bit: venv
+	$(BIN)/python -m fusedlib bench --append --problem 84,33,39 --precision 16bit --impl stages,eager,compile,gemm_only
+	$(BIN)/python -m fusedlib train-step --precision 16bit,autocast-bf16
 	$(MAKE) figures notebooks
 
 clean:

@@ -189,34 +189,37 @@ def test_list_prints_the_plan_without_a_gpu(capsys):
     assert "16384x4096->4096 train 3xtf32 naive,fold,sums,fused" in out and "1 tables, 4 measurements" in out
 
 
-def _results_commands(tool):
-    """The argument lists of the Makefile's results target's commands ``$(BIN)/python -m fusedlib
-    <tool>`` (those inside shell loops left out)."""
+def _results_commands(tool, target="results"):
+    """The argument lists of the Makefile target's commands ``$(BIN)/python -m fusedlib <tool>``
+    (those inside shell loops left out)."""
     import shlex
     from pathlib import Path
     text = (Path(__file__).resolve().parent.parent / "Makefile").read_text().replace("\\\n", " ")
-    target = text.split("\nresults:", 1)[1].split("\n\n", 1)[0]
+    target = text.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
     return [shlex.split(line.split(f"-m fusedlib {tool}", 1)[1]) for line in target.splitlines()
             if line.strip().startswith(f"$(BIN)/python -m fusedlib {tool} ")]
 
 
-def test_make_results_appends_the_16bit_tables():
-    """make results: the first bench keeps all = fp32, tf32, 3xtf32; one more, appended, times
-    bf16 and fp16 at the KernelBench shapes of 84, 33 and 39 (both modes), stages and peers;
-    train-step appends bf16, fp16 and autocast-bf16 rows after its fresh fp32 ones."""
+def test_make_results_16bit_appends_the_16bit_tables():
+    """make results keeps all = fp32, tf32, 3xtf32 (no 16-bit table: it stays within its time);
+    make results-16bit appends bf16 and fp16 at the KernelBench shapes of 84, 33 and 39 (both
+    modes), stages and peers, then the train steps in bf16, fp16 and autocast-bf16, appended."""
     from fusedlib.lab import trainstep
-    plans = [bench.plan_tables(*bench._selection(_args(*argv))) for argv in _results_commands("bench")]
-    assert {t.precision for t in plans[0]} == {"fp32", "tf32", "3xtf32"}
-    sixteen = [(argv, plan) for argv, plan in zip(_results_commands("bench"), plans)
-               if {t.precision for t in plan} == {"bf16", "fp16"}]
-    assert len(sixteen) == 1 and "--append" in sixteen[0][0] and "--fresh" not in sixteen[0][0]
-    keys = {(t.problem, t.shape, t.mode, t.precision) for t in sixteen[0][1]}
+    full = [bench.plan_tables(*bench._selection(_args(*argv))) for argv in _results_commands("bench")]
+    assert all({t.precision for t in plan} <= {"fp32", "tf32", "3xtf32"} for plan in full)
+    assert {t.precision for t in full[0]} == {"fp32", "tf32", "3xtf32"}
+    assert _results_commands("train-step") == [["--fresh"]]
+    argvs = _results_commands("bench", "results-16bit")
+    assert len(argvs) == 1 and "--append" in argvs[0] and "--fresh" not in argvs[0]
+    plan = bench.plan_tables(*bench._selection(_args(*argvs[0])))
+    keys = {(t.problem, t.shape, t.mode, t.precision) for t in plan}
+    assert {t.precision for t in plan} == {"bf16", "fp16"}
     assert all((p, PRESETS[p], m, d) in keys for p in ("84", "33", "39") for m in ("train", "eval")
                for d in ("bf16", "fp16"))
-    assert {"eager", "compile", "gemm_only", *bench.STAGE_IMPLS} <= set(sixteen[0][1][0].impls)
-    steps = _results_commands("train-step")
-    assert steps[0] == ["--fresh"]
-    assert trainstep.parse_precisions(steps[1][steps[1].index("--precision") + 1]) == ["bf16", "fp16", "autocast-bf16"]
+    assert {"eager", "compile", "gemm_only", *bench.STAGE_IMPLS} <= set(plan[0].impls)
+    steps = _results_commands("train-step", "results-16bit")
+    assert len(steps) == 1 and "--fresh" not in steps[0]
+    assert trainstep.parse_precisions(steps[0][steps[0].index("--precision") + 1]) == ["bf16", "fp16", "autocast-bf16"]
 
 
 def test_nvidia_smi_line():

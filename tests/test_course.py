@@ -507,7 +507,7 @@ def test_measured_16bit_is_empty_without_16bit_rows(tmp_path, monkeypatch):
     table = course.measured_16bit()
     assert table.empty and "fused ms" in table.columns and "fused predicted ms" in table.columns
     note = course.sixteen_bit_note()
-    assert course.NOT_MEASURED in note and "`make results`" in note and "\n" not in note
+    assert course.NOT_MEASURED in note and "`make results-16bit`" in note and "\n" not in note
     (tmp_path / "bench.csv").unlink()
     assert course.measured_16bit().empty and course.sixteen_bit_note() == note
 

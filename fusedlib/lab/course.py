@@ -1329,7 +1329,7 @@ def sixteen_bit_note(gpu: str = "h100") -> str | None:
     if not measured_16bit(gpu=gpu).empty:
         return None
     return (f"bf16 and fp16: {NOT_MEASURED} (results/{gpu}/bench.csv has no bf16 or fp16 rows; "
-            "`make results` on a GPU machine times them).")
+            "`make results-16bit` on a GPU machine times them).")
 
 
 def predicted_roofline_16bit(impls=("naive", "fold", "sums", "fused", "eager", "compile"), gpu: str = "h100"):

@@ -16,7 +16,7 @@
 #                  PART=sweeps in a later call, carrying results/h100/bench.csv and sources.json)
 #   PART=train     train steps, then the peers once more into results/h100/peers/ (make results);
 #                  with NOTEBOOKS=1 then the notebooks (or PART=notebooks after, carrying results/h100/peers)
-#   SIXTEEN=1      (opt-in) with PART=84, 33 or train: the 16-bit rows of make results there too, appended
+#   SIXTEEN=1      (opt-in) with PART=84, 33 or train: the 16-bit rows of make results-16bit there too, appended
 #                  after the part's own: bench --precision 16bit of the part's problems (84: about 3 min
 #                  more, so PART=84 about 9.5 of a call's 10; 33,39: about 4 min, so with PART=33 give
 #                  SWEEPS= as well), train-step --precision 16bit,autocast-bf16 (bench16.log, train_step16.log)
@@ -30,7 +30,7 @@ python -c "from fusedlib.build import load_backward; load_backward()" > /tmp/bui
 wait
 echo "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log && cat /tmp/build-*.log | tail -30
 mkdir -p build/gpu-suite
-sixteen() {  # the 16-bit tables of make results for problems $1, appended to bench.csv (SIXTEEN=1)
+sixteen() {  # the 16-bit tables of make results-16bit for problems $1, appended to bench.csv (SIXTEEN=1)
   python -m fusedlib bench --append --problem $1 --precision 16bit --impl stages,eager,compile,gemm_only \
     > $OUT/bench16.log 2>&1
   echo "bench $1 16bit: rc=$? ($(( $(date +%s) - t0 )) s)"
@@ -103,7 +103,7 @@ PY
   sweeps) sweeps; cp results/h100/bench.csv results/h100/sources.json $OUT/ ;;
   train) python -m fusedlib train-step --fresh > $OUT/train_step.log 2>&1
           echo "train-step: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 22 $OUT/train_step.log
-          if [ -n "${SIXTEEN:-}" ]; then  # bf16, fp16 and autocast-bf16 rows, appended (make results)
+          if [ -n "${SIXTEEN:-}" ]; then  # bf16, fp16 and autocast-bf16 rows, appended (make results-16bit)
             python -m fusedlib train-step --precision 16bit,autocast-bf16 > $OUT/train_step16.log 2>&1
             echo "train-step 16bit: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 20 $OUT/train_step16.log
           fi
