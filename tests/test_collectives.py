@@ -20,15 +20,31 @@ from fusedlib.lab import sync_demo
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None or not torch.distributed.is_available(),
                                 reason="needs a C++ compiler and torch.distributed")
 
+# Each call lets the GIL go for the whole collective, its enqueue too: gloo's worker thread takes
+# the GIL to free the previous collective's tensors while it holds its queue's lock, which the next
+# enqueue waits for (py-spy saw that deadlock here in one run of about twenty: this thread in
+# ProcessGroupGloo::enqueue holding the GIL, the worker in gil_scoped_acquire under ~AsyncWork).
+# The header releases it around the wait only; over NCCL, the kernels' backend, no worker thread
+# frees tensors.
 SOURCE = r'''
 #include "torch_collectives.cuh"
 at::Tensor all_gather(at::Tensor t, int64_t ranks, const std::string& group) {
   at::Tensor out = at::empty({ranks * t.size(0), t.size(1)}, t.options());
-  fl::Collectives(group).all_gather(out, t);
+  const fl::Collectives collectives(group);
+  const pybind11::gil_scoped_release released;
+  collectives.all_gather(out, t);
   return out;
 }
-void all_reduce_sum(at::Tensor t, const std::string& group) { fl::Collectives(group).all_reduce_sum(t); }
-void broadcast(at::Tensor t, const std::string& group) { fl::Collectives(group).broadcast(t, 0); }
+void all_reduce_sum(at::Tensor t, const std::string& group) {
+  const fl::Collectives collectives(group);
+  const pybind11::gil_scoped_release released;
+  collectives.all_reduce_sum(t);
+}
+void broadcast(at::Tensor t, const std::string& group) {
+  const fl::Collectives collectives(group);
+  const pybind11::gil_scoped_release released;
+  collectives.broadcast(t, 0);
+}
 '''
 
 

@@ -69,6 +69,10 @@ def _rank(rank: int, world: int, port: int, backend: str, fn, args: tuple) -> No
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
+    # Every rank past its last collective before any tears its group down: a rank that left while
+    # another's gloo pair still spoke to it aborted that process ("terminate called without an
+    # active exception"), one run in a few.
+    dist.barrier()
     dist.destroy_process_group()
 
 
