@@ -49,14 +49,10 @@ def ceilings(gpu: str = "h100") -> dict:
     it, ``gemm_bf16_tflops``) to predict with: measured on the GPU (results/<gpu>/env.json)
     when committed, else the H100 SXM datasheet (bf16 included)."""
     from .bench import DATASHEET_H100
+    from .figures import env_ceilings
     e = env(gpu)
     if e is not None and "measured" in e:
-        m = e["measured"]
-        out = {"bandwidth": m["copy_gbytes_per_s"], "fp32": m["gemm_fp32_tflops"], "tf32": m["gemm_tf32_tflops"],
-               "source": f"measured on the {e.get('gpu', 'GPU')} (results/{gpu}/env.json)"}
-        if m.get("gemm_bf16_tflops") is not None:
-            out["bf16"] = m["gemm_bf16_tflops"]
-        return out
+        return {**env_ceilings(e), "source": f"measured on the {e.get('gpu', 'GPU')} (results/{gpu}/env.json)"}
     return {"bandwidth": DATASHEET_H100["bandwidth_gbytes_per_s"], "fp32": DATASHEET_H100["fp32_tflops"],
             "tf32": DATASHEET_H100["tf32_tflops"], "bf16": DATASHEET_H100["bf16_tflops"],
             "source": "H100 SXM datasheet (no env.json committed yet)"}

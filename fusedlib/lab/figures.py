@@ -110,7 +110,7 @@ def _no_data(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="gray")
 
 
-def _ceilings(env: dict) -> dict:
+def env_ceilings(env: dict) -> dict:
     """The measured ceilings of env.json in :func:`fusedlib.lab.course.gemm_rate`'s form:
     bandwidth (GB/s), fp32 and tf32 (TFLOP/s), and bf16 (TFLOP/s) where env.json has
     ``gemm_bf16_tflops`` (an env.json of before it has not: the 16-bit rate is then twice tf32's,
@@ -143,7 +143,7 @@ def bf16_roofs(env: dict) -> list[tuple[float, str, str]]:
         KeyError: env.json lacks ``measured`` values.
     """
     from .costmodel import gemm_tflops
-    rate, source = gemm_tflops("bf16", _ceilings(env))
+    rate, source = gemm_tflops("bf16", env_ceilings(env))
     roofs = [(rate, "-", "cuBLAS, measured") if source == "bf16" else
              (rate, "-.", "2 × the measured tf32 (bf16 not measured)")]
     sheet = env.get("datasheet", {})
@@ -166,7 +166,7 @@ def predicted_ms(problem: str, impl: str, precision: str, env: dict, mode: str =
     from .course import gemm_rate
     from ..reference import parse_shape, problem_kind
     s = parse_shape(shape if shape is not None else problem)
-    ceil = _ceilings(env)
+    ceil = env_ceilings(env)
     c = cost(problem_kind(problem), impl, s.batch, s.in_features, s.out_features, mode, precision)
     return c.time_ms(gemm_rate(precision, ceil), ceil["bandwidth"])
 
@@ -354,7 +354,7 @@ def breakdown(profile, bench, env: dict, outdir: Path) -> list[Path]:
                 sel = sel.drop_duplicates("kernel", keep="last")
                 parts = [(_short_kernel(k), us / 1e3) for k, us in zip(sel.kernel, sel.cuda_time_us_per_call)]
             else:
-                ceil = _ceilings(env)
+                ceil = env_ceilings(env)
                 rate = gemm_rate(prec, ceil)
                 c = cost(problem_kind(problem), impl, shape.batch, shape.in_features, shape.out_features, "train", prec)
                 parts = [(p.name, max(p.flops / (rate * 1e12), p.bytes / (ceil["bandwidth"] * 1e9)) * 1e3)
@@ -434,7 +434,7 @@ def ladder(bench, env: dict, outdir: Path) -> list[Path]:
 
     from ..reference import PRESETS
     from .costmodel import gemm_tflops
-    ceil = _ceilings(env)  # fail early, before drawing, on an env.json without ceilings
+    ceil = env_ceilings(env)  # fail early, before drawing, on an env.json without ceilings
     train = one_run(bench[bench["mode"] == "train"])
     precisions = list(PRECISIONS) + present_16bit(train["precision"])
     fig, axes = subplots(3, len(precisions), figsize=(16 * len(precisions) / len(PRECISIONS), 14), squeeze=False)
