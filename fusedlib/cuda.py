@@ -33,18 +33,29 @@ def _capability(dev: torch.device) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=256)
-def _path(precision: str, dev: torch.device, k: int, aligned: bool, forced: str) -> str:
-    return engine.select_path(precision, _capability(dev), k, aligned, forced)
+def _path(precision: str, dev: torch.device, k: int, aligned: bool, forced: str, sixteen_bit: bool) -> str:
+    return engine.select_path(precision, _capability(dev), k, aligned, forced, sixteen_bit)
 
 
 def gemm_path(precision: str, dev: torch.device, k: int, x: torch.Tensor | None = None,
               weight: torch.Tensor | None = None) -> str:
     """The GEMM path (``simt``, ``mma`` or ``wgmma``) a forward at ``precision`` takes on
-    ``dev`` for in_features ``k`` (and, when given, these operands' alignment), honouring
-    ``$FUSEDLIB_GEMM_PATH``. Raises :class:`fusedlib.engine.UnsupportedPrecision` when the
-    GPU (or the forced path) cannot run it, ValueError for a bad switch value."""
-    aligned = all(t is None or t.data_ptr() % 16 == 0 for t in (x, weight))
-    return _path(precision, dev, k, aligned, engine.forced_path())
+    ``dev`` for in_features ``k`` (and, when given, these operands' alignment and dtype: bf16/fp16
+    operands run the 16-bit kernels), honouring ``$FUSEDLIB_GEMM_PATH``. Raises
+    :class:`fusedlib.engine.UnsupportedPrecision` when the GPU (or the forced path) cannot run
+    it, ValueError for a bad switch value."""
+    sixteen_bit = x is not None and x.dtype in algebra.LOW_PRECISION
+    aligned = sixteen_bit or all(t is None or t.data_ptr() % 16 == 0 for t in (x, weight))
+    return _path(precision, dev, k, aligned, engine.forced_path(), sixteen_bit)
+
+
+def sixteen_bit_kernels(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether a forward of bf16/fp16 ``x`` (N, K) and ``weight`` (M, K), both CUDA tensors, runs
+    the 16-bit tensor-core kernels (:func:`fusedlib.engine.sixteen_bit_kernels`: compute
+    capability 8.0 or later, K % 8 == 0, and the two in one dtype; False off CUDA); else the modules convert them
+    to float32 (docs/design.md §15). Reads no address (a FakeTensor under torch.compile has none)."""
+    return (x.is_cuda and x.dtype in algebra.LOW_PRECISION and weight.dtype == x.dtype
+            and engine.sixteen_bit_kernels(_capability(x.device), x.shape[1]))
 
 
 def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum: float | None
@@ -60,7 +71,8 @@ def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum:
 
     Returns:
         Y (N, out_features) float32 from the stage's kernels on the device's default GEMM
-        path; None when grad mode is on and x or a parameter requires grad, a dispatch mode
+        path (x and gemm.weight float32, or both bf16 or both fp16: the 16-bit kernels; the
+        other tensors float32); None when grad mode is on and x or a parameter requires grad, a dispatch mode
         or tensor subclass is active, ``$FUSEDLIB_GEMM_PATH`` forces a path, or an argument
         fails the operator's checks (the C++ side decides: ``fusedlib/kernels/torch_op.cuh``).
 
@@ -78,7 +90,8 @@ def stage_forward(module, args: tuple) -> torch.Tensor:
     differentiable through the operator's Autograd kernel when a gradient is needed.
 
     Raises:
-        TypeError: x is not float32 (the kernels are fp32 in and out).
+        TypeError: x is not float32, or bf16/fp16 that :func:`sixteen_bit_kernels` accepts with
+            the weight (the kernels take float32 or 16-bit operands, and give float32).
         fusedlib.engine.UnsupportedPrecision: no GEMM path of this GPU runs the precision
             (tf32/3xtf32 below compute capability 8.0), or the path forced by
             ``$FUSEDLIB_GEMM_PATH`` cannot run it here.
@@ -86,8 +99,10 @@ def stage_forward(module, args: tuple) -> torch.Tensor:
         fusedlib.build.KernelBuildError: the stage's kernels could not be built.
     """
     x, weight = args[0], args[1]
-    if x.dtype != torch.float32:
-        raise TypeError(f"x: the CUDA kernels take float32, got {x.dtype}")
+    if x.dtype != torch.float32 and not sixteen_bit_kernels(x, weight):
+        raise TypeError(f"x: the CUDA kernels take float32, or bf16/fp16 with a weight of the same dtype at "
+                        f"in_features % 8 == 0 on compute capability 8.0 or later; got x {x.dtype}, weight "
+                        f"{weight.dtype}, in_features {x.shape[1]}")
     precision = module._precision
     path = gemm_path(precision, x.device, x.shape[1], x, weight)
     load_stage(module._stage, x.get_device())  # registers the operator's CUDA kernel
@@ -105,10 +120,24 @@ def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
     around one all-reduce of [S1; S2; Σ_i X; N] (2·M + K + 1 floats), about the forward's global
     statistics ``stats``: dZ' from the ranks' totals, dW centred on the global x̄, and dγ, dβ and
     the scale's gradient this rank's part (DistributedDataParallel sums them), as
-    :func:`fusedlib.algebra.train_backward_fused` with ``reduce`` specifies."""
+    :func:`fusedlib.algebra.train_backward_fused` with ``reduce`` specifies.
+    x and weight both bf16 or both fp16 (the 16-bit forward's, one process): the passes as
+    always (in float32), then dX = dZ'·W and dW = dZ'ᵀ·X on cuBLAS's 16-bit GEMMs, dZ' rounded to
+    the dtype as eager PyTorch's backward has it (float32 accumulation), dX and dW in the dtype;
+    other mixes run on float32 values (exact) and return each gradient in its input's dtype
+    (docs/design.md §15)."""
+    dtypes = (x.dtype, weight.dtype)
+    sixteen = x.dtype in algebra.LOW_PRECISION and weight.dtype == x.dtype and group_name is None
+    if not sixteen and (x.dtype in algebra.LOW_PRECISION or weight.dtype in algebra.LOW_PRECISION):
+        x, weight = x.float(), weight.float()
     ext = load_backward(z.device.index if z.device.index is not None else torch.cuda.current_device())
-    split = precision == "3xtf32"
+    split = precision == "3xtf32" and not sixteen
     y_or_z = z if y is None else y
+    if sixteen:
+        dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, y_or_z, z, scale, gamma, beta, kind, eps, False)
+        dx = dz[0].to(x.dtype) @ weight if need_dx else x.new_empty(0)
+        return (dx, dzt[0].to(x.dtype) @ x.contiguous(), torch.zeros_like(dgamma),
+                algebra.scale_gradient(ds_cols, scale), dgamma, dbeta)
     if group_name is None:
         dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, y_or_z, z, scale, gamma, beta, kind, eps, split)
         x_op = ops.x_operand(ext, x, precision)
@@ -119,7 +148,8 @@ def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
     # dX's W operand; 3xtf32: W's TF32 parts, split from W as it is now (one pass, nothing kept)
     w_operand = weight if precision != "3xtf32" else ext.tf32_parts(weight.contiguous()) if need_dx else None
     dx, dweight = ops.backward_gemms(dz, dzt, x_op, w_operand, precision, need_dx)
-    return dx, dweight, torch.zeros_like(dgamma), algebra.scale_gradient(ds_cols, scale), dgamma, dbeta
+    return (dx.to(dtypes[0]), dweight.to(dtypes[1]), torch.zeros_like(dgamma), algebra.scale_gradient(ds_cols, scale),
+            dgamma, dbeta)
 
 
 ops._CUDA_TRAIN_BACKWARD = _train_backward_cuda  # the backward's eager call (ops.train_backward_call)

@@ -19,6 +19,11 @@ path the device has: ``wgmma`` on sm_90 for tf32/3xtf32 when TMA can address the
 On a GPU without TF32 tensor cores (compute capability below 8.0) tf32 and 3xtf32 raise
 :class:`UnsupportedPrecision` (no emulation).
 
+bf16 and fp16 operands (a module in that dtype, docs/design.md §15) run the same two tensor-core
+paths with 16-bit instructions (``mma.sync.m16n8k16``, ``wgmma`` m64n256k16: exact products,
+fp32 sums), whatever the module's precision, where :func:`sixteen_bit_kernels` holds (compute
+capability 8.0 or later, K a multiple of 8); elsewhere the modules convert them to float32.
+
 The environment variable ``FUSEDLIB_GEMM_PATH`` (``auto``, ``simt``, ``mma`` or ``wgmma``)
 forces a path, so that every path can be validated on one GPU: on an H100,
 ``FUSEDLIB_GEMM_PATH=mma`` runs tf32/3xtf32 on the Ampere mainloop. A forced path that
@@ -31,7 +36,7 @@ import contextlib
 import os
 
 __all__ = ["PATHS", "PATH_CODE", "ENV_VAR", "W_PASS_ROW_TILES", "W_SPLIT_VAR", "UnsupportedPrecision",
-           "cublas_precision", "forced_path", "select_path", "w_parts_pass"]
+           "cublas_precision", "forced_path", "select_path", "sixteen_bit_kernels", "w_parts_pass"]
 
 #: Hardware paths (mainloops), in the order of the codes the kernels use (``fl::GemmPath``).
 PATHS = ("simt", "mma", "wgmma")
@@ -47,6 +52,15 @@ class UnsupportedPrecision(RuntimeError):
     """The precision (or a forced path) cannot run on this GPU or shape."""
 
 
+def sixteen_bit_kernels(capability: tuple[int, int], k: int) -> bool:
+    """Whether bf16/fp16 operands run the 16-bit tensor-core kernels on a device of compute
+    capability ``capability`` at in_features ``k``: 8.0 or later (bf16 and fp16 ``mma.sync``),
+    and K a multiple of 8 (rows of 16-byte multiples: the 16-byte copies of ``cp.async`` and
+    TMA). Where it does not hold, the modules run the float32 kernels on converted operands
+    (exact too: docs/design.md §15)."""
+    return tuple(capability) >= (8, 0) and k % 8 == 0
+
+
 def forced_path() -> str:
     """The path ``$FUSEDLIB_GEMM_PATH`` asks for, or ``"auto"`` (unset or empty).
 
@@ -60,7 +74,7 @@ def forced_path() -> str:
 
 
 def select_path(precision: str, capability: tuple[int, int], k: int | None = None,
-                aligned: bool = True, forced: str | None = None) -> str:
+                aligned: bool = True, forced: str | None = None, sixteen_bit: bool = False) -> str:
     """The GEMM path that runs ``precision`` on a device of compute capability ``capability``.
 
     Args:
@@ -70,6 +84,10 @@ def select_path(precision: str, capability: tuple[int, int], k: int | None = Non
             None: not known yet (assume it fits).
         aligned: X and W start on 16-byte boundaries (TMA needs it).
         forced: "auto", "simt", "mma" or "wgmma"; None reads :func:`forced_path`.
+        sixteen_bit: X and W in bf16/fp16 (``precision`` then does not apply: their products
+            are exact): ``wgmma`` on sm_90, else ``mma`` (``aligned`` does not matter: the
+            operator copies a misaligned 16-bit operand); the caller has checked
+            :func:`sixteen_bit_kernels`.
 
     Returns:
         "simt", "mma" or "wgmma".
@@ -85,6 +103,16 @@ def select_path(precision: str, capability: tuple[int, int], k: int | None = Non
     if forced != "auto" and forced not in PATHS:
         raise ValueError(f"{ENV_VAR}: expected one of auto, {', '.join(PATHS)}, got {forced!r}")
     cap = tuple(capability)
+    if sixteen_bit:
+        if not sixteen_bit_kernels(cap, 8 if k is None else k):
+            raise UnsupportedPrecision(
+                f"bf16/fp16 operands need compute capability 8.0 or later and in_features % 8 == 0, "
+                f"this GPU has {cap[0]}.{cap[1]} (in_features={k})")
+        if forced == "simt" or (forced == "wgmma" and cap != (9, 0)):
+            raise UnsupportedPrecision(
+                f"{ENV_VAR}={forced}: bf16/fp16 operands run on mma (8.0 or later) or wgmma (9.0 exactly, "
+                f"sm_90a); this GPU has {cap[0]}.{cap[1]}")
+        return forced if forced != "auto" else "wgmma" if cap == (9, 0) else "mma"
     tma_ok = (k is None or k % 4 == 0) and aligned
     if forced != "auto":
         if precision not in PATH_PRECISIONS[forced]:

@@ -159,25 +159,37 @@ class _FusedBase(nn.Module):
         validate_input(x, self._modules["gemm"].in_features, tensors[0], self.training, synced)
         x = x.contiguous()  # one copy for a strided or transposed input; none otherwise
         if x.is_cuda and x.dtype in algebra.LOW_PRECISION:
-            return self._float32_kernels(x, tensors, synced)
+            return self._sixteen_bit(x, tensors, synced)
         return self._run(x, tensors, synced)
 
-    def _float32_kernels(self, x: torch.Tensor, tensors: tuple, synced: bool) -> torch.Tensor:
-        """A bf16/fp16 forward on CUDA (docs/design.md §15): the stage's float32 kernels on the
-        tensors converted to float32. The conversion is exact, and a bf16 or fp16 value is a TF32
-        value, so every precision multiplies the operands exactly, as 16-bit tensor cores do, into
-        float32 sums. The running buffers are updated in float32 and copied back in their dtype; Y
-        has x's dtype promoted with the scale's; autograd sees the conversions, so gradients come
-        in each tensor's dtype. Not the 16-bit tensor cores' speed: the GEMM runs at its
-        precision's, on twice the bytes."""
-        f32 = tuple(t.float() for t in tensors[:7]) + tensors[7:]
-        y = self._run(x.float(), f32, synced)
+    def _sixteen_bit(self, x: torch.Tensor, tensors: tuple, synced: bool) -> torch.Tensor:
+        """A bf16/fp16 forward on CUDA (docs/design.md §15). x and gemm.weight go to the 16-bit
+        tensor-core kernels as they are (:func:`fusedlib.cuda.sixteen_bit_kernels`: compute
+        capability 8.0 or later, in_features % 8 == 0, x in the weight's dtype; exact products,
+        float32 sums, whatever the module's precision); elsewhere, and across a process group,
+        they are converted to float32 (exact: a bf16 or fp16 value is a TF32 value, so every
+        precision multiplies them exactly) for the float32 kernels. Everything after the GEMM
+        runs in float32 either way: the vectors are converted, the running buffers updated in
+        float32 and copied back in their dtype, Y computed in float32 and returned in x's dtype
+        promoted with the scale's. Autograd sees the conversions, so gradients come in each
+        tensor's dtype."""
+        weight, out_dtype = tensors[0], torch.promote_types(x.dtype, tensors[2].dtype)
+        if synced or not cuda.sixteen_bit_kernels(x, weight):
+            x, weight = x.float(), weight.float()
+        f32 = (weight, *(t.float() for t in tensors[1:7]), tensors[7])
+        y = None
+        if (x.is_cuda and not synced and not torch.compiler.is_compiling()
+                and not torch.is_autocast_enabled("cuda")):  # the eager call, as forward's (None: the operator)
+            bn = self._modules["bn"]
+            y = cuda.eager_forward(self, x, f32, bn.eps, bn.momentum)
+        if y is None:
+            y = self._run(x, f32, synced)
         if self.training:
             with torch.no_grad():
                 for i in (5, 6):  # running_mean, running_var
                     if tensors[i] is not f32[i]:
                         tensors[i].copy_(f32[i])
-        return y.to(torch.promote_types(x.dtype, tensors[2].dtype))
+        return y.to(out_dtype)
 
     def _run(self, x: torch.Tensor, tensors: tuple, synced: bool) -> torch.Tensor:
         """The forward through the operators, x validated and contiguous."""

@@ -61,6 +61,7 @@ SCHEMA = ("(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma, Te
           "Tensor(d!)? z_out=None) -> Tensor")
 _LIB = torch.library.Library("fusedlib", "DEF")
 _DIFFERENTIABLE = 6  # x, weight, bias, scale, gamma, beta
+_PRECISION, _GEMM_PATH = 10, 14  # the schema's positions of precision and gemm_path
 
 
 def needs_grad(args) -> bool:
@@ -279,7 +280,8 @@ class StageFunction(torch.autograd.Function):
             y = call(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:])
             ctx.save_for_backward(y, x, weight, bias, scale, gamma, beta, args[6], args[7])
             return y
-        z = x.new_empty(x.shape[0], weight.shape[0])
+        # Z' as the stage keeps it: float32 on CUDA (the 16-bit kernels' epilogue too), x's dtype on the CPU (§15)
+        z = x.new_empty(x.shape[0], weight.shape[0], dtype=torch.float32 if x.is_cuda else x.dtype)
         y = call(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:], z_out=z)
         ctx.save_for_backward(y if kind == "84" else None, z, x, weight, scale, gamma, beta)
         return y
@@ -300,11 +302,16 @@ class StageFunction(torch.autograd.Function):
                 saved = ctx.saved_tensors
                 y, x, weight, bias, scale, gamma, beta, running_mean, running_var = saved
                 dtypes = [t.dtype for t in (x, weight, bias, scale, gamma, beta)]
+                precision = ctx.precision
                 if x.dtype in algebra.LOW_PRECISION:  # in float32, the gradients in each input's dtype (§15)
                     dy, y, x, weight, bias, scale, gamma, beta, running_mean, running_var = (
                         t.float() for t in (dy, *saved))
-                with engine.cublas_precision(ctx.precision):
-                    z = algebra.matmul_nt(x, weight, ctx.precision) + bias  # Z as the forward's GEMM made it
+                    # fp32, not the module's TF32: 16-bit X and W are exact in either, and dZ' @ W
+                    # then depends on no global switch (a compiled backward's GEMMs run at the
+                    # switch's state when they run, not at the one set around the tracing)
+                    precision = "fp32"
+                with engine.cublas_precision(precision):
+                    z = algebra.matmul_nt(x, weight, precision) + bias  # Z as the forward's GEMM made it
                     grads = algebra.eval_backward(ctx.kind, dy, y, z, x, weight, scale, gamma, beta, running_mean,
                                                   running_var, ctx.eps)
                 grads = tuple(g.to(d) for g, d in zip(grads, dtypes))
@@ -328,8 +335,8 @@ def _define(stage: str):
         bn = algebra.BNState(gamma, beta, running_mean, running_var, num_batches_tracked, momentum, eps)
         return algebra.stage_forward(kind, stage, x, weight, bias, scale, bn, training, precision)
 
-    def fake(x, weight, *_):
-        return x.new_empty(x.shape[0], weight.shape[0])
+    def fake(x, weight, bias, scale, *_):  # Y in x's dtype promoted with the scale's (§15), as both kernels
+        return x.new_empty(x.shape[0], weight.shape[0], dtype=torch.promote_types(x.dtype, scale.dtype))
 
     def autograd_kernel(keyset, *args):
         if needs_grad(args):
@@ -339,25 +346,37 @@ def _define(stage: str):
     _LIB.impl(stage, cpu, "CPU")
     torch.library.register_fake(f"fusedlib::{stage}", fake, lib=_LIB)
     _LIB.impl(stage, autograd_kernel, "Autograd", with_keyset=True)
-    _register_autocast(stage, op)
+    _register_autocast(stage, op, sixteen_bit=True)
     return op
 
 
-def _register_autocast(name: str, op) -> None:
+def _register_autocast(name: str, op, sixteen_bit: bool = False) -> None:
     """The autocast rule of operator ``name`` (docs/design.md §15): under ``torch.autocast`` the
     Linear's operands x, W and b in the autocast dtype, as eager autocast runs ``nn.Linear``;
     BatchNorm's parameters and buffers stay as they are (the buffers are updated in place). On
-    the CPU the operator takes the 16-bit tensors; on CUDA, whose kernels take float32, it takes
-    them rounded to the autocast dtype and converted back to float32, which is exact (a bf16 or
-    fp16 value is a TF32 value): the products 16-bit tensor cores would form."""
+    the CPU the operator takes the 16-bit tensors. On CUDA, with ``sixteen_bit`` (the stages'
+    operators) and where the 16-bit kernels run (:func:`fusedlib.engine.sixteen_bit_kernels`),
+    x and W as 16-bit tensors and b converted back to float32, and a ``gemm_path`` argument
+    (chosen for float32 operands) replaced by the 16-bit kernels' path; otherwise all three
+    rounded to the autocast dtype and converted back to float32, which is exact (a bf16 or fp16
+    value is a TF32 value): the products 16-bit tensor cores form either way."""
     def rule(device: str, key):
         def autocast(*args):
             dtype = torch.get_autocast_dtype(device)
             with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
                 cast = [t.to(dtype) if t.is_floating_point() else t for t in args[:3]]
+                rest = list(args[3:])
                 if device == "cuda":
-                    cast = [t.float() for t in cast]
-                return op(*cast, *args[3:])
+                    x = cast[0]
+                    cap = torch.cuda.get_device_capability(x.device)
+                    if sixteen_bit and cast[1].dtype == x.dtype and engine.sixteen_bit_kernels(cap, x.shape[1]):
+                        cast[2] = cast[2].float()
+                        if len(args) > _GEMM_PATH and args[_GEMM_PATH] is not None:
+                            rest[_GEMM_PATH - 3] = engine.select_path(args[_PRECISION], cap, x.shape[1],
+                                                                      sixteen_bit=True)
+                    else:
+                        cast = [t.float() for t in cast]
+                return op(*cast, *rest)
         return autocast
 
     _LIB.impl(name, rule("cpu", torch._C.DispatchKey.AutocastCPU), "AutocastCPU")

@@ -4,8 +4,11 @@ all-reduce and broadcast run as ``async_op=False`` runs them, waiting only on a 
 returns, the GIL released while it blocks), built alone with the host compiler and run over
 gloo in 3 processes: every rank's tensor gathered in rank order, the sum over the ranks, the
 broadcast from a group's rank 0, also in a subgroup whose rank 0 is another process than the
-default group's. (Holding the GIL in that wait deadlocked here in one run of two: gdb showed gloo's
-worker thread waiting for the GIL.) On GPUs the same code runs over NCCL inside the
+default group's, called from Python with the GIL held, as the operators call them. (Holding the
+GIL in the wait deadlocked here in one run of two: gdb showed gloo's worker thread waiting for the
+GIL; holding it in the enqueue, in one run of about twenty: the worker frees the previous Work's
+tensors under the GIL while it holds the queue's lock. The header lets it go for the whole
+collective.) On GPUs the same code runs over NCCL inside the
 kernels' calls (tests/test_sync_gpu.py)."""
 from __future__ import annotations
 
@@ -20,31 +23,15 @@ from fusedlib.lab import sync_demo
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None or not torch.distributed.is_available(),
                                 reason="needs a C++ compiler and torch.distributed")
 
-# Each call lets the GIL go for the whole collective, its enqueue too: gloo's worker thread takes
-# the GIL to free the previous collective's tensors while it holds its queue's lock, which the next
-# enqueue waits for (py-spy saw that deadlock here in one run of about twenty: this thread in
-# ProcessGroupGloo::enqueue holding the GIL, the worker in gil_scoped_acquire under ~AsyncWork).
-# The header releases it around the wait only; over NCCL, the kernels' backend, no worker thread
-# frees tensors.
 SOURCE = r'''
 #include "torch_collectives.cuh"
 at::Tensor all_gather(at::Tensor t, int64_t ranks, const std::string& group) {
   at::Tensor out = at::empty({ranks * t.size(0), t.size(1)}, t.options());
-  const fl::Collectives collectives(group);
-  const pybind11::gil_scoped_release released;
-  collectives.all_gather(out, t);
+  fl::Collectives(group).all_gather(out, t);
   return out;
 }
-void all_reduce_sum(at::Tensor t, const std::string& group) {
-  const fl::Collectives collectives(group);
-  const pybind11::gil_scoped_release released;
-  collectives.all_reduce_sum(t);
-}
-void broadcast(at::Tensor t, const std::string& group) {
-  const fl::Collectives collectives(group);
-  const pybind11::gil_scoped_release released;
-  collectives.broadcast(t, 0);
-}
+void all_reduce_sum(at::Tensor t, const std::string& group) { fl::Collectives(group).all_reduce_sum(t); }
+void broadcast(at::Tensor t, const std::string& group) { fl::Collectives(group).broadcast(t, 0); }
 '''
 
 

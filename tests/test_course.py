@@ -83,7 +83,8 @@ def test_pass_rule_lab_against_the_recorded_gpu_case():
     import json
     from pathlib import Path
 
-    record = json.loads((Path(__file__).resolve().parent.parent / "results/h100/validation.json").read_text())
+    from fusedlib.lab.records import RESULTS_GPU
+    record = json.loads((Path(__file__).resolve().parent.parent / "results" / RESULTS_GPU / "validation.json").read_text())
     gpu = [c for c in record["cases"] if (c["problem"], c["stage"], c["mode"], c["precision"], c["shape"],
                                           c["seed"], c["path"]) == ("33", "naive", "train", "fp32", "2x64->3", 2, "simt")]
     assert len(gpu) == 1

@@ -31,6 +31,31 @@ def test_tensor_core_paths_by_device_and_shape(precision):
         select_path(precision, (7, 5))
 
 
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "3xtf32"])
+def test_sixteen_bit_operands_run_the_tensor_cores_whatever_the_precision(precision, monkeypatch):
+    """bf16/fp16 operands (docs/design.md §15): wgmma on sm_90a, mma.sync from 8.0 on, at every
+    precision (their products are exact); never SIMT; refused below 8.0 and at K % 8 != 0, where
+    the modules take the float32 kernels instead (sixteen_bit_kernels)."""
+    assert select_path(precision, (9, 0), k=8192, sixteen_bit=True) == "wgmma"
+    assert select_path(precision, (9, 0), k=8192, aligned=False, sixteen_bit=True) == "wgmma"  # the op copies
+    for cap in ((8, 0), (8, 6), (8, 9), (10, 0), (12, 0)):
+        assert select_path(precision, cap, k=64, sixteen_bit=True) == "mma", cap
+    assert engine.sixteen_bit_kernels((8, 0), 64) and engine.sixteen_bit_kernels((9, 0), 8)
+    assert not engine.sixteen_bit_kernels((7, 5), 64) and not engine.sixteen_bit_kernels((9, 0), 68)
+    with pytest.raises(UnsupportedPrecision, match=r"8\.0 or later and in_features % 8"):
+        select_path(precision, (7, 5), k=64, sixteen_bit=True)
+    with pytest.raises(UnsupportedPrecision, match="in_features=68"):
+        select_path(precision, (9, 0), k=68, sixteen_bit=True)
+    monkeypatch.setenv(engine.ENV_VAR, "mma")
+    assert select_path(precision, (9, 0), k=64, sixteen_bit=True) == "mma"
+    monkeypatch.setenv(engine.ENV_VAR, "simt")
+    with pytest.raises(UnsupportedPrecision, match="bf16/fp16 operands run on mma"):
+        select_path(precision, (9, 0), k=64, sixteen_bit=True)
+    monkeypatch.setenv(engine.ENV_VAR, "wgmma")
+    with pytest.raises(UnsupportedPrecision, match=r"sm_90a"):
+        select_path(precision, (8, 0), k=64, sixteen_bit=True)
+
+
 def test_forced_paths(monkeypatch):
     monkeypatch.setenv(engine.ENV_VAR, "mma")
     assert engine.forced_path() == "mma"

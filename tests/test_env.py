@@ -24,10 +24,11 @@ def test_environment_matches_pyproject():
 
 def test_readme_validation_block_is_generated_from_the_record():
     from fusedlib.lab import report
+    from fusedlib.lab.records import RESULTS_GPU
     readme = (ROOT / "README.md").read_text()
-    summary = report.validation_summary(ROOT / "results" / "h100" / "validation.json")
+    summary = report.validation_summary(ROOT / "results" / RESULTS_GPU / "validation.json")
     assert report.render_readme(readme, summary) == readme, "run `python -m fusedlib report`"
-    bench_csv = ROOT / "results" / "h100" / "bench.csv"
+    bench_csv = ROOT / "results" / RESULTS_GPU / "bench.csv"
     if bench_csv.exists():
         import pandas as pd
         bench = pd.read_csv(bench_csv, dtype={"problem": str})
@@ -35,6 +36,6 @@ def test_readme_validation_block_is_generated_from_the_record():
         assert report.render_readme(readme, table, report.TABLE_BEGIN, report.TABLE_END) == readme
         host = report.host_time_section(bench)
         assert report.render_readme(readme, host, report.HOST_BEGIN, report.HOST_END) == readme
-    if (ROOT / "results" / "h100" / "train_step.csv").exists():
-        steps = report.train_step_section("h100")
+    if (ROOT / "results" / RESULTS_GPU / "train_step.csv").exists():
+        steps = report.train_step_section(RESULTS_GPU)
         assert report.render_readme(readme, steps, report.STEP_BEGIN, report.STEP_END) == readme

@@ -53,6 +53,22 @@ def test_opcheck_cuda(stage, problem, precision, training, momentum):
     torch.library.opcheck(ops.OPS[stage], args)
 
 
+@pytest.mark.parametrize("stage", algebra.STAGES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_opcheck_cuda_sixteen_bit_operands(stage, dtype, training):
+    """x and W in bf16/fp16 with float32 vectors (the 16-bit kernels): schema, fake (Y float32:
+    x's dtype promoted with the scale's), autograd (the 16-bit backward) and AOT dispatch."""
+    _, module = _model("33", 64, 48, stage=stage, precision="tf32")
+    module.train(training)
+    load_stage(stage)
+    args = list(_op_args(module, torch.rand(40, 64, device="cuda")))
+    args[0], args[1] = args[0].to(dtype), args[1].detach().to(dtype)
+    args = tuple(a.detach().clone().requires_grad_(i < 6 and a.is_floating_point())
+                 if isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
+    torch.library.opcheck(ops.OPS[stage], args)
+
+
 @pytest.mark.parametrize("kind", ["84", "33"])
 @pytest.mark.parametrize("precision", algebra.PRECISIONS)
 def test_opcheck_train_backward_cuda(kind, precision):

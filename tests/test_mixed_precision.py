@@ -45,12 +45,14 @@ def _step(model, x: torch.Tensor, dy: torch.Tensor, training: bool, autocast=Non
     return {k: v.cpu() for k, v in out.items()}
 
 
-def _case(kind: str, training: bool, seed: int = 0):
-    ref = make_reference(kind, 64, 48, seed=seed)
+def _case(kind: str, training: bool, shape=(32, 64, 48), seed: int = 0):
+    """The model (PyTorch fp32), x (N, K), dY (N, M) and the float64 step's results; shape (N, K, M)."""
+    n, k, m = shape
+    ref = make_reference(kind, k, m, seed=seed)
     for _ in range(2):  # running buffers away from their initial values
-        ref(torch.rand(40, 64, generator=torch.Generator().manual_seed(seed + 7)))
+        ref(torch.rand(40, k, generator=torch.Generator().manual_seed(seed + 7)))
     g = torch.Generator().manual_seed(seed + 1)
-    x, dy = torch.randn(32, 64, generator=g), torch.randn(32, 48, generator=g)
+    x, dy = torch.randn(n, k, generator=g), torch.randn(n, m, generator=g)
     return ref, x, dy, _step(copy.deepcopy(ref).double(), x.double(), dy.double(), training)
 
 
@@ -59,7 +61,7 @@ def _rms_errors(run, seeds=SEEDS) -> dict:
     dy)`` returns the step's dict."""
     total: dict = {}
     for seed in seeds:
-        ref, x, dy, want = _case(*run.case, seed=seed)
+        ref, x, dy, want = _case(*run.case, seed=seed)  # (kind, training[, shape])
         for k, v in run(ref, x, dy).items():
             total[k] = total.get(k, 0.0) + _err(v, want[k]) ** 2 / len(seeds)
     return {k: v ** 0.5 for k, v in total.items()}
@@ -78,7 +80,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 @pytest.mark.parametrize("kind", ["84", "33"])
 @pytest.mark.parametrize("stage", fusedlib.STAGES)
 def test_module_in_low_precision_within_twice_eager(stage, kind, training, dtype, device):
-    """(CUDA: the float32 kernels on the exactly converted tensors, modules._float32_kernels.)"""
+    """(CUDA: the 16-bit tensor-core kernels, K = 64 being a multiple of 8: modules._sixteen_bit.)"""
     def eager(ref, x, dy):
         return _step(copy.deepcopy(ref).to(dtype), x.to(device, dtype), dy, training)
 
@@ -95,7 +97,8 @@ def test_module_in_low_precision_within_twice_eager(stage, kind, training, dtype
 
 
 class _Float32Route(torch.nn.Module):
-    """A module whose forward is CUDA's way for bf16/fp16 (``_float32_kernels``), run on the CPU."""
+    """A module whose forward is CUDA's float32 way for bf16/fp16 (``_sixteen_bit`` where the
+    16-bit kernels do not run: the float32 kernels on converted tensors), run on the CPU."""
 
     def __init__(self, module):
         super().__init__()
@@ -103,15 +106,16 @@ class _Float32Route(torch.nn.Module):
 
     def forward(self, x):
         m = self.module
-        return m._float32_kernels(x, m._tensors(), False)
+        return m._sixteen_bit(x, m._tensors(), False)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("kind", ["84", "33"])
 def test_the_float32_route_of_cuda_within_twice_eager(kind, training, dtype):
-    """CUDA's way for a bf16/fp16 module (the float32 kernels on the exactly converted tensors,
-    ``modules._float32_kernels``), run on the CPU through the float32 operators: the output and
+    """CUDA's float32 way for a bf16/fp16 module (the float32 kernels on the exactly converted
+    tensors, where the 16-bit kernels do not run: ``modules._sixteen_bit``), run on the CPU
+    through the float32 operators: the output and
     the running buffers in the module's dtype, every gradient in its parameter's, each within
     twice eager's error (what the CUDA test then checks on the kernels)."""
     def eager(ref, x, dy):
@@ -156,3 +160,113 @@ def test_autocast_computes_what_eager_autocast_computes(stage, kind, training, d
     bad = _within_twice_eager(got, _rms_errors(eager), dtype)
     assert not bad, f"(fused, eager) errors against float64 beyond twice eager's: {bad}"
     assert got["y"] > 10 * _rms_errors(plain, SEEDS[:1])["y"]
+
+
+# The 16-bit kernels on the GPU: each tensor-core path at shapes with edges (N and M not
+# multiples of the tiles, K a multiple of 8 but not of a stage's 64 or 32 elements, K = 8),
+# and a shape of few tiles, where the wgmma GEMM splits K (KernelBench v0, 128 × 1024 → 512).
+SHAPES16 = [(300, 200, 333), (257, 8, 130), (128, 1024, 512)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES16, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("path", ["mma", "wgmma"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("stage", fusedlib.STAGES)
+def test_sixteen_bit_kernels_on_each_path_within_twice_eager(stage, kind, training, dtype, path, shape, monkeypatch):
+    """Each GEMM path with 16-bit operands (FUSEDLIB_GEMM_PATH; wgmma needs sm_90a): output,
+    buffers and gradients within twice eager's error in the dtype, over two seeds."""
+    if path == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma runs on sm_90a only")
+    monkeypatch.setenv(fusedlib.engine.ENV_VAR, path)
+
+    def eager(ref, x, dy):
+        return _step(copy.deepcopy(ref).to(dtype), x.to("cuda", dtype), dy, training)
+
+    def fused(ref, x, dy):
+        module = fusedlib.from_reference(ref, stage=stage).to(dtype)
+        out = _step(module, x.to("cuda", dtype), dy, training)
+        assert out["y"].dtype == dtype and module.bn.running_mean.dtype == dtype
+        return out
+
+    eager.case = fused.case = (kind, training, shape)
+    bad = _within_twice_eager(_rms_errors(fused, SEEDS[:2]), _rms_errors(eager, SEEDS[:2]), dtype)
+    assert not bad, f"(fused, eager) errors against float64 beyond twice eager's: {bad}"
+
+
+def _gemm_kernels(fn) -> set:
+    """Names of the GEMM kernels (names holding 'gemm_kernel') that ``fn()`` launches."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if "gemm_kernel" in e.name}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["mma", "wgmma"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_sixteen_bit_module_runs_the_sixteen_bit_kernels(dtype, path, monkeypatch):
+    """The route is taken: a bf16/fp16 module launches other GEMM instantiations than the same
+    module in float32 at tf32 (the 16-bit ones), on each path; and a module whose in_features is
+    not a multiple of 8 takes the float32 kernels (the same ones as float32 at tf32)."""
+    if path == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma runs on sm_90a only")
+    monkeypatch.setenv(fusedlib.engine.ENV_VAR, path)
+    for k, sixteen in ((64, True), (60, False)):
+        ref = make_reference("84", k, 48, seed=0)
+        module = fusedlib.from_reference(ref, stage="fused", precision="tf32").cuda().eval()
+        x = torch.randn(32, k, device="cuda")
+        with torch.no_grad():
+            f32 = _gemm_kernels(lambda: module(x))
+            low = _gemm_kernels(lambda: module.to(dtype)(x.to(dtype)))
+        assert f32 and low, (f32, low)
+        assert (low.isdisjoint(f32) if sixteen else low == f32), (k, f32, low)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_misaligned_sixteen_bit_operand_gives_the_same_bits(dtype):
+    """x a view 2 bytes past an aligned address (TMA and cp.async need 16): the operator copies it,
+    and the output, the running buffers and the gradients are the aligned call's, bit for bit."""
+    ref, x, dy, _ = _case("33", True, shape=(200, 64, 96))
+    outs = []
+    for offset in (0, 1):
+        module = fusedlib.from_reference(ref, stage="fused").to(dtype).cuda().train()
+        buf = torch.empty(x.numel() + offset, dtype=dtype, device="cuda")
+        xm = buf[offset:].view(x.shape)
+        xm.copy_(x)
+        assert (xm.data_ptr() % 16 == 0) == (offset == 0)
+        outs.append(_step(module, xm, dy, True))
+    for name in outs[0]:
+        assert torch.equal(outs[0][name], outs[1][name]), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kind,stage", [("84", "fused"), ("33", "sums")])
+def test_a_compiled_sixteen_bit_module_matches_eager(kind, stage, dtype):
+    """torch.compile (fullgraph) of a bf16/fp16 module over three train steps and an eval step:
+    the compiled module takes the 16-bit kernels as eager does (the route reads no address), so
+    outputs and buffers equal eager's and gradients agree to the dtype's rounding."""
+    torch._dynamo.reset()  # the other compiled modules of the class in this process: no recompile limit
+    ref = make_reference(kind, 64, 48, seed=3)
+    eager = fusedlib.from_reference(ref, stage=stage).to(dtype).cuda()
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, fullgraph=True)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for step in range(4):
+        if step == 3:
+            eager.eval(), model.eval()
+        x = torch.rand(40, 64, device="cuda", generator=gen).to(dtype)
+        y_eager, y_compiled = eager(x), compiled(x)
+        assert y_compiled.dtype == dtype and torch.equal(y_compiled, y_eager), step
+        if step < 3:
+            for y in (y_eager, y_compiled):
+                y.float().square().sum().backward()
+    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+        assert q.grad.dtype == dtype and torch.allclose(q.grad.float(), p.grad.float(), rtol=UNIT[dtype],
+                                                        atol=UNIT[dtype] * p.grad.abs().max().item()), name
+    for name, buf in eager.named_buffers():
+        assert torch.equal(buf, dict(model.named_buffers())[name]), name

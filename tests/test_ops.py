@@ -33,6 +33,20 @@ def test_opcheck(stage, kind, training, requires_grad, momentum):
     torch.library.opcheck(ops.OPS[stage], _args(kind, training, requires_grad, momentum))
 
 
+@pytest.mark.parametrize("stage", algebra.STAGES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_opcheck_sixteen_bit_operands(stage, dtype, training):
+    """x and W in bf16/fp16 with float32 vectors, as the CUDA modules and the autocast rule hand
+    them to the operator (docs/design.md §15): Y in x's dtype promoted with the scale's (float32
+    here), the fake's dtype included, and the autograd and AOT registrations."""
+    args = list(_args("84", training, True, 0.1))
+    args[0], args[1] = (args[i].detach().to(dtype).requires_grad_() for i in (0, 1))
+    y = ops.OPS[stage](*args)
+    assert y.dtype == torch.float32
+    torch.library.opcheck(ops.OPS[stage], tuple(args))
+
+
 def test_operators_are_registered_under_torch_ops():
     for stage in algebra.STAGES:
         assert getattr(torch.ops.fusedlib, stage).default is not None

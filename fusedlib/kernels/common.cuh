@@ -20,14 +20,17 @@
 namespace fl {
 
 enum Precision { FP32 = 0, TF32 = 1, TF32X3 = 2 };
+// The element type of X and W (Problem::operand): fp32 words, or bf16 / fp16 (docs/design.md §15),
+// which only the wgmma path reads (products exact, fp32 accumulation, as tf32 reads fp32 words).
+enum Operand { OPERAND_FP32 = 0, OPERAND_BF16 = 1, OPERAND_FP16 = 2 };
 // GEMM mainloops (fusedlib/engine.py PATHS): FFMA on any GPU; mma.sync TF32 (sm_80 on);
 // TMA + wgmma (sm_90a). The host picks one per call (engine.select_path).
 enum GemmPath { PATH_SIMT = 0, PATH_MMA = 1, PATH_WGMMA = 2 };
 
 // Everything a stage needs; pointers are device pointers to contiguous float32 tensors.
 struct Problem {
-  const float* x;          // (N, K) input
-  const float* w;          // (M, K) nn.Linear weight
+  const float* x;          // (N, K) input (with operand ≠ OPERAND_FP32: the address of 16-bit elements)
+  const float* w;          // (M, K) nn.Linear weight (likewise)
   const float* bias;       // (M)    nn.Linear bias
   const float* scale;      // (1) for problem 84, (M) for 33/39
   const float* gamma;      // (M)    bn.weight
@@ -58,7 +61,8 @@ struct Problem {
                            //        (N·M, N·K, M·K) may pass 2³¹: offsets along them are 64-bit
   int kind;                // 84 or 33 (33 and 39)
   int training;            // 1: batch statistics and running-buffer update
-  int precision;           // Precision
+  int precision;           // Precision (16-bit operands: TF32, the products being exact either way)
+  int operand;             // Operand: X's and W's element type
   int scale_len;           // 1 or M
   int path;                // GemmPath of the GEMM
   float eps;               // BatchNorm eps
@@ -262,19 +266,26 @@ __device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) 
 // Items 0..T−1 (T ≥ 1) combined in order by blocked summation (Higham, "The accuracy of floating
 // point summation", 1993): runs of 64 items, runs of 64 runs, then those in turn. A result passes
 // through at most 64 + 64 + ⌈T/4096⌉ roundings instead of T: what a sum or a merge over millions
-// of row tiles needs, in registers and in a fixed order (deterministic).
+// of row tiles needs, in registers and in a fixed order (deterministic). The items are loaded
+// kAhead ahead of their merge (a ring in registers; the last index repeats past the end), so a
+// thread has that many loads in flight instead of one load's latency an item.
 template <class V, class Load, class Merge>
 __device__ V merge_blocked(int T, Load load, Merge merge) {
-  constexpr int kRun = kMergeRun;
-  V total = load(0);
-  for (int u2 = 0; u2 < T; u2 += kRun * kRun) {
-    V outer = total;
-    for (int u1 = u2; u1 < min(T, u2 + kRun * kRun); u1 += kRun) {
-      V inner = load(u1);
-      for (int u = u1 + 1; u < min(T, u1 + kRun); ++u) inner = merge(inner, load(u));
-      outer = u1 == u2 ? inner : merge(outer, inner);
-    }
-    total = u2 == 0 ? outer : merge(total, outer);
+  constexpr int kRun = kMergeRun, kAhead = 4;
+  V next[kAhead];
+#pragma unroll
+  for (int a = 0; a < kAhead; ++a) next[a] = load(min(a, T - 1));
+  V total = next[0], outer = next[0], inner = next[0];
+  for (int u = 0; u < T; ++u) {
+    const V v = next[0];
+#pragma unroll
+    for (int a = 0; a + 1 < kAhead; ++a) next[a] = next[a + 1];
+    next[kAhead - 1] = load(min(u + kAhead, T - 1));
+    inner = u % kRun == 0 ? v : merge(inner, v);                                // a run of items
+    if ((u + 1) % kRun != 0 && u + 1 != T) continue;
+    outer = u % (kRun * kRun) < kRun ? inner : merge(outer, inner);             // a run of runs
+    if ((u + 1) % (kRun * kRun) != 0 && u + 1 != T) continue;
+    total = u < kRun * kRun ? outer : merge(total, outer);                      // those in turn
   }
   return total;
 }

@@ -9,6 +9,8 @@
 //               even those leave SMs idle, split-K (simt_split_k)
 //   PATH_MMA    tf32 / 3xtf32, mma.sync m16n8k8, sm_80 on: 128×128 tiles
 //   PATH_WGMMA  tf32 / 3xtf32, TMA + wgmma, sm_90a: 128×256 (tf32) or 128×192 / 128×168 (3xtf32, per shape) tiles
+// bf16 / fp16 operands (p.operand, docs/design.md §15) run the tf32 tiles of mma.sync or wgmma with
+// 16-bit instructions (exact products, fp32 sums).
 // Statistics tiles are therefore 128 rows on the tensor-core paths and 128, 64 or 32 on SIMT
 // (gemm_tile_rows; algebra.tile_rows is the same rule).
 #pragma once
@@ -63,6 +65,8 @@ inline SplitK simt_split_k(int n, int k, int m) {
 template <class Epi>
 const char* launch_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
   static_assert(kMmaBM == 128 && kWgBM == 128, "gemm_tile_rows assumes 128-row tensor-core tiles");
+  if (p.operand != OPERAND_FP32 && p.path == PATH_SIMT)
+    return "bf16/fp16 operands run on the tensor cores (mma.sync or wgmma), not on the SIMT GEMM";
   switch (p.path) {
     case PATH_SIMT:
       if (p.precision != FP32) return "the SIMT GEMM runs fp32 only (tf32/3xtf32 need a tensor-core path)";

@@ -11,9 +11,13 @@
 //    way from W as it is at this call (nothing derived from W outlives the call) and with the
 //    same bits. The same kernel with BN = 192 or 168, each stage X's tile and both of W's parts,
 //    three products a K step Xs·Wb + Xb·Ws + Xb·Wb, with promoted accumulation (fp32-class at any K).
+//  * bf16 / fp16 operands (Problem::operand; docs/design.md §15): the tf32 kernel with 16-bit
+//    elements, so a stage's 128-byte K slice holds 64 of them and each of its four wgmmas is
+//    m64n256k16 (.f32.bf16.bf16 or .f32.f16.f16): the products are exact, the sums fp32, as tf32's.
 // tf32: persistent CTAs (one an SM) take tiles as they are ready (3xtf32: one CTA a tile); the
 // consumers run the epilogue Epi from their accumulator registers (epilogue_from_fragments: no
-// C tile) while the producer already loads the next tile. Needs K % 4 == 0 and 16-byte aligned X and W (TMA rows);
+// C tile) while the producer already loads the next tile. Needs rows of 16-byte multiples (K % 4 == 0
+// for fp32 words, K % 8 == 0 for 16-bit elements) and 16-byte aligned X and W (TMA);
 // fusedlib/engine.py picks another path otherwise. Other targets compile an empty body.
 #pragma once
 #include <cudaTypedefs.h>  // CUtensorMap and the cuTensorMapEncodeTiled signature (no -lcuda)
@@ -32,6 +36,9 @@
 namespace fl {
 
 constexpr int kWgBM = 128, kWgBK = 32, kWgThreads = 384, kWgGroup = 16;
+// K elements a stage: one 128-byte swizzle row, 32 fp32 words or 64 bf16 / fp16 elements.
+__host__ __device__ constexpr int wg_step_k(int operand) { return operand == OPERAND_FP32 ? kWgBK : 2 * kWgBK; }
+__host__ __device__ constexpr int operand_bytes(int operand) { return operand == OPERAND_FP32 ? 4 : 2; }
 // 3xTF32: the producer warpgroup's warps 1–3, which split each stage's W tile (split_w_tile)
 constexpr int kWgSplitThreads = 96;
 // 3xTF32 tile widths (window + promoted accumulators a thread: 96 + 96 or 84 + 84), chosen per
@@ -97,33 +104,43 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
-// D(64×N, fp32) = A(64×8, smem) · B(8×N, smem) (+ D if accumulate), TF32 operands (the tensor
-// cores read the top 19 bits of each fp32 word). Accumulator d[4j + q]: rows g and g + 8 of the warp's 16,
-// columns 8j + 2t and 8j + 2t + 1 (g = lane / 4, t = lane % 4), as mma.sync m16n8.
-__device__ __forceinline__ void wgmma_tf32(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) {  // m64n256k8
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+// D(64×256, fp32) = A(64×Kᵢ, smem) · B(Kᵢ×256, smem) (+ D if accumulate), both operands by
+// descriptor, 32 bytes of K: TF32 (Kᵢ = 8; the tensor cores read the top 19 bits of each fp32 word),
+// bf16 or fp16 (Kᵢ = 16, K-major: the two transpose immediates 0). Accumulator d[4j + q]: rows g
+// and g + 8 of the warp's 16, columns 8j + 2t and 8j + 2t + 1 (g = lane / 4, t = lane % 4), as
+// mma.sync m16n8. One operand list, three instructions:
+#define FL_WGMMA_SS_N256(NAME, INSTR, IMM)                                                                   \
+  __device__ __forceinline__ void NAME(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" INSTR                                     \
+                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1" IMM ";\n}\n"                                              \
+                 : \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+    "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                               \
+  }
+FL_WGMMA_SS_N256(wgmma_tf32, "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32", "")
+FL_WGMMA_SS_N256(wgmma_bf16, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", ", 0, 0")
+FL_WGMMA_SS_N256(wgmma_f16, "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", ", 0, 0")
+#undef FL_WGMMA_SS_N256
+template <int OP>
+__device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  if constexpr (OP == OPERAND_BF16) wgmma_bf16(d, desc_a, desc_b, accumulate);
+  else if constexpr (OP == OPERAND_FP16) wgmma_f16(d, desc_a, desc_b, accumulate);
+  else wgmma_tf32(d, desc_a, desc_b, accumulate);
 }
 // 3xTF32: D(64×N) (+)= A(64×8, registers) · B(8×N, smem), A the TF32 part of X a thread computed
 // (wgmma's register fragment of A: a[0] row g, column t; a[1] row g + 8; a[2], a[3] the same rows
@@ -297,14 +314,15 @@ __global__ void w_parts_kernel(const uint4* __restrict__ w, uint4* __restrict__ 
 // PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each K
 // step's products (3 × 32) are accumulated from zero and then added into a separate fp32
 // accumulator (round-to-nearest FADD): 3xTF32 stays fp32-class for any K.
-template <int BN, bool PROMOTE, class Epi, bool SPLITK>
+template <int BN, bool PROMOTE, class Epi, bool SPLITK, int OP = OPERAND_FP32>
 __global__ void __launch_bounds__(kWgThreads, 1)
 wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorMap map_a,
                    const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_row0,
                    const __grid_constant__ CUtensorMap map_b1) {
 #if FL_WGMMA_ENABLED
   using T = WgTile<BN, PROMOTE>;
-  constexpr int ST = T::kStages, NACC = BN / 2;
+  constexpr int ST = T::kStages, NACC = BN / 2, BK = wg_step_k(OP);  // BK: K elements a stage
+  static_assert(OP == OPERAND_FP32 || !PROMOTE, "16-bit operands: no 3xTF32 (their products are exact)");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   float* epi = reinterpret_cast<float*>(smem + T::kEpilogueOffset);
@@ -317,7 +335,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   int* tile_slot = reinterpret_cast<int*>(split + (PROMOTE ? ST : 0));  // [2] the next unit's index
   int* last_split = tile_slot + 2;
   const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN), tiles = row_tiles * col_tiles;
-  const int KT = ceil_div(p.k, kWgBK), S = SPLITK ? p.splits : 1, units = tiles * S;
+  const int KT = ceil_div(p.k, BK), S = SPLITK ? p.splits : 1, units = tiles * S;
   constexpr bool kUnits = kMergeUnits && Epi::kMerge && wg_persistent(PROMOTE);  // merges after the tiles
   static_assert(!kUnits || BN % 64 == 0, "a column block in 64-column slices");
   const int all_units = units + (kUnits ? ceil_div(p.m, 64) : 0);  // + a merge unit a 64-column slice
@@ -340,7 +358,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
       const bool issuer = threadIdx.x == 0;
       int it = 0;  // the issuer's step across units: every stage's parity
       auto load_step = [&](int kt, int m0, int n0) {
-        const int s = it % ST, k0 = kt * kWgBK;
+        const int s = it % ST, k0 = kt * BK;
         if (it >= ST) mbar_wait(empty + s, ((it / ST) - 1) & 1);
         uint8_t* st = smem + s * T::kStageBytes;
         mbar_expect_tx(full + s, (parts ? T::kStageBytes : T::kLoadBytes) + (shift ? kWgBK * sizeof(float) : 0));
@@ -467,8 +485,8 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         } else {
           wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < kWgBK / 8; ++kk)  // 8 fp32 = 32 bytes along K per instruction
-            wgmma_tf32(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(kt == kt0 && kk == 0));
+          for (int kk = 0; kk < 4; ++kk)  // 32 bytes along K per instruction (8 fp32, 16 bf16 / fp16)
+            wgmma_ss<OP>(d, smem_desc_sw128(a + kk * 32), smem_desc_sw128(b + kk * 32), !(kt == kt0 && kk == 0));
           wgmma_commit();
           wgmma_wait<1>();  // the previous step's products are done: release its stage
           if (leader && !prev_released) mbar_arrive(empty + (it - 1) % ST);
@@ -506,11 +524,11 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
 #endif
 }
 
-// A (rows × k) row-major fp32 matrix read in boxes of box_rows × 32 (one 128-byte row each),
-// 128-byte swizzled for wgmma's descriptors (or not: the shift row x₀, 1 × k, which the consumers read
-// by address).
-static const char* encode_map(CUtensorMap* map, const float* base, int rows, int k, int box_rows,
-                              CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
+// A (rows × k) row-major matrix of `operand` elements (fp32, bf16 or fp16) read in boxes of
+// box_rows × one 128-byte row (32 fp32 or 64 16-bit elements: wg_step_k), 128-byte swizzled for
+// wgmma's descriptors (or not: the shift row x₀, 1 × k, which the consumers read by address).
+static const char* encode_map(CUtensorMap* map, const void* base, int rows, int k, int box_rows,
+                              CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B, int operand = OPERAND_FP32) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   if (!encode) {
     void* fn = nullptr;
@@ -520,20 +538,24 @@ static const char* encode_map(CUtensorMap* map, const float* base, int rows, int
     encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }
   const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
-  const cuuint64_t strides[1] = {(cuuint64_t)k * sizeof(float)};
-  const cuuint32_t box[2] = {(cuuint32_t)kWgBK, (cuuint32_t)box_rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)k * operand_bytes(operand)};
+  const cuuint32_t box[2] = {(cuuint32_t)wg_step_k(operand), (cuuint32_t)box_rows};
   const cuuint32_t elem[2] = {1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dims, strides, box,
+  const CUtensorMapDataType type = operand == OPERAND_BF16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : operand == OPERAND_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  const CUresult r = encode(map, type, 2, const_cast<void*>(base), dims, strides, box,
                             elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled rejected a tensor map";
 }
 
 // The Hopper path can run when TMA can address the operands (rows of 16-byte multiples, 16-byte
-// aligned bases) at a tensor-core precision.
-inline bool wgmma_applicable(const Problem& p, const float* x, const float* w) {
-  const bool aligned = p.k % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0;
-  return aligned && (p.precision == TF32 || p.precision == TF32X3);
+// aligned bases) at a tensor-core precision (16-bit operands: at TF32's, the one kernel they have).
+inline bool wgmma_applicable(const Problem& p, const void* x, const void* w) {
+  const bool aligned = (size_t)p.k * operand_bytes(p.operand) % 16 == 0 && (uintptr_t)x % 16 == 0 &&
+                       (uintptr_t)w % 16 == 0;
+  return aligned && (p.operand == OPERAND_FP32 ? p.precision == TF32 || p.precision == TF32X3 : p.precision == TF32);
 }
 
 // 3xTF32 tile width for an N×M output: of 192 and 168, the one whose rounds of one tile an SM
@@ -573,14 +595,14 @@ inline int persistent_grid(int tiles) {
 
 // The split-K plan of a wgmma GEMM (host): S = 1 where the tiles fill at least half the SMs;
 // else as many splits as leave one CTA an SM, each of at least kMinSplitSteps K steps, at most
-// kMaxSplits (epilogue.cuh; a 3xTF32 K step counts three: its three products). At v0 (run89) the tf32 GEMM is
+// kMaxSplits (epilogue.cuh; a 3xTF32 K step counts three: its three products; a 16-bit K step holds 64 of K). At v0 (run89) the tf32 GEMM is
 // fastest with 4 splits of 8 steps (18.9 µs; 21.4 with 8 of 4, worse with 16), 3xTF32 with 8.
 // $FUSEDLIB_WGMMA_SPLITK=S forces S (tests; clamped to 1 … the K steps). A 3xTF32 split-K GEMM
 // runs 128×168 tiles (wg_split_width: 128×192 leaves no registers for the split bookkeeping).
 inline int wg_split_width(int n, int m, int splits) { return splits > 1 ? kSplitNarrow : split_tile_width(n, m); }
-inline SplitK wg_split_k(int precision, int n, int k, int m) {
+inline SplitK wg_split_k(int precision, int n, int k, int m, int operand = OPERAND_FP32) {
   const int bn = precision == TF32 ? 256 : split_tile_width(n, m);
-  const int KT = ceil_div(k, kWgBK), tiles = ceil_div(n, kWgBM) * ceil_div(m, bn), work = (precision == TF32 ? 1 : 3) * KT;
+  const int KT = ceil_div(k, wg_step_k(operand)), tiles = ceil_div(n, kWgBM) * ceil_div(m, bn), work = (precision == TF32 ? 1 : 3) * KT;
   const char* forced = std::getenv("FUSEDLIB_WGMMA_SPLITK");
   int s = 1;
   if (forced && std::atoi(forced) > 0) s = std::atoi(forced);
@@ -592,10 +614,10 @@ inline SplitK wg_split_k(int precision, int n, int k, int m) {
 
 // One launch of the width-BN kernel: its split-K instantiation where p.splits > 1 (the S = 1
 // one compiles without the split bookkeeping), a CTA a unit (tf32: persistent, one an SM).
-template <int BN, bool PROMOTE, class Epi, bool SPLITK>
+template <int BN, bool PROMOTE, class Epi, bool SPLITK, int OP>
 const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const CUtensorMap& b0,
                       const CUtensorMap& row0, const CUtensorMap& b1, cudaStream_t st) {
-  auto kernel = wgmma_gemm_kernel<BN, PROMOTE, Epi, SPLITK>;
+  auto kernel = wgmma_gemm_kernel<BN, PROMOTE, Epi, SPLITK, OP>;
   FL_OPT_IN_SMEM(kernel, (WgTile<BN, PROMOTE>::kSmem));
   const int units = ceil_div(p.n, kWgBM) * ceil_div(p.m, BN) * p.splits;
   kernel<<<wg_persistent(PROMOTE) ? persistent_grid(units) : units, kWgThreads, WgTile<BN, PROMOTE>::kSmem, st>>>(
@@ -603,28 +625,34 @@ const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const 
   FL_CHECK_LAUNCH();
   return nullptr;
 }
-template <int BN, bool PROMOTE, class Epi>
+template <int BN, bool PROMOTE, class Epi, int OP = OPERAND_FP32>
 const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const CUtensorMap& b0,
                       const CUtensorMap& row0, const CUtensorMap& b1, cudaStream_t st) {
-  if constexpr (BN == kSplitWide) return launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, b1, st);
+  if constexpr (BN == kSplitWide) return launch_wg<BN, PROMOTE, Epi, false, OP>(p, out, a, b0, row0, b1, st);
   else
-    return p.splits > 1 ? launch_wg<BN, PROMOTE, Epi, true>(p, out, a, b0, row0, b1, st)
-                        : launch_wg<BN, PROMOTE, Epi, false>(p, out, a, b0, row0, b1, st);
+    return p.splits > 1 ? launch_wg<BN, PROMOTE, Epi, true, OP>(p, out, a, b0, row0, b1, st)
+                        : launch_wg<BN, PROMOTE, Epi, false, OP>(p, out, a, b0, row0, b1, st);
 }
 
 template <class Epi>
 const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, float* out, cudaStream_t st) {
   if (p.splits > 1 && !(p.splitk && p.splitk_counters)) return "the split-K wgmma GEMM needs its workspace";
   if (!wgmma_applicable(p, x, w))
-    return "the wgmma GEMM needs in_features % 4 == 0, 16-byte aligned x and weight and a tensor-core "
-           "precision";
+    return p.operand == OPERAND_FP32 ? "the wgmma GEMM needs in_features % 4 == 0, 16-byte aligned x and weight and a "
+                                       "tensor-core precision"
+                                     : "the wgmma GEMM needs in_features % 8 == 0 and 16-byte aligned x and weight "
+                                       "in bf16/fp16, at precision tf32";
   CUtensorMap a, b0, row0, b1;
   const char* err;
-  if ((err = encode_map(&a, x, p.n, p.k, kWgBM))) return err;
+  if ((err = encode_map(&a, x, p.n, p.k, kWgBM, CU_TENSOR_MAP_SWIZZLE_128B, p.operand))) return err;
   if (p.precision == TF32) {
     if (p.z0 || p.w_parts) return "the tf32 wgmma GEMM reads X and W as they are (TMA): z0 and w_parts must be null";
-    if ((err = encode_map(&b0, w, p.m, p.k, 256))) return err;
-    return launch_wg<256, false, Epi>(p, out, a, b0, a, b0, st);
+    if ((err = encode_map(&b0, w, p.m, p.k, 256, CU_TENSOR_MAP_SWIZZLE_128B, p.operand))) return err;
+    switch (p.operand) {
+      case OPERAND_BF16: return launch_wg<256, false, Epi, OPERAND_BF16>(p, out, a, b0, a, b0, st);
+      case OPERAND_FP16: return launch_wg<256, false, Epi, OPERAND_FP16>(p, out, a, b0, a, b0, st);
+      default: return launch_wg<256, false, Epi>(p, out, a, b0, a, b0, st);
+    }
   }
   const int bn = wg_split_width(p.n, p.m, p.splits);
   // the first-row shift's x₀ (p.x0: X's row 0, or an external row), a 1×K map (without the shift, unused)

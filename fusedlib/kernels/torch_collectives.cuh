@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct Collectives {
   explicit Collectives(const std::string& group_name) : group(c10d::resolve_process_group(group_name)) {}
 
   void broadcast(at::Tensor& t, int root) const {  // root: the group's rank
+    const Unlocked unlocked;
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     opts.asyncOp = false;
@@ -29,6 +31,7 @@ struct Collectives {
     wait(group->broadcast(tensors, opts));
   }
   void all_gather(at::Tensor& out, at::Tensor& in) const {  // out: every rank's in, in rank order
+    const Unlocked unlocked;
     c10d::AllgatherOptions opts;
     opts.asyncOp = false;
 #pragma GCC diagnostic push
@@ -37,18 +40,25 @@ struct Collectives {
 #pragma GCC diagnostic pop
   }
   void all_reduce_sum(at::Tensor& t) const {
+    const Unlocked unlocked;
     c10d::AllreduceOptions opts;
     opts.asyncOp = false;
     std::vector<at::Tensor> tensors{t};
     wait(group->allreduce(tensors, opts));
   }
-  // A Work that blocks (gloo's) finishes on the backend's thread, which may take the GIL (gdb saw
-  // gloo's wait for it while this thread held it): called from Python, the wait lets it go.
+  // Called from Python, a collective lets the GIL go for its whole length, the enqueue as well as
+  // the wait: gloo's worker thread takes the GIL to free the previous collective's tensors while
+  // it holds its queue's lock, which the next enqueue waits for (py-spy saw exactly that: this
+  // thread in ProcessGroupGloo::enqueue, the worker in gil_scoped_acquire under ~AsyncWork), and
+  // a Work that blocks finishes on that thread too (gdb saw gloo's wait for the GIL).
+  struct Unlocked {
+    std::optional<pybind11::gil_scoped_release> released;
+    Unlocked() {
+      if (PyGILState_Check()) released.emplace();
+    }
+  };
   static void wait(const c10::intrusive_ptr<c10d::Work>& work) {
-    if (!work) return;
-    if (!PyGILState_Check()) return void(work->wait());
-    const pybind11::gil_scoped_release released;
-    work->wait();
+    if (work) work->wait();
   }
 };
 

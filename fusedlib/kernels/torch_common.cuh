@@ -99,7 +99,7 @@ inline bool is_capturing(cudaStream_t stream) {
 inline Scratch stream_scratch(const at::Tensor& x, cudaStream_t stream, bool capturing, int64_t n_count,
                               int64_t n_floats, at::Tensor& captured) {
   if (capturing) {
-    captured = at::empty({n_count + n_floats}, x.options());
+    captured = at::empty({n_count + n_floats}, x.options().dtype(at::kFloat));  // (x may be bf16/fp16)
     C10_CUDA_CHECK(cudaMemsetAsync(captured.data_ptr(), 0, n_count * sizeof(float), stream));
     return {reinterpret_cast<unsigned int*>(captured.data_ptr<float>()), captured.data_ptr<float>() + n_count};
   }
@@ -109,7 +109,7 @@ inline Scratch stream_scratch(const at::Tensor& x, cudaStream_t stream, bool cap
   auto& [counters, floats] = (*cache)[{x.get_device(), stream}];
   if (!counters.defined() || counters.numel() < n_count)
     counters = at::zeros({std::max<int64_t>(n_count, 256)}, x.options().dtype(at::kInt));
-  if (!floats.defined() || floats.numel() < n_floats) floats = at::empty({n_floats}, x.options());
+  if (!floats.defined() || floats.numel() < n_floats) floats = at::empty({n_floats}, x.options().dtype(at::kFloat));
   return {reinterpret_cast<unsigned int*>(counters.data_ptr<int>()), floats.data_ptr<float>()};
 }
 

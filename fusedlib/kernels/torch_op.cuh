@@ -40,15 +40,16 @@ inline int capability(int device) {
 }
 
 // engine.select_path's default rule (without the FUSEDLIB_GEMM_PATH switch, which the
-// Python side resolves): fp32 on SIMT, tf32/3xtf32 on wgmma on sm_90 when TMA can address
-// the operands, else mma.sync from sm_80 on (the caller has checked that the GPU has TF32
-// tensor cores). -1: an unknown gemm_path.
+// Python side resolves): fp32 on SIMT, tf32/3xtf32 and 16-bit operands on wgmma on sm_90 when
+// TMA can address the operands, else mma.sync from sm_80 on (the caller has checked that the
+// GPU has tensor cores). -1: an unknown gemm_path.
 inline int parse_path(std::optional<c10::string_view> gemm_path, int precision, const at::Tensor& x,
                       const at::Tensor& w) {
   if (gemm_path) return *gemm_path == "simt" ? PATH_SIMT : *gemm_path == "mma" ? PATH_MMA
                         : *gemm_path == "wgmma" ? PATH_WGMMA : -1;
   if (precision == FP32) return PATH_SIMT;
-  const bool tma_ok = x.size(1) % 4 == 0 && (uintptr_t)x.data_ptr() % 16 == 0 && (uintptr_t)w.data_ptr() % 16 == 0;
+  const bool tma_ok = x.size(1) * x.element_size() % 16 == 0 && (uintptr_t)x.data_ptr() % 16 == 0 &&
+                      (uintptr_t)w.data_ptr() % 16 == 0;
   return capability(x.get_device()) == 90 && tma_ok ? PATH_WGMMA : PATH_MMA;
 }
 
@@ -91,19 +92,29 @@ static std::optional<at::Tensor> forward_impl(
     bool eager, const fl::SyncArgs* sync = nullptr) {
   using namespace fl;
   FL_ARG_CHECK(x_in.is_cuda(), "x: expected a CUDA tensor, got one on ", x_in.device());
-  FL_ARG_CHECK(x_in.scalar_type() == at::kFloat, "x: the CUDA kernels take float32, got ", x_in.scalar_type());
+  // X's and W's element type: float32, or bf16 / fp16 (docs/design.md §15: the GEMM on 16-bit tensor
+  // cores, everything after it in float32 as for float32 operands; the vectors stay float32)
+  const int operand = x_in.scalar_type() == at::kFloat      ? OPERAND_FP32
+                      : x_in.scalar_type() == at::kBFloat16 ? OPERAND_BF16
+                      : x_in.scalar_type() == at::kHalf     ? OPERAND_FP16
+                                                            : -1;
+  FL_ARG_CHECK(operand >= 0, "x: the CUDA kernels take float32, bfloat16 or float16, got ", x_in.scalar_type());
   FL_ARG_CHECK(x_in.dim() == 2 && x_in.size(0) > 0,
                "x: expected a non-empty 2-D tensor (batch, in_features), got shape ", shape_str(x_in));
-  FL_ARG_CHECK(weight_in.device() == x_in.device() && weight_in.scalar_type() == at::kFloat && weight_in.dim() == 2 &&
-                   weight_in.size(1) == x_in.size(1),
-               "weight: expected a float32 (out_features, " + std::to_string(x_in.size(1)) + ") tensor on ",
+  FL_ARG_CHECK(weight_in.device() == x_in.device() && weight_in.scalar_type() == x_in.scalar_type() &&
+                   weight_in.dim() == 2 && weight_in.size(1) == x_in.size(1),
+               "weight: expected a ", c10::toString(x_in.scalar_type()), " (out_features, " + std::to_string(x_in.size(1)) +
+                   ") tensor (x's dtype) on ",
                x_in.device(), ", got ", weight_in.scalar_type(), " ", shape_str(weight_in), " on ", weight_in.device());
   FL_ARG_CHECK(!training || sync || x_in.size(0) > 1,  // (data parallelism: the global batch, checked by the caller)
                "Expected more than 1 value per channel when training, got input size ",
                shape_str(x_in), " (x: BatchNorm in train mode needs a batch of at least 2)");
   FL_ARG_CHECK(kind == "84" || kind == "33", "kind: expected '84' or '33', got '", std::string(kind), "'");
-  const int prec = precision == "fp32" ? FP32 : precision == "tf32" ? TF32 : precision == "3xtf32" ? TF32X3 : -1;
-  FL_ARG_CHECK(prec >= 0, "precision: expected 'fp32', 'tf32' or '3xtf32', got '", std::string(precision), "'");
+  const int named = precision == "fp32" ? FP32 : precision == "tf32" ? TF32 : precision == "3xtf32" ? TF32X3 : -1;
+  FL_ARG_CHECK(named >= 0, "precision: expected 'fp32', 'tf32' or '3xtf32', got '", std::string(precision), "'");
+  // 16-bit operands: every precision multiplies them exactly; they run the tf32 kernels' tiles
+  const bool sixteen = operand != OPERAND_FP32;
+  const int prec = sixteen ? TF32 : named;
   const int64_t n = x_in.size(0), k = x_in.size(1), m = weight_in.size(0);
   FL_ARG_CHECK(dims_fit({n, k, m}), "x, weight: batch, in_features and out_features must each be ", dims_limit(),
                ", got x ", shape_str(x_in), " and weight ", shape_str(weight_in));
@@ -120,9 +131,13 @@ static std::optional<at::Tensor> forward_impl(
                    num_batches_tracked.numel() == 1,
                "num_batches_tracked: expected an int64 scalar tensor on ", x_in.device());
   const int cc = capability(x_in.get_device());
-  FL_ARG_CHECK(prec == FP32 || cc >= 80,
+  FL_ARG_CHECK(prec == FP32 || cc >= 80 || sixteen,
                "precision: tf32/3xtf32 need TF32 tensor cores (compute capability 8.0 or later); this GPU has " +
                    std::to_string(cc / 10) + "." + std::to_string(cc % 10) + ": use precision='fp32'");
+  FL_ARG_CHECK(!sixteen || (cc >= 80 && k % 8 == 0),
+               "x, weight: bf16/fp16 operands need bf16/fp16 tensor cores (compute capability 8.0 or later, this GPU "
+               "has " + std::to_string(cc / 10) + "." + std::to_string(cc % 10) + ") and in_features % 8 == 0 (got " +
+                   std::to_string(k) + "); fusedlib's modules convert such operands to float32 instead");
   const bool keep_z = z_out && z_out->defined();
   if (keep_z)
     FL_ARG_CHECK(training && z_out->device() == x_in.device() && z_out->scalar_type() == at::kFloat &&
@@ -134,9 +149,15 @@ static std::optional<at::Tensor> forward_impl(
   const c10::cuda::CUDAGuard guard(x_in.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x_in.get_device()).stream();
   const bool capturing = is_capturing(stream);
-  const at::Tensor x = x_in.contiguous(), w = weight_in.contiguous();
+  // 16-bit operands load in 16-byte copies (TMA, cp.async): a view starting elsewhere is copied
+  // (its own allocation is aligned); fp32 words have a path for any address
+  const auto aligned16 = [&](const at::Tensor& t) {
+    return sixteen && (uintptr_t)t.data_ptr() % 16 != 0 ? t.clone(at::MemoryFormat::Contiguous) : t.contiguous();
+  };
+  const at::Tensor x = aligned16(x_in), w = aligned16(weight_in);
   const int path = parse_path(gemm_path, prec, x, w);
   FL_ARG_CHECK(path >= 0, "gemm_path: expected 'simt', 'mma', 'wgmma' or None, got '", std::string(*gemm_path), "'");
+  FL_ARG_CHECK(!sixteen || path != PATH_SIMT, "gemm_path: bf16/fp16 operands run on 'mma' or 'wgmma', not 'simt'");
 
   // Y, whose memory holds Z until the last pass overwrites it (unless z_out keeps Z); the stream's scratch:
   // counters, tile partials (the smallest statistics tile is 32 rows; naive keeps its row
@@ -165,10 +186,10 @@ static std::optional<at::Tensor> forward_impl(
                             [&] { return at::detail::empty_cuda({n, m}, at::kFloat, x.device(), std::nullopt); },
                             needs));
   // split-K where the tiles would leave SMs idle (its partial tiles and counters): wgmma, SIMT
-  const SplitK sk = path == PATH_WGMMA  ? wg_split_k(prec, (int)n, (int)k, (int)m)
+  const SplitK sk = path == PATH_WGMMA  ? wg_split_k(prec, (int)n, (int)k, (int)m, operand)
                     : path == PATH_SIMT ? simt_split_k((int)n, (int)k, (int)m)
                                         : SplitK{1, 0, 0};
-  const bool shift = first_row_shift(precision, training);  // (its z₀ in the scratch)
+  const bool shift = !sixteen && first_row_shift(precision, training);  // (its z₀ in the scratch)
   const int64_t n_count = aligned_floats((m + 31) / 32), n_sk = aligned_floats((int64_t)sk.floats());
   const int64_t n_floats = n_part + 4 * m + n_sk + (shift ? m : 0);
   at::Tensor captured;
@@ -177,8 +198,8 @@ static std::optional<at::Tensor> forward_impl(
       explain_oom([&] { return stream_scratch(x, stream, capturing, n_counters, n_floats, captured); }, needs);
 
   Problem p;
-  p.x = x.data_ptr<float>();
-  p.w = w.data_ptr<float>();
+  p.x = static_cast<const float*>(x.data_ptr());  // (16-bit operands: their elements' address)
+  p.w = static_cast<const float*>(w.data_ptr());
   p.bias = bias.data_ptr<float>();
   p.scale = scale.data_ptr<float>();
   p.gamma = gamma.data_ptr<float>();
@@ -209,6 +230,7 @@ static std::optional<at::Tensor> forward_impl(
   p.kind = kind == "84" ? 84 : 33;
   p.training = training;
   p.precision = prec;
+  p.operand = operand;
   p.scale_len = (int)scale.numel();
   p.path = path;
   p.eps = (float)eps;
@@ -269,6 +291,9 @@ std::vector<at::Tensor> sync_train(const at::Tensor& x_in, const at::Tensor& wei
                                    const at::Tensor& z_out, const std::string& group_name, int64_t rank,
                                    int64_t ranks) {
   using namespace fl;
+  TORCH_CHECK(x_in.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat,
+              "x, weight: the data-parallel kernels take float32 (fusedlib's modules convert bf16/fp16), got ",
+              x_in.scalar_type(), " and ", weight.scalar_type());
   const Collectives group(group_name);
   const bool shift = first_row_shift(precision, true);
   at::Tensor x0;  // ranks ≠ 0 under the shift: rank 0's first row, the GEMM's external x₀

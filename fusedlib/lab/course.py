@@ -12,22 +12,24 @@ import json
 import os
 from pathlib import Path
 
+from .records import NOTES_GPU, RESULTS_GPU
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: What the notebooks print where a committed GPU result is missing.
-NO_RESULTS = "no committed H100 results yet"
+NO_RESULTS = "no committed GPU results yet"
 #: The problems at their KernelBench shapes, in the order the notebooks show them.
 PROBLEMS = ("84", "33", "39")
 #: The peers each stage is compared with (bench.csv ``impl`` values).
 PEERS = ("eager", "compile", "compile_max_autotune", "gemm_only")
 
 
-def results_dir(gpu: str = "h100") -> Path:
+def results_dir(gpu: str = RESULTS_GPU) -> Path:
     """``results/<gpu>/``, or the folder named by the environment variable FUSEDLIB_RESULTS."""
     override = os.environ.get("FUSEDLIB_RESULTS")
     return Path(override) if override else ROOT / "results" / gpu
 
 
-def result_path(name: str, gpus=("h100", "h200")) -> Path | None:
+def result_path(name: str, gpus=(RESULTS_GPU,)) -> Path | None:
     """The committed ``results/<gpu>/<name>`` of the first GPU in ``gpus`` that has one (with
     FUSEDLIB_RESULTS set, that folder's ``name``), or None: for records measured on whichever
     GPUs were at hand (the data-parallel runs need several of one host)."""
@@ -38,13 +40,13 @@ def result_path(name: str, gpus=("h100", "h200")) -> Path | None:
     return None
 
 
-def env(gpu: str = "h100") -> dict | None:
+def env(gpu: str = RESULTS_GPU) -> dict | None:
     """The committed env.json (device, measured ceilings, datasheet), or None."""
     path = results_dir(gpu) / "env.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def ceilings(gpu: str = "h100") -> dict:
+def ceilings(gpu: str = RESULTS_GPU) -> dict:
     """Bandwidth (GB/s) and GEMM rates (TFLOP/s, fp32 and tf32; bf16 where env.json measured
     it, ``gemm_bf16_tflops``) to predict with: measured on the GPU (results/<gpu>/env.json)
     when committed, else the H100 SXM datasheet (bf16 included)."""
@@ -67,7 +69,7 @@ def gemm_rate(precision: str, ceil: dict) -> float:
 
 
 def prediction(impl: str, problem: str, shape: str | None = None, mode: str = "train", precision: str = "fp32",
-               gpu: str = "h100"):
+               gpu: str = RESULTS_GPU):
     """(passes table, predicted ms) of ``impl`` for ``problem`` (84/33/39) at ``shape``
     (default: the problem's KernelBench shape). One row per pass of the cost model: MB read,
     MB written, GFLOP, FLOP/byte, the roof that bounds it and its time at that roof (the
@@ -151,7 +153,7 @@ def gemm_paths_table(capabilities=tuple(GPU_EXAMPLES), k: int | None = None):
 
 
 def prediction_by_precision(stage: str, problem: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "train",
-                            gpu: str = "h100"):
+                            gpu: str = RESULTS_GPU):
     """(table, {precision: predicted ms}) of ``stage`` for ``problem`` at its KernelBench
     shape: one row per pass of the cost model (:func:`prediction`), its GFLOP and, for each
     precision, the MB it moves (read + written) and its ms at its roof; NaN where a pass does
@@ -182,7 +184,7 @@ def prediction_by_precision(stage: str, problem: str, precisions=("fp32", "tf32"
 PEER_REPEATS = "peers/bench.csv"
 
 
-def measured(impls=None, gpu: str = "h100", name: str = "bench.csv"):
+def measured(impls=None, gpu: str = RESULTS_GPU, name: str = "bench.csv"):
     """The committed bench.csv (or ``name`` under results/<gpu>/, e.g. :data:`PEER_REPEATS`) as
     a DataFrame (optionally only some impls), or None."""
     import pandas as pd
@@ -193,7 +195,7 @@ def measured(impls=None, gpu: str = "h100", name: str = "bench.csv"):
     return df if impls is None else df[df.impl.isin(list(impls))]
 
 
-def profile(gpu: str = "h100"):
+def profile(gpu: str = RESULTS_GPU):
     """The committed profile.csv (per-kernel device time) as a DataFrame, or None."""
     import pandas as pd
     path = results_dir(gpu) / "profile.csv"
@@ -212,7 +214,7 @@ def _peer_precision(precision: str) -> str:
     return "fp32" if precision == "3xtf32" else precision  # the peers have no 3xTF32: same accuracy class
 
 
-def measurement_table(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100"):
+def measurement_table(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = RESULTS_GPU):
     """Median ms of ``stage`` and its peers at the KernelBench shapes, one row per problem and
     precision, with the cost model's prediction beside them; None without bench.csv. A
     combination the committed run did not time has NaN in its measured columns (shown as
@@ -259,7 +261,7 @@ def _versus(other: float, t: float) -> str:
     return f"{other / t:.2f}× faster" if other >= t else f"{t / other:.2f}× slower"
 
 
-def measurement_md(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100") -> str:
+def measurement_md(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = RESULTS_GPU) -> str:
     """Sentences (Markdown) about ``stage``'s committed timings: against the prediction, the
     previous stage at the same precision, eager PyTorch, torch.compile and the GEMM alone. All
     numbers from bench.csv."""
@@ -297,7 +299,7 @@ def measurement_md(stage: str, precisions=("fp32",), mode: str = "train", gpu: s
     return head + "\n\n" + "\n".join(lines)
 
 
-def ladder_md(precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: str = "h100") -> str:
+def ladder_md(precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: str = RESULTS_GPU) -> str:
     """The ladder in words (Markdown): for each problem at its KernelBench shape and each
     precision, the committed median of every stage in order (:data:`NOT_MEASURED` where the run
     has none), then eager PyTorch and the GEMM alone at the peers' precision (fp32 for 3xtf32).
@@ -326,7 +328,7 @@ def ladder_md(precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: s
     return f"Committed run{gpu_name}, {mode} mode, KernelBench shapes, median ms:\n\n" + "\n".join(lines)
 
 
-def profile_table(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100"):
+def profile_table(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = RESULTS_GPU):
     """Per-kernel device time of ``stage`` at the KernelBench shapes (µs per call, share of the
     stage's total), from the committed profile.csv; None when absent or without rows."""
     prof = profile(gpu)
@@ -351,7 +353,7 @@ def profile_table(stage: str, precisions=("fp32",), mode: str = "train", gpu: st
     return pd.DataFrame(rows)
 
 
-def stage_roofline(stage: str, precisions=("fp32",), gpu: str = "h100"):
+def stage_roofline(stage: str, precisions=("fp32",), gpu: str = RESULTS_GPU):
     """Roofline panels (84, 33, 39 at their KernelBench shapes, train mode) with ``stage``'s
     measured points in colour, its predicted points hollow and every other implementation in
     grey; roofs from the measured ceilings in env.json. None without bench.csv or env.json."""
@@ -416,7 +418,7 @@ NCU_SHOWN = ("Duration", "Grid Size", "Waves Per SM", "Registers Per Thread", "T
 NCU_CLOCKS = ("SM Frequency", "Elapsed Cycles")
 
 
-def ncu_table(name: str, gpu: str = "h100", clocks: bool = False):
+def ncu_table(name: str, gpu: str = NOTES_GPU, clocks: bool = False):
     """One Nsight Compute report committed under ``results/<gpu>/logs/`` (``ncu --csv --page
     details``, e.g. ``run10-ncu_84_tf32.csv``: one forward of the fused stage and one F.linear)
     as a table: rows :data:`NCU_SHOWN` (Duration in µs, throughputs and occupancy in % of peak),
@@ -445,7 +447,7 @@ def ncu_table(name: str, gpu: str = "h100", clocks: bool = False):
     return out
 
 
-def notes_table(header: str, gpu: str = "h100") -> str | None:
+def notes_table(header: str, gpu: str = NOTES_GPU) -> str | None:
     """The Markdown table of ``results/<gpu>/NOTES.md`` whose header row starts with
     ``header`` (e.g. ``"| version"``: the tensor-core mainloop's versions), up to the next
     blank line, or None when the notes or the table are not committed."""
@@ -459,7 +461,7 @@ def notes_table(header: str, gpu: str = "h100") -> str | None:
 VERSION_COLUMNS = ("84 tf32", "84 3xtf32", "39 tf32", "39 3xtf32")
 
 
-def versions(gpu: str = "h100"):
+def versions(gpu: str = NOTES_GPU):
     """The versions of the tensor-core mainloop: the ``| version`` table of
     ``results/<gpu>/NOTES.md`` (:func:`notes_table`) as a DataFrame with columns ``version``,
     ``change`` and each of :data:`VERSION_COLUMNS`, the fused train forward's time in ms at
@@ -485,7 +487,7 @@ def versions(gpu: str = "h100"):
     return out
 
 
-def versions_plot(gpu: str = "h100"):
+def versions_plot(gpu: str = NOTES_GPU):
     """Figure of :func:`versions`, siboehm's SGEMM ladder for this mainloop: the fused train
     forward's ms at each version, 84 and 39 side by side, tf32 and 3xtf32, against cuBLAS's
     TF32 GEMM alone (``gemm_only`` tf32 in the committed bench.csv, where measured) and three
@@ -516,12 +518,12 @@ def versions_plot(gpu: str = "h100"):
         ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
-    fig.suptitle("The tensor-core mainloop, version by version (results/h100/NOTES.md)", fontsize=10)
+    fig.suptitle(f"The tensor-core mainloop, version by version (results/{gpu}/NOTES.md)", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def ncu_versus(ours: str, theirs: str, gpu: str = "h100", clocks: bool = False):
+def ncu_versus(ours: str, theirs: str, gpu: str = NOTES_GPU, clocks: bool = False):
     """Two single-kernel Nsight Compute reports of ``results/<gpu>/logs/`` side by side
     (:func:`ncu_table` of each, ``clocks`` passed on: ``ours`` first, e.g. ``run67-ncu-simt.csv``
     against cuBLAS's ``run67-ncu-sgemm.csv``) and the time ratio ours / theirs, or (None, None)
@@ -535,14 +537,14 @@ def ncu_versus(ours: str, theirs: str, gpu: str = "h100", clocks: bool = False):
     return table, float(a.loc["Duration (µs)"].iloc[0] / b.loc["Duration (µs)"].iloc[0])
 
 
-def train_steps(gpu: str = "h100"):
+def train_steps(gpu: str = RESULTS_GPU):
     """The committed train_step.csv (``python -m fusedlib train-step``) as a DataFrame, or None."""
     import pandas as pd
     path = results_dir(gpu) / "train_step.csv"
     return pd.read_csv(path, dtype={"problem": str}) if path.exists() else None
 
 
-def train_step_table(gpu: str = "h100"):
+def train_step_table(gpu: str = RESULTS_GPU):
     """One row per problem and precision: each implementation's train step (forward +
     backward, median ms), the fused stage against eager PyTorch (3xtf32: eager fp32, the same
     accuracy class) and torch.compile (×: their time / fused time), the fused step's peak
@@ -571,7 +573,7 @@ def train_step_table(gpu: str = "h100"):
     return pd.DataFrame(rows)
 
 
-def gradient_validation(gpu: str = "h100"):
+def gradient_validation(gpu: str = RESULTS_GPU):
     """The committed GPU validation's gradient cases (tests/test_gpu.py, check.run_grad_case)
     per precision and mode: cases, passed, and the largest error / budget ratio; a one-row
     note (:data:`NO_RESULTS`) without a committed record."""
@@ -818,7 +820,7 @@ def pct_saved(before: float, after: float) -> float:
     return 100 * (before - after) / before
 
 
-def preset_times(mode: str = "train", gpu: str = "h100"):
+def preset_times(mode: str = "train", gpu: str = RESULTS_GPU):
     """Median ms of one run of the committed bench.csv (:func:`fusedlib.lab.figures.one_run`)
     at each problem's KernelBench shape, as a function ``ms(problem, impl, precision)`` (NaN
     where the run has no row), or None without bench.csv: what every savings table reads."""
@@ -836,7 +838,7 @@ def _previous_stage(stage: str) -> str | None:
     return STAGES[STAGES.index(stage) - 1] if stage in STAGES and STAGES.index(stage) > 0 else None
 
 
-def stage_savings(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100"):
+def stage_savings(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = RESULTS_GPU):
     """What ``stage`` saves, from one run of the committed bench.csv at the KernelBench shapes
     (:func:`preset_times`): one row per problem and precision with the stage's median ms, the
     previous stage's (same precision) and eager PyTorch's (its precision: fp32 for 3xtf32), and
@@ -862,7 +864,7 @@ def stage_savings(stage: str, precisions=("fp32",), mode: str = "train", gpu: st
     return pd.DataFrame(rows)
 
 
-def gemm_share(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = "h100"):
+def gemm_share(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = RESULTS_GPU):
     """The GEMM's part of ``stage``'s device time, from the committed profile.csv at the
     KernelBench shapes: one row per problem and precision with the µs per call of the GEMM
     kernels (names containing "gemm"), of all other kernels, and the % of the time outside
@@ -907,7 +909,7 @@ def without_history(listing: str) -> str:
 # ------------------------------------------------------------------ notebooks 03–04 (fold, sums)
 # The step a stage takes over the one before it, measured (one run of bench.csv) and predicted.
 
-def step_table(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: str = "h100"):
+def step_table(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: str = RESULTS_GPU):
     """What ``stage`` saves over the stage before it (:data:`fusedlib.algebra.STAGES`), one row
     per problem (84, 33, 39 at their KernelBench shapes) and precision: the previous stage's
     and this stage's median ms from one run of bench.csv (:func:`preset_times`), the % of the
@@ -935,7 +937,7 @@ def step_table(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "t
     return pd.DataFrame(rows)
 
 
-def step_md(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: str = "h100") -> str:
+def step_md(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: str = RESULTS_GPU) -> str:
     """:func:`step_table` in words (Markdown): one line per problem, the time and the % saved
     at each precision, measured and predicted; :data:`NO_RESULTS` without bench.csv."""
     table = step_table(stage, precisions, mode, gpu)
@@ -961,7 +963,7 @@ def step_md(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "trai
 # roofline and throughput) and the appendix on the GEMM engine
 
 
-def fused_versus_sums(mode: str = "train", gpu: str = "h100"):
+def fused_versus_sums(mode: str = "train", gpu: str = RESULTS_GPU):
     """What ``fused`` changes over ``sums``, kernel by kernel, at the KernelBench shapes: one
     row per problem and precision with the device time per call (µs, profile.csv) of sums'
     GEMM (ColumnStats epilogue), its finalize kernel and its row pass, fused's GEMM
@@ -1003,7 +1005,7 @@ def fused_versus_sums(mode: str = "train", gpu: str = "h100"):
     return pd.DataFrame(rows).set_index(["problem", "precision"]) if rows else None
 
 
-def saved_table(stage: str = "fused", mode: str = "train", gpu: str = "h100"):
+def saved_table(stage: str = "fused", mode: str = "train", gpu: str = RESULTS_GPU):
     """The ladder's savings at the KernelBench shapes, one row per problem and precision:
     ``naive ms``, the previous stage's ms, ``stage``'s ms (one run of bench.csv,
     :func:`preset_times`) and the % of time ``stage`` saves over each (:func:`pct_saved`;
@@ -1033,7 +1035,7 @@ def saved_table(stage: str = "fused", mode: str = "train", gpu: str = "h100"):
     return pd.DataFrame(rows).set_index(["problem", "precision"]) if rows else None
 
 
-def peer_spread(mode: str = "train", gpu: str = "h100"):
+def peer_spread(mode: str = "train", gpu: str = RESULTS_GPU):
     """How much the peers (eager, torch.compile, the GEMM alone) move between runs of the
     benchmark at the KernelBench shapes: bench.csv's run and the runs of :data:`PEER_REPEATS`
     together, one row per impl with the number of configurations (problem, precision) timed
@@ -1098,7 +1100,7 @@ def sync_summary(sync) -> "object":
     return pd.DataFrame(rows)
 
 
-def peer_spread_md(mode: str = "train", gpu: str = "h100") -> str:
+def peer_spread_md(mode: str = "train", gpu: str = RESULTS_GPU) -> str:
     """:func:`peer_spread` in words (Markdown), for reading every ratio against a peer: how
     many runs, and per peer the largest and median spread; :data:`NOT_MEASURED` where no
     configuration was timed twice."""
@@ -1138,7 +1140,7 @@ def is_gemm_pass(name: str) -> bool:
 
 
 def pass_share(impl: str, problem: str, precision: str = "tf32", shape: str | None = None, mode: str = "train",
-               gpu: str = "h100") -> dict:
+               gpu: str = RESULTS_GPU) -> dict:
     """The cost model's split of ``impl``'s predicted time (:func:`prediction`, each pass at its
     roof) into the GEMM and the passes around it, for ``problem`` (84, 33 or 39) at ``shape``
     (default: its KernelBench shape) and ``precision`` (fp32, tf32, 3xtf32, bf16 or fp16).
@@ -1156,7 +1158,7 @@ def pass_share(impl: str, problem: str, precision: str = "tf32", shape: str | No
 
 
 def pass_share_table(impls=("eager", "fused"), precisions=("tf32", "bf16"), mode: str = "train",
-                     gpu: str = "h100"):
+                     gpu: str = RESULTS_GPU):
     """:func:`pass_share` at the KernelBench shapes: one row per problem (84, 33, 39) and
     precision, for each of ``impls`` the columns ``<impl> GEMM ms``, ``<impl> passes ms`` and
     ``<impl> passes %``; then, for the last impl against each other one, ``% saved vs <impl>``
@@ -1189,7 +1191,7 @@ def _by_problem(values: dict, fmt: str = "{:.1f} %") -> str:
     return ", ".join(f"{fmt.format(values[p, 0])} → {fmt.format(values[p, 1])} at {p}" for p in PROBLEMS)
 
 
-def pass_share_md(precisions=("tf32", "bf16"), mode: str = "train", gpu: str = "h100") -> str:
+def pass_share_md(precisions=("tf32", "bf16"), mode: str = "train", gpu: str = RESULTS_GPU) -> str:
     """What the cost model predicts when the precision goes from ``precisions[0]`` to
     ``precisions[1]`` (default tf32 → bf16), in three sentences (Markdown) rendered from
     :func:`pass_share_table` for naive, eager and fused at the KernelBench shapes: the fused
@@ -1227,7 +1229,7 @@ def pass_share_md(precisions=("tf32", "bf16"), mode: str = "train", gpu: str = "
     ])
 
 def predicted_ladder(precisions=("tf32", "bf16"), impls=("naive", "fold", "sums", "fused", "eager", "gemm_only"),
-                     mode: str = "train", gpu: str = "h100"):
+                     mode: str = "train", gpu: str = RESULTS_GPU):
     """The cost model's ladder (:func:`prediction`, ms) at the KernelBench shapes: one row per
     problem (84, 33, 39) and precision, one column per impl, and ``% saved, naive → fused``
     (:func:`pct_saved`) where both stages are among ``impls``. Needs no GPU and no bench.csv.
@@ -1246,7 +1248,7 @@ def predicted_ladder(precisions=("tf32", "bf16"), impls=("naive", "fold", "sums"
             rows.append(row)
     return pd.DataFrame(rows).set_index(["problem", "precision"])
 
-def bf16_roof(gpu: str = "h100") -> tuple[float, str]:
+def bf16_roof(gpu: str = RESULTS_GPU) -> tuple[float, str]:
     """(TFLOP/s, where it comes from) of the bf16/fp16 GEMM the predictions use: cuBLAS's bf16
     rate measured on the GPU (env.json ``gemm_bf16_tflops``), else twice the measured tf32 rate
     (:func:`fusedlib.lab.costmodel.gemm_tflops`), else, without env.json, the H100 SXM
@@ -1263,7 +1265,7 @@ def bf16_roof(gpu: str = "h100") -> tuple[float, str]:
     return rate, f"cuBLAS's bf16 GEMM measured at 8192³ (results/{gpu}/env.json)"
 
 
-def bf16_roof_md(gpu: str = "h100") -> str:
+def bf16_roof_md(gpu: str = RESULTS_GPU) -> str:
     """The bf16/fp16 GEMM roof in a sentence (Markdown) from :func:`bf16_roof`: its rate, where
     it comes from, its ridge point against the copy bandwidth, the tf32 roof beside it, and the
     datasheet's dense bf16 and TF32 rates (env.json's datasheet where it has them, else
@@ -1279,7 +1281,7 @@ def bf16_roof_md(gpu: str = "h100") -> str:
             f"({sheet['bf16_tflops'] / sheet['tf32_tflops']:.1f} times).")
 
 
-def measured_16bit(impls=SIXTEEN_IMPLS, mode: str = "train", gpu: str = "h100"):
+def measured_16bit(impls=SIXTEEN_IMPLS, mode: str = "train", gpu: str = RESULTS_GPU):
     """The committed bf16 and fp16 timings at the KernelBench shapes beside the cost model's
     prediction: one row per problem and 16-bit precision that bench.csv holds (one run,
     :func:`preset_times`), for each of ``impls`` ``<impl> ms`` (measured median, NaN where the
@@ -1319,7 +1321,7 @@ def measured_16bit(impls=SIXTEEN_IMPLS, mode: str = "train", gpu: str = "h100"):
     return pd.DataFrame(rows, index=index, columns=columns, dtype=float)
 
 
-def sixteen_bit_note(gpu: str = "h100") -> str | None:
+def sixteen_bit_note(gpu: str = RESULTS_GPU) -> str | None:
     """The one line the notebooks print where bench.csv has no bf16/fp16 timings yet (which file
     lacks them, and the command that makes them), or None where it has some."""
     if not measured_16bit(gpu=gpu).empty:
@@ -1328,7 +1330,7 @@ def sixteen_bit_note(gpu: str = "h100") -> str | None:
             "`make results-16bit` on a GPU machine times them).")
 
 
-def predicted_roofline_16bit(impls=("naive", "fold", "sums", "fused", "eager", "compile"), gpu: str = "h100"):
+def predicted_roofline_16bit(impls=("naive", "fold", "sums", "fused", "eager", "compile"), gpu: str = RESULTS_GPU):
     """A roofline Figure (one panel per problem at its KernelBench shape, train mode) of the cost
     model's predictions in tf32 (squares) and bf16 (diamonds): each implementation at its
     intensity (cost-model FLOPs / bytes: bf16 counts X, W and Y at 2 bytes) and its predicted
@@ -1432,7 +1434,7 @@ def _unit_bytes(unit: str, shape) -> int:
     return 4 * {"NM": n * m, "NK": n * k, "MK": m * k, "N": n, "M": m, "TM": tiles * m}[unit]
 
 
-def backward_prediction(problem: str, precision: str = "fp32", gpu: str = "h100"):
+def backward_prediction(problem: str, precision: str = "fp32", gpu: str = RESULTS_GPU):
     """(passes table, predicted ms) of the fused train-mode backward (:func:`backward_plan`) at
     ``problem``'s KernelBench shape: one row per kernel with the tensors it reads and writes,
     MB read, MB written, GFLOP and its time at its roof (the GEMM rate of ``precision``, the
@@ -1473,7 +1475,7 @@ def backward_memory(problem: str, precision: str = "fp32") -> dict:
     return out
 
 
-def train_step_summary(gpu: str = "h100"):
+def train_step_summary(gpu: str = RESULTS_GPU):
     """One row per problem and precision of the committed train_step.csv: the fused step and
     eager PyTorch's (3xtf32: eager fp32, the same accuracy class), their forwards alone and
     their backwards (step minus the forward alone), % of eager's step the fused step saves (negative: it costs more), the
@@ -1507,7 +1509,7 @@ def _span(values, fmt: str = "{:.2f}") -> str:
     return lo if lo == hi else f"{lo}–{hi}"
 
 
-def train_step_md(gpu: str = "h100") -> str:
+def train_step_md(gpu: str = RESULTS_GPU) -> str:
     """What train_step.csv shows, in sentences (Markdown) rendered from it
     (:func:`train_step_summary`): per precision the fused step's time against eager PyTorch's,
     the backwards alone, and the peak memory in units of one N×M float32 tensor of each problem;

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .bench import COLUMNS, PEER_IMPLS, PROFILE_COLUMNS, STAGE_IMPLS
 from .costmodel import PRECISIONS, PRECISIONS_16
+from .records import RESULTS_GPU
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 FORMATS = ("png", "svg", "pdf")
@@ -587,7 +588,7 @@ def make_all(results: Path, outdir: Path) -> list[Path]:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--gpu", default="h100", help="read results/<gpu>/ (default h100)")
+    parser.add_argument("--gpu", default=RESULTS_GPU, help=f"read results/<gpu>/ (default {RESULTS_GPU})")
     parser.add_argument("--results", type=Path, help="results folder to read instead of results/<gpu>/")
     parser.add_argument("--out", type=Path, default=Path("figures"), help="output folder (default figures/)")
     parser.add_argument("--readme", type=Path, default=Path("README.md"), help="README whose results table to regenerate")

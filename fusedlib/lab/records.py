@@ -28,6 +28,14 @@ PROFILE_COLUMNS = ["problem", "shape", "mode", "precision", "impl", "kernel", "c
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
 
 
+#: The GPU whose committed results the project shows (``results/<RESULTS_GPU>/``: the README,
+#: the figures and the notebooks): the one whose records match the current kernel sources.
+RESULTS_GPU = "h200"
+#: The folder of the engine's notes and raw logs (``NOTES.md``, ``logs/``), read by the
+#: notebooks' history plots and Nsight Compute tables.
+NOTES_GPU = "h100"
+
+
 def gpu_slug(name: str) -> str:
     """Results folder name of a device: ``h100`` if the name contains H100, ``h200`` for H200,
     ``a100`` for A100, else its lower-case letters and digits (``gpu`` if none)."""

@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from .records import RESULTS_GPU
+
 BEGIN, END = "<!-- validation:begin -->", "<!-- validation:end -->"
 TABLE_BEGIN, TABLE_END = "<!-- results-table:begin -->", "<!-- results-table:end -->"
 STEP_BEGIN, STEP_END = "<!-- train-step:begin -->", "<!-- train-step:end -->"
@@ -80,7 +82,7 @@ def validation_summary(path: Path) -> str:
     return "\n".join(lines)
 
 
-def train_step_section(gpu: str = "h100") -> str:
+def train_step_section(gpu: str = RESULTS_GPU) -> str:
     """Markdown table of the committed train steps (:func:`fusedlib.lab.course.train_step_table`)."""
     from .course import train_step_table
     table = train_step_table(gpu)
@@ -261,7 +263,7 @@ def render_readme(readme: str, summary: str, begin: str = BEGIN, end: str = END)
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--gpu", default="h100", help="read results/<gpu>/ (default h100)")
+    parser.add_argument("--gpu", default=RESULTS_GPU, help=f"read results/<gpu>/ (default {RESULTS_GPU})")
     parser.add_argument("--results", type=Path, help="results folder to read instead of results/<gpu>/")
     parser.add_argument("--readme", type=Path, default=Path("README.md"),
                         help="README whose generated sections to rewrite (default README.md)")
