@@ -73,10 +73,22 @@ from .timing import (CALLS_PER_ROUND, FLUSH_MB, MAX_ITERS, MIN_ITERS, MIN_TIMED_
 
 STAGE_IMPLS, PEER_IMPLS = IMPLS[:4], IMPLS[4:]
 COMPILE_MODES = {"compile": "default", "compile_max_autotune": "max-autotune-no-cudagraphs"}
-#: H100 SXM datasheet: HBM3 bandwidth (GB/s), dense FP32, TF32 and BF16 rates (TFLOP/s; dense
-#: FP16 is BF16's).
-DATASHEET_H100 = {"device": "H100 SXM", "bandwidth_gbytes_per_s": 3350.0, "fp32_tflops": 67.0, "tf32_tflops": 495.0,
-                  "bf16_tflops": 989.0}
+#: The SXM parts' datasheets, by results folder (:func:`gpu_slug`): HBM bandwidth (GB/s), dense
+#: FP32, TF32 and BF16 rates (TFLOP/s; dense FP16 is BF16's). The H200 is the H100's chip with
+#: HBM3e: the same rates, more bandwidth.
+DATASHEETS = {"h100": {"device": "H100 SXM", "bandwidth_gbytes_per_s": 3350.0, "fp32_tflops": 67.0,
+                       "tf32_tflops": 495.0, "bf16_tflops": 989.0},
+              "h200": {"device": "H200 SXM", "bandwidth_gbytes_per_s": 4800.0, "fp32_tflops": 67.0,
+                       "tf32_tflops": 495.0, "bf16_tflops": 989.0}}
+DATASHEET_H100 = DATASHEETS["h100"]
+
+
+def datasheet(env: dict | None) -> dict:
+    """The datasheet of an env.json's device: :data:`DATASHEETS` by the folder name of its
+    ``gpu`` (:func:`gpu_slug`), else the ``datasheet`` the env.json carries, else the H100
+    SXM's (each names its ``device``, so a plot or sentence says which sheet it used)."""
+    env = env or {}
+    return DATASHEETS.get(gpu_slug(env.get("gpu", "")), env.get("datasheet") or DATASHEET_H100)
 #: Names of ``--precision`` lists: ``all`` the float32 modules' GEMM precisions (what ``make
 #: results`` has always timed), ``16bit`` the 16-bit dtypes.
 PRECISION_GROUPS = {"all": PRECISIONS, "16bit": PRECISIONS_16}
@@ -311,7 +323,8 @@ def parse_nvidia_smi(text: str) -> dict:
 def write_env(path: Path, ceilings: dict) -> dict:
     """Write ``env.json``: device name, capability, driver and max clocks (nvidia-smi, where
     available), torch, CUDA, commit, SM count, L2 and memory size (bytes), the measured
-    ceilings (:func:`measure_ceilings`) and the H100 SXM datasheet values. Returns the dict."""
+    ceilings (:func:`measure_ceilings`) and the device's datasheet values (:func:`datasheet`).
+    Returns the dict."""
     import torch
     index = torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
@@ -322,7 +335,8 @@ def write_env(path: Path, ceilings: dict) -> dict:
         smi = proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else ""
     env = {**_environment(), "capability": f"{props.major}.{props.minor}", **parse_nvidia_smi(smi),
            "sm_count": props.multi_processor_count, "l2_bytes": getattr(props, "L2_cache_size", None),
-           "memory_bytes": props.total_memory, "measured": ceilings, "datasheet": DATASHEET_H100,
+           "memory_bytes": props.total_memory, "measured": ceilings,
+           "datasheet": datasheet({"gpu": torch.cuda.get_device_name(index)}),
            "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(env, indent=1) + "\n")
@@ -335,8 +349,8 @@ def estimate_seconds(tables: list[Table], warmup: int, iters: int, profile: bool
                      min_ms: float = MIN_TIMED_MS) -> float:
     """Rough wall time of a run on an H100 (s): each timed call at the cost model's roofs
     (GEMM rates in TFLOP/s: this project's engine, the same for every stage, 20 at fp32 on
-    the SIMT path, 300 at tf32 and 100 at 3xtf32 on tensor cores, 300 at bf16 and fp16 (the
-    16-bit modules run the tf32 kernels today); cuBLAS 50 at fp32, 330 at tf32 and 600 at
+    the SIMT path, 300 at tf32 and 100 at 3xtf32 on tensor cores, 450 at bf16 and fp16 (the
+    16-bit GEMM, with Z and Y still float32 in memory); cuBLAS 50 at fp32, 330 at tf32 and 600 at
     bf16 and fp16 for the peers; 2.5 TB/s) plus 0.15 ms of flush and launch; 10 s per
     torch.compile, 30 s more per max-autotune of a new GEMM shape and precision; 1.5 s per
     profiled implementation; 60 s to build the kernels on a fresh machine; 10 s start-up.
@@ -344,7 +358,7 @@ def estimate_seconds(tables: list[Table], warmup: int, iters: int, profile: bool
     estimate does not depend on it."""
     from .costmodel import cost
     rates = {("stage", "fp32"): 20.0, ("stage", "tf32"): 300.0, ("stage", "3xtf32"): 100.0,
-             ("stage", "bf16"): 300.0, ("stage", "fp16"): 300.0,
+             ("stage", "bf16"): 450.0, ("stage", "fp16"): 450.0,
              ("peer", "fp32"): 50.0, ("peer", "tf32"): 330.0, ("peer", "bf16"): 600.0, ("peer", "fp16"): 600.0}
     total = 10.0 + (60.0 if any(i in STAGE_IMPLS for t in tables for i in t.impls) else 0.0)
     tuned = set()

@@ -1268,12 +1268,12 @@ def bf16_roof(gpu: str = RESULTS_GPU) -> tuple[float, str]:
 def bf16_roof_md(gpu: str = RESULTS_GPU) -> str:
     """The bf16/fp16 GEMM roof in a sentence (Markdown) from :func:`bf16_roof`: its rate, where
     it comes from, its ridge point against the copy bandwidth, the tf32 roof beside it, and the
-    datasheet's dense bf16 and TF32 rates (env.json's datasheet where it has them, else
-    :data:`fusedlib.lab.bench.DATASHEET_H100`)."""
-    from .bench import DATASHEET_H100
+    datasheet's dense bf16 and TF32 rates (:func:`fusedlib.lab.bench.datasheet` of env.json's
+    device)."""
+    from .bench import datasheet
     ceil = ceilings(gpu)
     rate, source = bf16_roof(gpu)
-    sheet = {**DATASHEET_H100, **((env(gpu) or {}).get("datasheet") or {})}
+    sheet = datasheet(env(gpu))
     return (f"bf16/fp16 GEMM roof: **{rate:.0f} TFLOP/s**, {source}; ridge point "
             f"{rate * 1e3 / ceil['bandwidth']:.0f} FLOP/byte, against tf32's {ceil['tf32']:.0f} TFLOP/s and "
             f"{ceil['tf32'] * 1e3 / ceil['bandwidth']:.0f} FLOP/byte. The {sheet['device']} datasheet's dense "

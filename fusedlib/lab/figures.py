@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from .bench import COLUMNS, PEER_IMPLS, PROFILE_COLUMNS, STAGE_IMPLS
+from .bench import COLUMNS, PEER_IMPLS, PROFILE_COLUMNS, STAGE_IMPLS, datasheet
 from .costmodel import PRECISIONS, PRECISIONS_16
 from .records import RESULTS_GPU
 
@@ -147,7 +147,7 @@ def bf16_roofs(env: dict) -> list[tuple[float, str, str]]:
     rate, source = gemm_tflops("bf16", env_ceilings(env))
     roofs = [(rate, "-", "cuBLAS, measured") if source == "bf16" else
              (rate, "-.", "2 × the measured tf32 (bf16 not measured)")]
-    sheet = env.get("datasheet", {})
+    sheet = datasheet(env)
     if sheet.get("bf16_tflops") is not None:
         roofs.append((sheet["bf16_tflops"], ":", "datasheet"))
     return roofs
@@ -186,14 +186,14 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
     the bf16 roofs of :func:`bf16_roofs`; without them the figure is the fp32/tf32/3xtf32 one.
 
     Raises:
-        KeyError: env.json lacks ``measured`` or ``datasheet`` values.
+        KeyError: env.json lacks its ``measured`` values.
     """
     import numpy as np
     from matplotlib.lines import Line2D
 
     from .costmodel import cost
     from ..reference import PRESETS, problem_kind
-    measured, sheet = env["measured"], env["datasheet"]
+    measured, sheet = env["measured"], datasheet(env)
     fig, axes = subplots(1, 3, figsize=(17, 5.5), sharey=True, layout="constrained")
     train = one_run(bench[bench["mode"] == "train"])
     kb = [(problem, _preset_rows(train, problem)) for problem in ("84", "33", "39")]
