@@ -119,12 +119,12 @@ results: check-gpu
 		--mode train --impl eager,compile,gemm_only --remeasure --out results/$$gpu/peers/bench.csv || exit 1; done
 	$(MAKE) figures notebooks
 
-# The 16-bit tables, appended to a committed run on the same kernels (about 8 min on an H100):
+# The 16-bit tables, appended to a committed run on the same kernels (about 10 min on an H100):
 # bf16 and fp16 modules and inputs at the KernelBench shapes of 84, 33 and 39, every stage and
-# peer, then the train steps in bf16, fp16 and of the fp32 module under bf16 autocast; then the
+# peer with their per-kernel profiles, then the train steps in bf16, fp16 and of the fp32 module under bf16 autocast; then the
 # figures and notebooks that show them.
 results-16bit: venv
-	$(BIN)/python -m fusedlib bench --append --problem 84,33,39 --precision 16bit --impl stages,eager,compile,gemm_only
+	$(BIN)/python -m fusedlib bench --append --profile --problem 84,33,39 --precision 16bit --impl stages,eager,compile,gemm_only
 	$(BIN)/python -m fusedlib train-step --precision 16bit,autocast-bf16
 	$(MAKE) figures notebooks
 

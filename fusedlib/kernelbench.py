@@ -35,7 +35,7 @@ from pathlib import Path
 
 from . import algebra
 
-__all__ = ["DTYPES", "gemm_precision", "model_new_source", "add_arguments", "main"]
+__all__ = ["DTYPES", "TOLERANCE", "gemm_precision", "model_new_source", "evaluate", "add_arguments", "main"]
 
 #: KernelBench's evaluation dtypes (its ``precision`` argument), as its scripts name them.
 DTYPES = ("fp32", "bf16", "fp16")
@@ -106,6 +106,93 @@ class ModelNew({cls}):
 '''
 
 
+#: KernelBench's tolerance (atol = rtol) per evaluation dtype (its ``get_tolerance_for_precision``).
+TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2, "fp16": 1e-2}
+
+
+def _init_inputs(problem: str, shape) -> list:
+    """KernelBench's ``get_init_inputs()`` of ``problem`` at ``shape``."""
+    if problem == "84":
+        return [shape.in_features, shape.out_features, 1e-5, 0.1, (1,)]
+    return [shape.in_features, shape.out_features, (shape.out_features,)]
+
+
+def evaluate(problem: str, dtype: str = "fp32", stage: str = "fused", precision: str | None = None,
+             trials: int = 5, seed: int = 42, shape=None, device: str = "cuda") -> dict:
+    """KernelBench's correctness check of the ``ModelNew`` that :func:`model_new_source` writes,
+    as ``eval_kernel_against_ref(..., num_correct_trials=trials, seed_num=seed, precision=dtype)``
+    runs it (KernelBench ``src/kernelbench/eval.py``): both models built under the same seed from
+    ``get_init_inputs()``, cast with ``.to(device, dtype)``, left in train mode; ``trials``
+    inputs ``torch.rand(N, K)`` from seeds drawn after ``torch.manual_seed(seed)``; a trial passes
+    when ``torch.allclose(output, output_new, atol=tol, rtol=tol)`` (:data:`TOLERANCE`). The
+    reference is :class:`fusedlib.reference`'s copy of KernelBench's ``Model``. Beside
+    KernelBench's own numbers, each trial's normwise relative error of both outputs against
+    the reference model run in float64 on the same (cast) parameters and input: whether a
+    failing check means the fused module is further from the exact result than eager PyTorch
+    in the dtype, or nearer.
+
+    Args:
+        problem: "84", "33" or "39". dtype: one of :data:`DTYPES`. stage, precision: of
+            ``ModelNew`` (precision None: :func:`gemm_precision`'s choice). shape: a
+            :class:`fusedlib.reference.Shape` or preset name (default the problem's KernelBench
+            shape). device: "cuda" or "cpu".
+
+    Returns:
+        dict with problem, dtype, stage, precision, shape (``NxK->M``), trials, passed_trials,
+        passed (every trial), tolerance, and per trial lists max_abs_diff, mean_abs_diff
+        (KernelBench's ``max_difference``/``avg_difference``), eager_rel_err, fused_rel_err.
+
+    Raises:
+        ValueError: unknown problem, dtype, stage or precision.
+    """
+    import copy
+    import random
+
+    import torch
+
+    from . import reference
+    problem, precision = str(problem), gemm_precision(dtype, precision)
+    namespace: dict = {}
+    exec(compile(model_new_source(problem, stage, precision, dtype), f"{problem}_new.py", "exec"), namespace)
+    shape = reference.parse_shape(shape or problem)
+    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    cls = reference.GemmBatchNormScalingSoftmax if problem == "84" else reference.GemmScaleBatchNorm
+
+    def set_seed(s: int) -> None:  # KernelBench's set_seed
+        torch.manual_seed(s)
+        torch.cuda.manual_seed(s)
+
+    set_seed(seed)
+    init = _init_inputs(problem, shape)
+    with torch.no_grad():
+        set_seed(seed)
+        model = cls(*init)
+        set_seed(seed)
+        model_new = namespace["ModelNew"](*init)
+        model, model_new = model.to(device=device, dtype=torch_dtype), model_new.to(device=device, dtype=torch_dtype)
+    torch.manual_seed(seed)
+    trial_seeds = [torch.randint(0, 2**32 - 1, (1,)).item() for _ in range(trials)]
+    tol = TOLERANCE[dtype]
+    out = {"problem": problem, "dtype": dtype, "stage": stage, "precision": precision, "shape": str(shape),
+           "trials": trials, "tolerance": tol, "passed_trials": 0, "max_abs_diff": [], "mean_abs_diff": [],
+           "eager_rel_err": [], "fused_rel_err": []}
+    with torch.no_grad():
+        for trial_seed in trial_seeds:
+            set_seed(trial_seed)
+            random.seed(trial_seed)
+            x = torch.rand(shape.batch, shape.in_features).to(device=device, dtype=torch_dtype)
+            exact = copy.deepcopy(model).double()(x.double())  # before the models' running buffers move
+            y, y_new = model(x), model_new(x)
+            diff = (y.float() - y_new.float()).abs()
+            out["max_abs_diff"].append(diff.max().item())
+            out["mean_abs_diff"].append(diff.mean().item())
+            for key, got in (("eager_rel_err", y), ("fused_rel_err", y_new)):
+                out[key].append(((got.double() - exact).norm() / exact.norm()).item())
+            out["passed_trials"] += bool(torch.allclose(y, y_new, atol=tol, rtol=tol))
+    out["passed"] = out["passed_trials"] == trials
+    return out
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problem", required=True, choices=list(_PROBLEMS), help="KernelBench level-2 problem id")
     p.add_argument("--stage", default="fused", choices=list(algebra.STAGES))
@@ -114,10 +201,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="fp32", choices=list(DTYPES),
                    help="KernelBench's evaluation dtype, its precision= argument (default fp32)")
     p.add_argument("-o", "--output", type=Path, help="file to write (default: standard output)")
+    p.add_argument("--evaluate", action="store_true",
+                   help="instead of writing the file, run KernelBench's correctness check of it here "
+                        "(5 trials at the problem's KernelBench shape, on CUDA where available)")
+    p.add_argument("--shape", help="with --evaluate: another shape, NxK:M or a preset (default the problem's)")
 
 
 def main(args) -> int:
-    """Write the ``ModelNew`` source (exit status 0)."""
+    """Write the ``ModelNew`` source (exit status 0); with ``--evaluate``, run
+    :func:`evaluate` and print each trial (exit status 0 if every trial passed, else 1)."""
+    if args.evaluate:
+        import torch
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        r = evaluate(args.problem, args.dtype, args.stage, args.precision, shape=args.shape, device=device)
+        print(f"KernelBench's check, problem {r['problem']} at {r['shape']}, {r['dtype']} "
+              f"(atol = rtol = {r['tolerance']:g}), ModelNew = {r['stage']} at {r['precision']}, {device}:")
+        for i in range(r["trials"]):
+            print(f"  trial {i}: max |diff| {r['max_abs_diff'][i]:.2e}, mean {r['mean_abs_diff'][i]:.2e}; "
+                  f"error against float64: eager {r['eager_rel_err'][i]:.2e}, fused {r['fused_rel_err'][i]:.2e}")
+        print(f"passed {r['passed_trials']} of {r['trials']} trials")
+        return 0 if r["passed"] else 1
     src = model_new_source(args.problem, args.stage, args.precision, args.dtype)
     if args.output:
         args.output.write_text(src)

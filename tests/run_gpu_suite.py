@@ -1,6 +1,7 @@
 """The GPU suite in parts side by side (``make check-gpu``): the float64 forward cases of each
 problem, the gradient cases with the reruns, the compute-sanitizer runs, the training runs
-(tests/test_training.py, recorded under "training"), the cases beyond 32-bit indexing
+(tests/test_training.py, recorded under "training"), KernelBench's own correctness check at
+its shapes in fp32, bf16 and fp16 (tests/test_kernelbench_eval.py, under "kernelbench"), the cases beyond 32-bit indexing
 (tests/test_gpu_large.py, recorded under "large"), the operator tests
 (tests/test_gpu_operator.py, with bf16/fp16 on CUDA, tests/test_mixed_precision.py, and
 KernelBench's protocol in those dtypes) and the course's GPU exercises (tests/test_exercises.py,
@@ -38,6 +39,8 @@ PARTS = {"forward-84a": ("84", "case_matches and (naive or fold)"),
             for q, stage in zip("abcd", ("naive", "fold", "sums", "fused"))},
          "gradients": ("84,33,39", "gradients or bit_identical or non_finite"), "sanitizer": ("84", "sanitizer"),
          "training": ("84,33", "training"),  # every GPU test of tests/test_training.py
+         # KernelBench's correctness check at the KernelBench shapes, fp32/bf16/fp16 (tests/test_kernelbench_eval.py)
+         "kernelbench": ("84,33,39", "kernelbench_evaluation"),
          # sizes beyond 32-bit indexing (N·M > 2³¹) and grids past 65535 row tiles, every stage and
          # precision: up to ≈ 60 GB of GPU memory, so it runs alone after the others (ALONE), 4–5 min
          "large": ("84,33", "large")}
@@ -46,7 +49,8 @@ PARTS = {"forward-84a": ("84", "case_matches and (naive or fold)"),
 ALONE = ("large",)
 #: Parts that run another test module than tests/test_gpu.py (each writes its record to the
 #: part's file just the same, under keys of its own).
-PART_FILES = {"training": "tests/test_training.py", "large": "tests/test_gpu_large.py"}
+PART_FILES = {"training": "tests/test_training.py", "large": "tests/test_gpu_large.py",
+              "kernelbench": "tests/test_kernelbench_eval.py"}
 #: Parts that record nothing: every GPU test of these modules.
 UNRECORDED = {"operator": ["tests/test_gpu_operator.py", "tests/test_mixed_precision.py", "tests/test_kernelbench.py"],
               "exercises": ["tests/test_exercises.py"]}

@@ -159,7 +159,8 @@ OUT_VAR = "FUSEDLIB_VALIDATION_OUT"
 _CASE_KEY = ("problem", "stage", "mode", "precision", "shape", "seed", "input_kind", "path")
 _KEYS = {"cases": _CASE_KEY, "gradients": _CASE_KEY, "sanitizer": ("tool", "stage", "path"),
          "determinism": ("problem", "stage", "precision", "shape", "pass"),
-         "training": ("problem", "stage", "precision", "optimizer", "variant")}  # tests/test_training.py
+         "training": ("problem", "stage", "precision", "optimizer", "variant"),  # tests/test_training.py
+         "kernelbench": ("problem", "dtype", "stage", "precision", "shape")}  # tests/test_kernelbench_eval.py
 
 
 def _row_key(part: str, row: dict) -> tuple:

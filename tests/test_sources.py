@@ -70,6 +70,8 @@ def test_validation_record_is_consistent(path):
         every = all(e == e for e in case["grad_errs"].values())  # NaN: a gradient was None
         assert case["passed"] == (every and case["finite"] and case["worst_ratio"] <= 1.0
                                   and (case["mode"] == "eval" or case["grad_errs"]["gemm.bias"] == 0.0)), case
+    for r in record.get("kernelbench", []):  # fusedlib.kernelbench.evaluate's rule
+        assert r["passed"] == (r["passed_trials"] == r["trials"] == len(r["max_abs_diff"])), r
     tools = {(s["tool"], s["stage"]): s["errors"] for s in record["sanitizer"]}
     assert set(tools) == {(t, st) for t in ("memcheck", "racecheck") for st in build.STAGE_FILES}
     assert all(errors == 0 for errors in tools.values()), tools

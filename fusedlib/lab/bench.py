@@ -85,10 +85,10 @@ DATASHEET_H100 = DATASHEETS["h100"]
 
 def datasheet(env: dict | None) -> dict:
     """The datasheet of an env.json's device: :data:`DATASHEETS` by the folder name of its
-    ``gpu`` (:func:`gpu_slug`), else the ``datasheet`` the env.json carries, else the H100
-    SXM's (each names its ``device``, so a plot or sentence says which sheet it used)."""
+    ``gpu`` (:func:`gpu_slug`), else the ``datasheet`` the env.json carries, else an empty dict
+    (each sheet names its ``device``, so a plot or sentence says which one it used)."""
     env = env or {}
-    return DATASHEETS.get(gpu_slug(env.get("gpu", "")), env.get("datasheet") or DATASHEET_H100)
+    return DATASHEETS.get(gpu_slug(env.get("gpu", "")), env.get("datasheet") or {})
 #: Names of ``--precision`` lists: ``all`` the float32 modules' GEMM precisions (what ``make
 #: results`` has always timed), ``16bit`` the 16-bit dtypes.
 PRECISION_GROUPS = {"all": PRECISIONS, "16bit": PRECISIONS_16}
@@ -336,7 +336,7 @@ def write_env(path: Path, ceilings: dict) -> dict:
     env = {**_environment(), "capability": f"{props.major}.{props.minor}", **parse_nvidia_smi(smi),
            "sm_count": props.multi_processor_count, "l2_bytes": getattr(props, "L2_cache_size", None),
            "memory_bytes": props.total_memory, "measured": ceilings,
-           "datasheet": datasheet({"gpu": torch.cuda.get_device_name(index)}),
+           "datasheet": datasheet({"gpu": torch.cuda.get_device_name(index)}) or DATASHEET_H100,
            "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(env, indent=1) + "\n")

@@ -1269,11 +1269,11 @@ def bf16_roof_md(gpu: str = RESULTS_GPU) -> str:
     """The bf16/fp16 GEMM roof in a sentence (Markdown) from :func:`bf16_roof`: its rate, where
     it comes from, its ridge point against the copy bandwidth, the tf32 roof beside it, and the
     datasheet's dense bf16 and TF32 rates (:func:`fusedlib.lab.bench.datasheet` of env.json's
-    device)."""
-    from .bench import datasheet
+    device, else the H100 SXM's)."""
+    from .bench import DATASHEET_H100, datasheet
     ceil = ceilings(gpu)
     rate, source = bf16_roof(gpu)
-    sheet = datasheet(env(gpu))
+    sheet = {**DATASHEET_H100, **datasheet(env(gpu))}
     return (f"bf16/fp16 GEMM roof: **{rate:.0f} TFLOP/s**, {source}; ridge point "
             f"{rate * 1e3 / ceil['bandwidth']:.0f} FLOP/byte, against tf32's {ceil['tf32']:.0f} TFLOP/s and "
             f"{ceil['tf32'] * 1e3 / ceil['bandwidth']:.0f} FLOP/byte. The {sheet['device']} datasheet's dense "

@@ -76,6 +76,15 @@ def validation_summary(path: Path) -> str:
         lines += ["", f"Gradients (the fused backward, `check.run_grad_case`): {int(grads['passed'].sum())} of "
                       f"{len(grads)} cases pass; largest error / budget: "
                       + ", ".join(f"{p} {w:.2f}" for p, w in worst.items()) + "."]
+    kb = record.get("kernelbench", [])
+    if kb:  # tests/test_kernelbench_eval.py: KernelBench's own check, 5 trials a case
+        lines += ["", "KernelBench's correctness check (`eval_kernel_against_ref`'s protocol, "
+                      "`python -m fusedlib kernelbench --evaluate`), the fused stage at the KernelBench shapes: "
+                  + "; ".join(f"{r['problem']} {r['dtype']} {r['passed_trials']}/{r['trials']}"
+                              + ("" if r["passed"] else
+                                 f" (error against float64: fused {max(r['fused_rel_err']):.1e}, "
+                                 f"eager {max(r['eager_rel_err']):.1e})")
+                              for r in kb) + "."]
     lines += ["", f"compute-sanitizer errors: {tools}.",
               f"Reruns on the same input bit-identical (forward and backward): {'yes' if same else 'no'} "
               f"({len(record['determinism'])} stage/precision/shape combinations)."]

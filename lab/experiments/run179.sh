@@ -10,6 +10,9 @@
 #   PART=train     train steps, then the peers once more (PEERS= keeps the committed ones)
 #   SIXTEEN=1      the 16-bit rows of make results-16bit after PART=84, 33 or train
 #   PART=b16       the 16-bit bench rows alone, appended (problems in P16, default 84,33,39)
+#   PART=operator  the operator part of the GPU suite (not recorded) beside KernelBench's check at its
+#                  shapes (tests/test_kernelbench_eval.py, merged into the committed validation.json)
+#   PART=peers     the peers once more into results/<gpu>/peers/ (make results)
 set -u
 G=$(python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
 echo "results/$G"
@@ -22,7 +25,7 @@ wait
 echo "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log && cat /tmp/build-*.log | tail -30
 mkdir -p build/gpu-suite
 sixteen() {  # the 16-bit tables of make results-16bit for problems $1, appended to bench.csv (SIXTEEN=1)
-  python -m fusedlib bench --append --problem $1 --precision 16bit --impl stages,eager,compile,gemm_only \
+  python -m fusedlib bench --append --profile --problem $1 --precision 16bit --impl stages,eager,compile,gemm_only \
     > $OUT/bench16.log 2>&1
   echo "bench $1 16bit: rc=$? ($(( $(date +%s) - t0 )) s)"
 }
@@ -33,6 +36,17 @@ sweeps() {  # the size sweeps, appended to bench.csv (make results)
 }
 case $PART in
   b16) sixteen ${P16:-84,33,39}; cp results/$G/bench.csv results/$G/sources.json $OUT/ ;;
+  operator) python -m pytest -m gpu -q -p no:cacheprovider --durations=10 tests/test_gpu_operator.py \
+              tests/test_mixed_precision.py tests/test_kernelbench.py > $OUT/operator.log 2>&1 &
+          python -m pytest -m gpu -q -p no:cacheprovider tests/test_kernelbench_eval.py > $OUT/kernelbench.log 2>&1
+          echo "kernelbench: $(tail -n 1 $OUT/kernelbench.log) ($(( $(date +%s) - t0 )) s)"
+          wait; echo "operator: $(tail -n 1 $OUT/operator.log) ($(( $(date +%s) - t0 )) s)"
+          grep -h "^FAILED" $OUT/operator.log $OUT/kernelbench.log | head -10
+          cp results/$G/validation.json $OUT/ ;;
+  peers) rm -rf results/$G/peers
+         for p in 84 33 39; do python -m fusedlib bench --problem $p --shape $p --mode train \
+           --impl eager,compile,gemm_only --remeasure --out results/$G/peers/bench.csv >> $OUT/peers.log 2>&1; done
+         echo "peers: rc=$? ($(( $(date +%s) - t0 )) s)"; mkdir -p $OUT/peers && cp results/$G/peers/* $OUT/peers/ ;;
   large)  tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
          timeout 480 python tests/run_gpu_suite.py --parts large --out build/gpu-suite 2>&1 | tee $OUT/large.log
          cp build/gpu-suite/large.json $OUT/; tail -n 15 build/gpu-suite/large.log > $OUT/large-tail.log ;;
