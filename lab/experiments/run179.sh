@@ -11,7 +11,8 @@
 #   SIXTEEN=1      the 16-bit rows of make results-16bit after PART=84, 33 or train
 #   PART=b16       the 16-bit bench rows alone, appended (problems in P16, default 84,33,39)
 #   PART=operator  the operator part of the GPU suite (not recorded) beside KernelBench's check at its
-#                  shapes (tests/test_kernelbench_eval.py, merged into the committed validation.json)
+#                  shapes (tests/test_kernelbench_eval.py, merged into the committed validation.json);
+#                  without a carried cache it returns the build cache in parts, as PART=large
 #   PART=peers     the peers once more into results/<gpu>/peers/ (make results)
 set -u
 G=$(python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
@@ -36,7 +37,8 @@ sweeps() {  # the size sweeps, appended to bench.csv (make results)
 }
 case $PART in
   b16) sixteen ${P16:-84,33,39}; cp results/$G/bench.csv results/$G/sources.json $OUT/ ;;
-  operator) python -m pytest -m gpu -q -p no:cacheprovider --durations=10 tests/test_gpu_operator.py \
+  operator) ls .cache/flcache.part-* > /dev/null 2>&1 || tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
+          python -m pytest -m gpu -q -p no:cacheprovider --durations=10 tests/test_gpu_operator.py \
               tests/test_mixed_precision.py tests/test_kernelbench.py > $OUT/operator.log 2>&1 &
           python -m pytest -m gpu -q -p no:cacheprovider tests/test_kernelbench_eval.py > $OUT/kernelbench.log 2>&1
           echo "kernelbench: $(tail -n 1 $OUT/kernelbench.log) ($(( $(date +%s) - t0 )) s)"
