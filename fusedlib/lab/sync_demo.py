@@ -79,7 +79,8 @@ def _rank(rank: int, world: int, port: int, backend: str, fn, args: tuple) -> No
 def spawn_ranks(fn, world: int, *args, backend: str = "gloo", timeout: float | None = None) -> None:
     """Run ``fn(rank, world, *args)`` in ``world`` new processes (the ``spawn`` start method), each
     a rank of one process group on this machine (the default group, on a free port): ``backend``
-    "gloo" (CPU tensors) or "nccl" (rank r on GPU r, its current device); ``fn`` must be
+    "gloo" (CPU tensors, or CUDA tensors through the host: ``fn`` picks the device) or "nccl"
+    (rank r on GPU r, its current device); ``fn`` must be
     importable (a module's top-level function). ``timeout`` (seconds): the ranks are killed if
     they have not all finished by then (a collective that never completes).
 

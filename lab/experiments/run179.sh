@@ -14,6 +14,8 @@
 #                  shapes (tests/test_kernelbench_eval.py, merged into the committed validation.json);
 #                  without a carried cache it returns the build cache in parts, as PART=large
 #   PART=peers     the peers once more into results/<gpu>/peers/ (make results)
+#   PART=sync1     the data-parallel GPU cases at world sizes 2 and 4 over gloo on this one GPU
+#                  (tests/test_sync_gpu.py, FUSEDLIB_SYNC_BACKEND=gloo): sync_validation.json
 set -u
 G=$(python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
 echo "results/$G"
@@ -45,6 +47,11 @@ case $PART in
           wait; echo "operator: $(tail -n 1 $OUT/operator.log) ($(( $(date +%s) - t0 )) s)"
           grep -h "^FAILED" $OUT/operator.log $OUT/kernelbench.log | head -10
           cp results/$G/validation.json $OUT/ ;;
+  sync1) rm -f results/$G/sync_validation.json
+         FUSEDLIB_SYNC_BACKEND=gloo FUSEDLIB_SYNC_VALIDATION_OUT=results/$G/sync_validation.json timeout ${SYNC_TIMEOUT:-500} \
+           python -m pytest -q -m gpu tests/test_sync_gpu.py -p no:cacheprovider -s > $OUT/sync1.log 2>&1
+         echo "sync over gloo: rc=$? ($(( $(date +%s) - t0 )) s)"; grep -h "world size\|passed\|failed\|^E  " $OUT/sync1.log | head -30
+         cp results/$G/sync_validation.json $OUT/ 2>/dev/null ;;
   peers) rm -rf results/$G/peers
          for p in 84 33 39; do python -m fusedlib bench --problem $p --shape $p --mode train \
            --impl eager,compile,gemm_only --remeasure --out results/$G/peers/bench.csv >> $OUT/peers.log 2>&1; done
