@@ -3,8 +3,9 @@ problem, the gradient cases with the reruns, the compute-sanitizer runs, the tra
 (tests/test_training.py, recorded under "training"), KernelBench's own correctness check at
 its shapes in fp32, bf16 and fp16 (tests/test_kernelbench_eval.py, under "kernelbench"), the cases beyond 32-bit indexing
 (tests/test_gpu_large.py, recorded under "large"), the operator tests
-(tests/test_gpu_operator.py, with bf16/fp16 on CUDA, tests/test_mixed_precision.py, and
-KernelBench's protocol in those dtypes) and the course's GPU exercises (tests/test_exercises.py,
+(tests/test_gpu_operator.py, with bf16/fp16 on CUDA, and KernelBench's protocol in those dtypes),
+the bf16/fp16 modules and autocast on each 16-bit GEMM path (tests/test_mixed_precision.py,
+recorded under "mixed_precision") and the course's GPU exercises (tests/test_exercises.py,
 whose checks build edited kernels: minutes of nvcc) run as parallel pytest processes on the one
 GPU (the cases are small; the host is the bottleneck), each part writing its own record
 (``FUSEDLIB_VALIDATION_OUT``); the records are then joined into
@@ -14,8 +15,9 @@ in a call of its own (results/h100/logs/run160-suite.log, run160-large.log); eac
 its 15 slowest tests. Exit status: 0 if every part passed, else 1 (the record is written either
 way: failing cases stay in it).
 
-Usage: ``python tests/run_gpu_suite.py [--out DIR]`` (DIR keeps each part's log; default
-build/gpu-suite).
+Usage: ``python tests/run_gpu_suite.py [--out DIR] [--parts P,...] [--append]`` (DIR keeps each
+part's log; default build/gpu-suite; ``--append`` joins the parts run into the committed record
+made on the same kernel sources: a part run again without the others).
 """
 from __future__ import annotations
 
@@ -41,6 +43,8 @@ PARTS = {"forward-84a": ("84", "case_matches and (naive or fold)"),
          "training": ("84,33", "training"),  # every GPU test of tests/test_training.py
          # KernelBench's correctness check at the KernelBench shapes, fp32/bf16/fp16 (tests/test_kernelbench_eval.py)
          "kernelbench": ("84,33,39", "kernelbench_evaluation"),
+         # bf16/fp16 modules and autocast on CUDA, each 16-bit GEMM path (every GPU test of tests/test_mixed_precision.py)
+         "mixed": ("84,33", None),
          # sizes beyond 32-bit indexing (N·M > 2³¹) and grids past 65535 row tiles, every stage and
          # precision: up to ≈ 60 GB of GPU memory, so it runs alone after the others (ALONE), 4–5 min
          "large": ("84,33", "large")}
@@ -50,10 +54,19 @@ ALONE = ("large",)
 #: Parts that run another test module than tests/test_gpu.py (each writes its record to the
 #: part's file just the same, under keys of its own).
 PART_FILES = {"training": "tests/test_training.py", "large": "tests/test_gpu_large.py",
-              "kernelbench": "tests/test_kernelbench_eval.py"}
+              "kernelbench": "tests/test_kernelbench_eval.py", "mixed": "tests/test_mixed_precision.py"}
 #: Parts that record nothing: every GPU test of these modules.
-UNRECORDED = {"operator": ["tests/test_gpu_operator.py", "tests/test_mixed_precision.py", "tests/test_kernelbench.py"],
+UNRECORDED = {"operator": ["tests/test_gpu_operator.py", "tests/test_kernelbench.py"],
               "exercises": ["tests/test_exercises.py"]}
+
+
+def parts_to_join(folder: Path, chosen: list[str], committed: Path, append: bool) -> list[Path]:
+    """The records joined into ``committed`` (results/<gpu>/validation.json): every recorded part's
+    file in ``folder``; with ``append``, the committed record first, then the files of the parts
+    run now (``chosen``), whose rows replace its rows of the same cases."""
+    if append:
+        return [committed, *(folder / f"{p}.json" for p in chosen if p in PARTS and (folder / f"{p}.json").exists())]
+    return [folder / f"{p}.json" for p in PARTS if (folder / f"{p}.json").exists()]
 
 
 def main(argv=None) -> int:
@@ -63,6 +76,9 @@ def main(argv=None) -> int:
                         "the record joins their files with the other parts' already in --out")
     parser.add_argument("--skip", default="", help="comma list of parts not to run (e.g. large, run in a "
                         "call of its own)")
+    parser.add_argument("--append", action="store_true",
+                        help="join the parts run into the committed results/<gpu>/validation.json (which must have been "
+                             "made on the same kernel sources) instead of into the parts already in --out")
     args = parser.parse_args(argv)
     every = [*PARTS, *UNRECORDED]
     chosen = every if not args.parts else args.parts.split(",")
@@ -90,7 +106,7 @@ def main(argv=None) -> int:
             cmd, part_env = UNRECORDED[part], env
         else:
             problems, select = PARTS[part]
-            cmd = [PART_FILES.get(part, "tests/test_gpu.py"), "-k", select]
+            cmd = [PART_FILES.get(part, "tests/test_gpu.py"), *(["-k", select] if select else [])]
             part_env = dict(env, FUSEDLIB_GPU_PROBLEMS=problems,
                             FUSEDLIB_VALIDATION_OUT=str(args.out / f"{part}.json"))
         return subprocess.Popen([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
@@ -114,7 +130,7 @@ def main(argv=None) -> int:
         finish(part, launch(part))
     out = ROOT / "results" / _gpu_slug() / "validation.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    merge_files([args.out / f"{part}.json" for part in PARTS if (args.out / f"{part}.json").exists()], out)
+    merge_files(parts_to_join(args.out, chosen, out, args.append), out)
     print(f"wrote {out.relative_to(ROOT)}" + (f"; failed parts: {', '.join(failed)} (logs in {args.out})"
                                               if failed else ""))
     return 1 if failed else 0

@@ -135,9 +135,17 @@ def test_gpu_suite_runner_needs_cuda(capsys, tmp_path):
     every test of tests/test_gpu.py's record."""
     import torch
     import run_gpu_suite
-    selects = " ".join(k for _, k in run_gpu_suite.PARTS.values())
+    selects = " ".join(k or "" for _, k in run_gpu_suite.PARTS.values())
     for name in ("case_matches", "offset_inputs", "gradients", "bit_identical", "sanitizer"):
         assert name in selects
     if not torch.cuda.is_available():
         assert run_gpu_suite.main(["--out", str(tmp_path)]) == 2
         assert "CUDA" in capsys.readouterr().err
+    for part in ("large", "mixed", "kernelbench", "operator"):
+        (tmp_path / f"{part}.json").write_text("{}")
+    committed = tmp_path / "validation.json"
+    # the whole suite joins every recorded part's file; --append the committed record, then the parts run now
+    assert run_gpu_suite.parts_to_join(tmp_path, ["mixed"], committed, False) == [
+        tmp_path / f"{p}.json" for p in run_gpu_suite.PARTS if p in ("large", "mixed", "kernelbench")]
+    assert run_gpu_suite.parts_to_join(tmp_path, ["operator", "mixed", "kernelbench"], committed, True) == [
+        committed, tmp_path / "mixed.json", tmp_path / "kernelbench.json"]

@@ -160,7 +160,8 @@ _CASE_KEY = ("problem", "stage", "mode", "precision", "shape", "seed", "input_ki
 _KEYS = {"cases": _CASE_KEY, "gradients": _CASE_KEY, "sanitizer": ("tool", "stage", "path"),
          "determinism": ("problem", "stage", "precision", "shape", "pass"),
          "training": ("problem", "stage", "precision", "optimizer", "variant"),  # tests/test_training.py
-         "kernelbench": ("problem", "dtype", "stage", "precision", "shape")}  # tests/test_kernelbench_eval.py
+         "kernelbench": ("problem", "dtype", "stage", "precision", "shape"),  # tests/test_kernelbench_eval.py
+         "mixed_precision": ("test", "problem", "stage", "mode", "dtype", "path", "shape")}  # test_mixed_precision.py
 
 
 def _row_key(part: str, row: dict) -> tuple:

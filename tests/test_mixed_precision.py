@@ -5,7 +5,10 @@ PyTorch's same model in the same setting: the output's dtype, and the output, th
 buffers and every gradient within twice eager's own error against float64. Errors are the root
 mean square over SEEDS fresh cases: a single case's error of a sum that cancels (84's scale
 gradient) swings by 10× between seeds for eager and fused alike; the mean does not. The
-dtype's unit roundoff is the floor (eager's error can be smaller still)."""
+dtype's unit roundoff is the floor (eager's error can be smaller still). On CUDA (``pytest -m
+gpu``) each such comparison is recorded under "mixed_precision" in results/<gpu>/validation.json
+(tests/run_gpu_suite.py's part "mixed"): the case, every quantity's two errors and the worst ratio
+of the module's error to its budget."""
 from __future__ import annotations
 
 import copy
@@ -17,6 +20,8 @@ import fusedlib
 from fusedlib.reference import make_reference
 
 DTYPES = (torch.bfloat16, torch.float16)
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+RECORD: dict = {"mixed_precision": []}
 SEEDS = range(4)
 #: Unit roundoff of each dtype: the floor of the budget (eager's error can be near zero by chance).
 UNIT = {torch.bfloat16: 2 ** -8, torch.float16: 2 ** -11}
@@ -71,6 +76,28 @@ def _within_twice_eager(got: dict, eager: dict, dtype) -> dict:
     return {k: (got[k], eager[k]) for k in eager if not got[k] <= max(2 * eager[k], UNIT[dtype])}
 
 
+def _judge(got: dict, eager: dict, dtype, device: str, **case) -> None:
+    """Every quantity of ``got`` within twice ``eager``'s error (the dtype's unit roundoff the
+    floor); on CUDA the comparison is recorded (``case``: test, problem, stage, mode, path, shape)."""
+    bad = _within_twice_eager(got, eager, dtype)
+    if device == "cuda":
+        ratios = {k: got[k] / max(2 * eager[k], UNIT[dtype]) for k in eager}
+        RECORD["mixed_precision"].append({
+            **case, "dtype": DTYPE_NAMES[dtype], "device": torch.cuda.get_device_name(),
+            "errors": {k: [got[k], eager[k]] for k in eager}, "unit": UNIT[dtype],
+            "worst_ratio": max(ratios.values()), "passed": not bad})
+    assert not bad, f"(fused, eager) errors against float64 beyond twice eager's: {bad}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def mixed_precision_record():
+    """On CUDA, the module's record written at its end, as tests/test_training.py writes its own."""
+    yield
+    if torch.cuda.is_available() and RECORD["mixed_precision"]:
+        from test_training import write_record
+        write_record(RECORD)
+
+
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
@@ -92,8 +119,8 @@ def test_module_in_low_precision_within_twice_eager(stage, kind, training, dtype
         return out
 
     eager.case = fused.case = (kind, training)
-    bad = _within_twice_eager(_rms_errors(fused), _rms_errors(eager), dtype)
-    assert not bad, f"(fused, eager) errors against float64 beyond twice eager's: {bad}"
+    _judge(_rms_errors(fused), _rms_errors(eager), dtype, device, test="module", problem=kind, stage=stage,
+           mode="train" if training else "eval", path="auto", shape="32x64->48")
 
 
 class _Float32Route(torch.nn.Module):
@@ -157,8 +184,8 @@ def test_autocast_computes_what_eager_autocast_computes(stage, kind, training, d
 
     eager.case = fused.case = plain.case = (kind, training)
     got = _rms_errors(fused)
-    bad = _within_twice_eager(got, _rms_errors(eager), dtype)
-    assert not bad, f"(fused, eager) errors against float64 beyond twice eager's: {bad}"
+    _judge(got, _rms_errors(eager), dtype, device, test="autocast", problem=kind, stage=stage,
+           mode="train" if training else "eval", path="auto", shape="32x64->48")
     assert got["y"] > 10 * _rms_errors(plain, SEEDS[:1])["y"]
 
 
@@ -192,8 +219,8 @@ def test_sixteen_bit_kernels_on_each_path_within_twice_eager(stage, kind, traini
         return out
 
     eager.case = fused.case = (kind, training, shape)
-    bad = _within_twice_eager(_rms_errors(fused, SEEDS[:2]), _rms_errors(eager, SEEDS[:2]), dtype)
-    assert not bad, f"(fused, eager) errors against float64 beyond twice eager's: {bad}"
+    _judge(_rms_errors(fused, SEEDS[:2]), _rms_errors(eager, SEEDS[:2]), dtype, "cuda", test="path", problem=kind,
+           stage=stage, mode="train" if training else "eval", path=path, shape="{}x{}->{}".format(*shape))
 
 
 def _gemm_kernels(fn) -> set:

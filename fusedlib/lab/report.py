@@ -76,6 +76,14 @@ def validation_summary(path: Path) -> str:
         lines += ["", f"Gradients (the fused backward, `check.run_grad_case`): {int(grads['passed'].sum())} of "
                       f"{len(grads)} cases pass; largest error / budget: "
                       + ", ".join(f"{p} {w:.2f}" for p, w in worst.items()) + "."]
+    mixed = pd.DataFrame(record.get("mixed_precision", []))
+    if len(mixed):  # tests/test_mixed_precision.py: bf16/fp16 modules and autocast against eager in the dtype
+        by = mixed.groupby(["test", "dtype"], sort=False).agg(cases=("passed", "size"), passed=("passed", "sum"),
+                                                             worst=("worst_ratio", "max"))
+        lines += ["", "Mixed precision (bf16/fp16 modules, each 16-bit GEMM path, autocast; every output, buffer "
+                      "and gradient within twice eager PyTorch's error in the dtype): "
+                  + "; ".join(f"{test} {dtype} {int(r.passed)} of {int(r.cases)} (worst error / budget {r.worst:.2f})"
+                              for (test, dtype), r in by.iterrows()) + "."]
     kb = record.get("kernelbench", [])
     if kb:  # tests/test_kernelbench_eval.py: KernelBench's own check, 5 trials a case
         lines += ["", "KernelBench's correctness check (`eval_kernel_against_ref`'s protocol, "

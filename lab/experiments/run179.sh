@@ -10,9 +10,10 @@
 #   PART=train     train steps, then the peers once more (PEERS= keeps the committed ones)
 #   SIXTEEN=1      the 16-bit rows of make results-16bit after PART=84, 33 or train
 #   PART=b16       the 16-bit bench rows alone, appended (problems in P16, default 84,33,39)
-#   PART=operator  the operator part of the GPU suite (not recorded) beside KernelBench's check at its
-#                  shapes (tests/test_kernelbench_eval.py, merged into the committed validation.json);
-#                  without a carried cache it returns the build cache in parts, as PART=large
+#   PART=operator  the GPU suite's parts operator (not recorded), kernelbench (KernelBench's check at its
+#                  shapes) and mixed (the bf16/fp16 cases), the last two joined into the committed
+#                  validation.json (run_gpu_suite.py --append); without a carried cache it returns the
+#                  build cache in parts, as PART=large
 #   PART=peers     the peers once more into results/<gpu>/peers/ (make results)
 #   PART=sync1     the data-parallel GPU cases at world sizes 2 and 4 over gloo on this one GPU
 #                  (tests/test_sync_gpu.py, FUSEDLIB_SYNC_BACKEND=gloo): sync_validation.json
@@ -40,12 +41,10 @@ sweeps() {  # the size sweeps, appended to bench.csv (make results)
 case $PART in
   b16) sixteen ${P16:-84,33,39}; cp results/$G/bench.csv results/$G/sources.json $OUT/ ;;
   operator) ls .cache/flcache.part-* > /dev/null 2>&1 || tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
-          python -m pytest -m gpu -q -p no:cacheprovider --durations=10 tests/test_gpu_operator.py \
-              tests/test_mixed_precision.py tests/test_kernelbench.py > $OUT/operator.log 2>&1 &
-          python -m pytest -m gpu -q -p no:cacheprovider tests/test_kernelbench_eval.py > $OUT/kernelbench.log 2>&1
-          echo "kernelbench: $(tail -n 1 $OUT/kernelbench.log) ($(( $(date +%s) - t0 )) s)"
-          wait; echo "operator: $(tail -n 1 $OUT/operator.log) ($(( $(date +%s) - t0 )) s)"
-          grep -h "^FAILED" $OUT/operator.log $OUT/kernelbench.log | head -10
+          timeout 560 python tests/run_gpu_suite.py --parts operator,kernelbench,mixed --append --out build/gpu-suite 2>&1 | tee $OUT/operator-suite.log
+          grep -h "^FAILED" build/gpu-suite/operator.log build/gpu-suite/kernelbench.log build/gpu-suite/mixed.log | head -10
+          tail -n 3 build/gpu-suite/*.log > $OUT/operator-tails.log
+          (cd build && tar czf $OUT/operator-logs.tgz gpu-suite)
           cp results/$G/validation.json $OUT/ ;;
   sync1) rm -f results/$G/sync_validation.json
          FUSEDLIB_SYNC_BACKEND=gloo FUSEDLIB_SYNC_VALIDATION_OUT=results/$G/sync_validation.json timeout ${SYNC_TIMEOUT:-500} \
