@@ -146,7 +146,6 @@ def evaluate(problem: str, dtype: str = "fp32", stage: str = "fused", precision:
         ValueError: unknown problem, dtype, stage or precision.
     """
     import copy
-    import random
 
     import torch
 
@@ -179,7 +178,6 @@ def evaluate(problem: str, dtype: str = "fp32", stage: str = "fused", precision:
     with torch.no_grad():
         for trial_seed in trial_seeds:
             set_seed(trial_seed)
-            random.seed(trial_seed)
             x = torch.rand(shape.batch, shape.in_features).to(device=device, dtype=torch_dtype)
             exact = copy.deepcopy(model).double()(x.double())  # before the models' running buffers move
             y, y_new = model(x), model_new(x)
