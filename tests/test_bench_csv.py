@@ -34,6 +34,15 @@ def test_gpu_slug():
     assert bench.gpu_slug("Tesla V100-SXM2") == "teslav100sxm2"
 
 
+def test_datasheet_follows_the_device():
+    """The sheet of env.json's GPU (an H200 is not compared with the H100's bandwidth), else the
+    one env.json carries, else none."""
+    assert bench.datasheet({"gpu": "NVIDIA H200"})["bandwidth_gbytes_per_s"] == 4800.0
+    assert bench.datasheet({"gpu": "NVIDIA H100 80GB HBM3", "datasheet": {"device": "x"}}) == bench.DATASHEET_H100
+    assert bench.datasheet({"gpu": "Tesla V100-SXM2", "datasheet": {"device": "V100"}}) == {"device": "V100"}
+    assert bench.datasheet(None) == {} and bench.datasheet({"gpu": "RTX"}) == {}
+
+
 def test_row_follows_contract_and_cost_model(tmp_path):
     from fusedlib.lab.costmodel import cost
     shape = parse_shape("84")

@@ -89,6 +89,8 @@ def datasheet(env: dict | None) -> dict:
     (each sheet names its ``device``, so a plot or sentence says which one it used)."""
     env = env or {}
     return DATASHEETS.get(gpu_slug(env.get("gpu", "")), env.get("datasheet") or {})
+
+
 #: Names of ``--precision`` lists: ``all`` the float32 modules' GEMM precisions (what ``make
 #: results`` has always timed), ``16bit`` the 16-bit dtypes.
 PRECISION_GROUPS = {"all": PRECISIONS, "16bit": PRECISIONS_16}
