@@ -13,7 +13,7 @@ export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 t0=$(date +%s)
 if [ "${PART:-a}" = c ]; then
   rm -rf .old && mkdir .old && tar cf - --exclude=./.old --exclude=./build . | tar xf - -C .old
-  cp lab/experiments/run178-common-before.cuh .old/fusedlib/kernels/common.cuh
+  (cd .old && patch -p1 -s < ../lab/experiments/run178-merge-before.patch)  # common.cuh's merge as before the change
   for d in . .old; do
     (cd $d && FUSEDLIB_CACHE=$PWD/build/flcache PYTHONPATH=$PWD python -c "from fusedlib.build import load_stage, load_backward; load_stage('fused'); load_backward()") > $OUT/build-c-$(basename $PWD$d).log 2>&1 &
   done
