@@ -39,7 +39,7 @@ sweeps() {  # the size sweeps, appended to bench.csv (make results)
   echo "sweeps: rc=$? ($(( $(date +%s) - t0 )) s)"
 }
 case $PART in
-  b16) sixteen ${P16:-84,33,39}; cp results/$G/bench.csv results/$G/sources.json $OUT/ ;;
+  b16) sixteen ${P16:-84,33,39}; cp results/$G/bench.csv results/$G/sources.json results/$G/profile.csv $OUT/ ;;
   operator) ls .cache/flcache.part-* > /dev/null 2>&1 || tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
           timeout 560 python tests/run_gpu_suite.py --parts operator,kernelbench,mixed --append --out build/gpu-suite 2>&1 | tee $OUT/operator-suite.log
           grep -h "^FAILED" build/gpu-suite/operator.log build/gpu-suite/kernelbench.log build/gpu-suite/mixed.log | head -10
