@@ -591,8 +591,18 @@ def test_host_time_section_medians_ranges_and_row_by_row():
                          "precision": "tf32", "impl": impl, "host_us": us + (10 if problem == "39" else 0)})
     rows.append(dict(rows[0], host_us=1000.0))               # an earlier row of the same table: replaced
     rows[0], rows[-1] = rows[-1], rows[0]
+    for impl, us in (("fused", 170.0), ("gemm_only", 30.0)):  # 16-bit rows: a sentence of their own
+        rows.append({"problem": "84", "batch": 1024, "in_features": 8192, "out_features": 8192, "mode": "train",
+                     "precision": "bf16", "impl": impl, "host_us": us})
     text = report.host_time_section(pd.DataFrame(rows))
-    assert "at the KernelBench shapes the fused module 45 µs (40–50), `F.linear` 85 µs (80–90)" in text
+    float32, sixteen = text.split("\n")[2:4]
+    assert float32.startswith("- float32 modules (fp32, tf32, 3xtf32): at the KernelBench shapes the fused "
+                              "module 45 µs (40–50), `F.linear` 85 µs (80–90)")
+    assert sixteen == ("- bf16/fp16 modules: at the KernelBench shapes the fused module 170 µs (170–170), `F.linear` "
+                       "30 µs (30–30), eager PyTorch not timed, torch.compile not timed; at v0 the fused module not "
+                       "timed, `F.linear` not timed, eager PyTorch not timed; row by row the fused module takes "
+                       "5.67× `F.linear`'s host time (median over 1 rows, 5.67–5.67×).")
+    text = float32
     assert "torch.compile 305 µs (300–310); at v0 the fused module 40 µs (40–40)" in text
     assert "takes 0.50× `F.linear`'s host time (median over 3 rows, 0.50–0.56×)" in text
     with pytest.raises(ValueError):

@@ -426,8 +426,8 @@ def test_sync_summary_one_row_per_world_problem_precision():
 # ---------------------------------------------------------------- the 16-bit precisions (notebooks 05, 06)
 def _results_with_16bit(tmp_path, monkeypatch, sixteen: bool = True, env_measured: dict | None = None):
     """A results folder holding the committed env.json (its bf16 rate left out, ``env_measured``
-    merged into its measured ceilings) and bench.csv, plus, if ``sixteen``, bf16 rows made from the tf32 rows at the
-    KernelBench shapes (times × 0.6); FUSEDLIB_RESULTS points at it."""
+    merged into its measured ceilings) and bench.csv without its bf16/fp16 rows, plus, if ``sixteen``, bf16 rows
+    made from the tf32 rows at the KernelBench shapes (times × 0.6); FUSEDLIB_RESULTS points at it."""
     import json
     monkeypatch.delenv("FUSEDLIB_RESULTS", raising=False)  # the committed results
     bench, env = course.measured(), course.env()
@@ -436,6 +436,7 @@ def _results_with_16bit(tmp_path, monkeypatch, sixteen: bool = True, env_measure
     measured = {k: v for k, v in env["measured"].items() if k != "gemm_bf16_tflops"}  # then merged as asked
     env = {**env, "measured": {**measured, **(env_measured or {})}}
     (tmp_path / "env.json").write_text(json.dumps(env))
+    bench = bench[~bench.precision.isin(course.SIXTEEN)]
     if sixteen:
         import pandas as pd
         kb = course.at_presets(bench)
@@ -526,6 +527,28 @@ def test_measured_16bit_puts_the_rows_beside_the_prediction(tmp_path, monkeypatc
         assert row["fused ms"] == pytest.approx(float(want.iloc[0]))
         assert row["fused predicted ms"] == pytest.approx(course.prediction("fused", problem, precision="bf16")[1])
         assert row["% saved naive → fused"] == pytest.approx(course.pct_saved(row["naive ms"], row["fused ms"]))
+
+
+def test_sixteen_bit_time_md_adds_up_the_records(tmp_path, monkeypatch):
+    """The bf16 forward's time taken apart from the committed records: the GEMM, the row pass and
+    the conversions from profile.csv, the wait as the bench time less those kernels; None where
+    profile.csv or bench.csv lacks the row."""
+    import re
+    monkeypatch.delenv("FUSEDLIB_RESULTS", raising=False)
+    prof, bench = course.profile(), course.measured()
+    if prof is None or bench is None or not ((prof.precision == "bf16") & (prof.impl == "fused")).any():
+        pytest.skip("no committed bf16 profile")
+    text = course.sixteen_bit_time_md("84", "bf16")
+    total, gemm, row, conv = (float(v) for v in re.search(
+        r"takes \*\*(\d+) µs\*\*.*epilogue \*\*(\d+) µs\*\*, the row pass (\d+) µs, and \d+ dtype conversions "
+        r"(\d+) µs", text).groups())
+    kb = course.at_presets(bench)
+    want = 1e3 * float(kb[(kb.problem == "84") & (kb.impl == "fused") & (kb.precision == "bf16")].median_ms.iloc[0])
+    assert total == round(want)
+    idle = re.search(r"For the other \*\*(-?\d+) µs\*\*", text)
+    assert idle is None or abs(float(idle.group(1)) - (total - gemm - row - conv)) <= 2  # (each rounded)
+    _results_with_16bit(tmp_path, monkeypatch, sixteen=False)  # a bench.csv without bf16 rows, no profile.csv
+    assert course.sixteen_bit_time_md("84", "bf16") is None
 
 
 def test_predicted_roofline_16bit_needs_no_results(tmp_path, monkeypatch):

@@ -34,11 +34,12 @@ def test_backward_prediction_sums_its_passes():
 
 
 def test_backward_memory_predicts_the_measured_peaks():
-    """Every fused row of train_step.csv: the count of live tensors is the measured peak."""
+    """Every fused float32 row of train_step.csv (the precisions the count models): the count of
+    live tensors is the measured peak."""
     steps = course.train_steps()
     if steps is None:
         pytest.skip("no committed train_step.csv")
-    fused = steps[steps.impl == "fused"]
+    fused = steps[(steps.impl == "fused") & steps.precision.isin(course.FLOAT32_STEPS)]
     assert len(fused) == 9
     for row in fused.itertuples():
         assert sum(course.backward_memory(row.problem, row.precision).values()) == pytest.approx(row.peak_mib, abs=1.0)

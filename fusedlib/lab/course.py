@@ -544,15 +544,24 @@ def train_steps(gpu: str = RESULTS_GPU):
     return pd.read_csv(path, dtype={"problem": str}) if path.exists() else None
 
 
-def train_step_table(gpu: str = RESULTS_GPU):
-    """One row per problem and precision: each implementation's train step (forward +
-    backward, median ms), the fused stage against eager PyTorch (3xtf32: eager fp32, the same
-    accuracy class) and torch.compile (×: their time / fused time), the fused step's peak
-    memory beside eager's (MiB) and the largest gradient error of fused and eager (normwise,
-    against float64). A one-row note (:data:`NO_RESULTS`) without a committed file."""
+#: The train steps' float32 precisions, which the backward's cost model predicts
+#: (:func:`train_step_summary`), and the 16-bit ones: the module in bf16/fp16, and the float32
+#: module under autocast to bf16 (``python -m fusedlib train-step --precision 16bit,autocast-bf16``).
+FLOAT32_STEPS, SIXTEEN_STEPS = ("fp32", "tf32", "3xtf32"), ("bf16", "fp16", "autocast-bf16")
+
+
+def train_step_table(gpu: str = RESULTS_GPU, precisions=None):
+    """One row per problem and precision (those of ``precisions``, default all): each
+    implementation's train step (forward + backward, median ms), the fused stage against eager
+    PyTorch (3xtf32: eager fp32, the same accuracy class) and torch.compile (×: their time /
+    fused time), the fused step's peak memory beside eager's (MiB) and the largest gradient error
+    of fused and eager (normwise, against float64). A one-row note (:data:`NO_RESULTS`) without a
+    committed file, or without rows of ``precisions``."""
     import pandas as pd
     df = train_steps(gpu)
-    if df is None:
+    if df is not None and precisions is not None:
+        df = df[df.precision.isin(list(precisions))]
+    if df is None or df.empty:
         return pd.DataFrame([{"train step": NO_RESULTS}])
     rows = []
     for (problem, precision), g in df.groupby(["problem", "precision"], sort=False):
@@ -1321,6 +1330,42 @@ def measured_16bit(impls=SIXTEEN_IMPLS, mode: str = "train", gpu: str = RESULTS_
     return pd.DataFrame(rows, index=index, columns=columns, dtype=float)
 
 
+def sixteen_bit_time_md(problem: str = "84", precision: str = "bf16", mode: str = "train",
+                        gpu: str = RESULTS_GPU) -> str | None:
+    """Markdown: where the fused stage's 16-bit forward spends its time at ``problem``'s
+    KernelBench shape, from the committed records: its median time (bench.csv), its kernels per
+    forward in three groups (profile.csv: the GEMM with its epilogue, the dtype conversions
+    (kernels whose name holds "copy"), the passes), the time no kernel of it ran, and the host
+    time to enqueue it (``host_us``). Times in µs. None where either file lacks the row."""
+    prof, bench = profile(gpu), measured(gpu=gpu)
+    if prof is None or bench is None:
+        return None
+    from ..reference import PRESETS
+    sel = prof[(prof.problem == problem) & (prof["shape"] == str(PRESETS[problem])) & (prof["mode"] == mode)
+               & (prof.impl == "fused") & (prof.precision == precision)].drop_duplicates("kernel", keep="last")
+    row = at_presets(bench, mode)
+    row = row[(row.problem == problem) & (row.impl == "fused") & (row.precision == precision)]
+    if sel.empty or row.empty:
+        return None
+    us = sel.cuda_time_us_per_call
+    gemm, copies = sel.kernel.str.contains("gemm"), sel.kernel.str.contains("copy", case=False)
+    g, c, r = us[gemm].sum(), us[copies].sum(), us[~gemm & ~copies].sum()
+    launches = int(sel.calls[copies].sum())
+    total, host = 1e3 * float(row.median_ms.iloc[0]), float(row.host_us.iloc[0])
+    idle = total - (g + c + r)
+    wait = (f"For the other **{idle:.0f} µs** no kernel of it ran: the GPU waited for the host (the CPU "
+            f"running Python and issuing the launches), which took {host:.0f} µs to enqueue the forward (the "
+            "bench's `host_us`), most of it before the GEMM's launch. The L2 flush before each timed call keeps "
+            "the GPU busy for only the first tens of those µs." if idle > 0 else
+            f"The kernels account for the whole time; the host took {host:.0f} µs to enqueue it.")
+    return (f"At {problem}'s KernelBench shape ({mode} mode) the {precision} fused forward takes **{total:.0f} µs** "
+            f"(`bench.csv`). Its kernels, per forward (`profile.csv`): the GEMM with its statistics epilogue "
+            f"**{g:.0f} µs**, the row pass {r:.0f} µs, and {launches} dtype conversions {c:.0f} µs (the "
+            f"vectors to fp32, $Y$ and the running buffers back to {precision}). {wait} With the GEMM twice as "
+            "fast as in tf32, what lies around it weighs twice as much: the conversions and the wait, noise "
+            f"beside a tf32 GEMM, are **{(c + max(idle, 0)) / total:.0%}** of this forward.")
+
+
 def sixteen_bit_note(gpu: str = RESULTS_GPU) -> str | None:
     """The one line the notebooks print where bench.csv has no bf16/fp16 timings yet (which file
     lacks them, and the command that makes them), or None where it has some."""
@@ -1476,15 +1521,18 @@ def backward_memory(problem: str, precision: str = "fp32") -> dict:
 
 
 def train_step_summary(gpu: str = RESULTS_GPU):
-    """One row per problem and precision of the committed train_step.csv: the fused step and
-    eager PyTorch's (3xtf32: eager fp32, the same accuracy class), their forwards alone and
-    their backwards (step minus the forward alone), % of eager's step the fused step saves (negative: it costs more), the
-    fused backward's prediction (:func:`backward_prediction`), and peak memory (MiB): fused
-    measured and predicted (:func:`backward_memory`), eager measured. None without the file."""
+    """One row per problem and float32 precision (:data:`FLOAT32_STEPS`) of the committed
+    train_step.csv: the fused step and eager PyTorch's (3xtf32: eager fp32, the same accuracy
+    class), their forwards alone and their backwards (step minus the forward alone), % of eager's
+    step the fused step saves (negative: it costs more), the fused backward's prediction
+    (:func:`backward_prediction`), and peak memory (MiB): fused measured and predicted
+    (:func:`backward_memory`), eager measured. None without the file. (The 16-bit steps:
+    :func:`train_step_16bit_md`.)"""
     import pandas as pd
     df = train_steps(gpu)
     if df is None:
         return None
+    df = df[df.precision.isin(FLOAT32_STEPS)]
     rows = []
     for (problem, precision), g in df.groupby(["problem", "precision"], sort=False):
         f = g.set_index("impl").loc["fused"]
@@ -1507,6 +1555,29 @@ def _span(values, fmt: str = "{:.2f}") -> str:
     """"a–b" of the smallest and largest value (one value when they print alike)."""
     lo, hi = fmt.format(min(values)), fmt.format(max(values))
     return lo if lo == hi else f"{lo}–{hi}"
+
+
+def train_step_16bit_md(gpu: str = RESULTS_GPU) -> str:
+    """The 16-bit train steps of train_step.csv in sentences (Markdown): per precision of
+    :data:`SIXTEEN_STEPS` held, the fused step's time, its forward's and its largest gradient
+    error against float64, each over eager PyTorch's in the same setting (the range over the
+    problems held); a line saying they are not measured
+    (:data:`NOT_MEASURED`) where the file holds none."""
+    df = train_steps(gpu)
+    held = [] if df is None else [p for p in SIXTEEN_STEPS if (df.precision == p).any()]
+    if not held:
+        return (f"*bf16, fp16 and autocast train steps: {NOT_MEASURED} (`python -m fusedlib train-step "
+                "--precision 16bit,autocast-bf16` on a GPU machine).*")
+    lines = []
+    for precision in held:
+        rows = df[df.precision == precision].set_index(["problem", "impl"])
+        problems = [p for p in PROBLEMS if (p, "fused") in rows.index and (p, "eager") in rows.index]
+        step, fwd, err = ([rows.loc[(p, "fused"), c] / rows.loc[(p, "eager"), c] for p in problems]
+                          for c in ("median_ms", "forward_ms", "grad_rel_err"))
+        lines.append(f"- **{precision}** ({', '.join(problems)}): the fused step takes {_span(step)}× eager's time, "
+                     f"its forward {_span(fwd)}× eager's forward; its gradients' error against float64 is "
+                     f"{_span(err)}× eager's.")
+    return "\n".join(lines)
 
 
 def train_step_md(gpu: str = RESULTS_GPU) -> str:

@@ -117,12 +117,19 @@ def _latest(bench):
     return bench.assign(problem=bench.problem.astype(str)).drop_duplicates(key, keep="last")
 
 
+#: The host-time paragraph's groups of precisions (:func:`host_time_section`): the float32
+#: modules and the bf16/fp16 ones, whose forward converts tensors around the kernels.
+HOST_GROUPS = (("float32 modules (fp32, tf32, 3xtf32)", ("fp32", "tf32", "3xtf32")),
+               ("bf16/fp16 modules", ("bf16", "fp16")))
+
+
 def host_time_section(bench) -> str:
     """The README's host-time paragraph from a bench.csv DataFrame: the CPU time to enqueue one
-    forward (column ``host_us``, µs), median and range over the latest rows of the fused stage,
-    ``F.linear`` (``gemm_only``), eager PyTorch and torch.compile at the KernelBench shapes
-    (every problem, mode and precision timed) and at v0, then the fused stage's host time over
-    ``F.linear``'s row by row (same problem, shape, mode and precision: fp32 and tf32).
+    forward (column ``host_us``, µs), one sentence per group of :data:`HOST_GROUPS` that has
+    fused rows: median and range over the latest rows of the fused stage, ``F.linear``
+    (``gemm_only``), eager PyTorch and torch.compile at the KernelBench shapes (every problem,
+    mode and precision of the group timed) and at v0, then the fused stage's host time over
+    ``F.linear``'s row by row (same problem, shape, mode and precision).
 
     Raises:
         ValueError: no fused row with a host time at the KernelBench shapes.
@@ -132,9 +139,7 @@ def host_time_section(bench) -> str:
     from ..reference import presets_of
     rows = _latest(bench).dropna(subset=["host_us"])
     rows = rows.assign(preset=presets_of(rows))
-    kb = rows[rows.preset.notna() & (rows.preset != "v0")]
-    v0 = rows[rows.preset == "v0"]
-    if kb[kb.impl == "fused"].empty:
+    if rows[rows.preset.notna() & (rows.preset != "v0") & (rows.impl == "fused")].empty:
         raise ValueError("bench.csv: no fused row with host_us at the KernelBench shapes")
 
     def stat(df, impl: str) -> str:
@@ -142,16 +147,24 @@ def host_time_section(bench) -> str:
         return f"{v.median():.0f} µs ({v.min():.0f}–{v.max():.0f})" if len(v) else "not timed"
     names = {"fused": "the fused module", "gemm_only": "`F.linear`", "eager": "eager PyTorch",
              "compile": "torch.compile"}
-    at_kb = ", ".join(f"{names[i]} {stat(kb, i)}" for i in names)
-    at_v0 = ", ".join(f"{names[i]} {stat(v0, i)}" for i in ("fused", "gemm_only", "eager"))
     key = ["problem", "batch", "in_features", "out_features", "mode", "precision"]
-    both = pd.concat([kb, v0])
-    pairs = both[both.impl == "fused"].merge(both[both.impl == "gemm_only"], on=key, suffixes=("", "_gemm"))
-    ratio = pairs.host_us / pairs.host_us_gemm
-    row_by_row = (f"; row by row the fused module takes {ratio.median():.2f}× `F.linear`'s host time "
-                  f"(median over {len(ratio)} rows, {ratio.min():.2f}–{ratio.max():.2f}×)" if len(ratio) else "")
+    sentences = []
+    for label, precisions in HOST_GROUPS:
+        group = rows[rows.precision.isin(precisions)]
+        kb = group[group.preset.notna() & (group.preset != "v0")]
+        v0 = group[group.preset == "v0"]
+        if kb[kb.impl == "fused"].empty:
+            continue
+        at_kb = ", ".join(f"{names[i]} {stat(kb, i)}" for i in names)
+        at_v0 = ", ".join(f"{names[i]} {stat(v0, i)}" for i in ("fused", "gemm_only", "eager"))
+        both = pd.concat([kb, v0])
+        pairs = both[both.impl == "fused"].merge(both[both.impl == "gemm_only"], on=key, suffixes=("", "_gemm"))
+        ratio = pairs.host_us / pairs.host_us_gemm
+        row_by_row = (f"; row by row the fused module takes {ratio.median():.2f}× `F.linear`'s host time "
+                      f"(median over {len(ratio)} rows, {ratio.min():.2f}–{ratio.max():.2f}×)" if len(ratio) else "")
+        sentences.append(f"{label}: at the KernelBench shapes {at_kb}; at v0 {at_v0}{row_by_row}.")
     return ("Host time per forward (the bench's `host_us` column, the CPU time to enqueue one call; median\n"
-            f"over the rows, then the range): at the KernelBench shapes {at_kb}; at v0 {at_v0}{row_by_row}.\n"
+            "over the rows, then the range):\n" + "".join(f"- {line}\n" for line in sentences) + "\n"
             "This machine's host is slow and noisy: compare only within one run.")
 
 
