@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from .costmodel import PRECISIONS, PRECISIONS_16
 from .records import NOTES_GPU, RESULTS_GPU
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -139,7 +140,6 @@ def gemm_paths_table(capabilities=tuple(GPU_EXAMPLES), k: int | None = None):
     import pandas as pd
 
     from .. import engine
-    from ..algebra import PRECISIONS
     rows = []
     for cap in capabilities:
         row = {"arch": f"sm_{cap[0]}{cap[1]}{'a' if cap == (9, 0) else ''}", "GPUs": GPU_EXAMPLES.get(tuple(cap), "")}
@@ -546,8 +546,9 @@ def train_steps(gpu: str = RESULTS_GPU):
 
 #: The train steps' float32 precisions, which the backward's cost model predicts
 #: (:func:`train_step_summary`), and the 16-bit ones: the module in bf16/fp16, and the float32
-#: module under autocast to bf16 (``python -m fusedlib train-step --precision 16bit,autocast-bf16``).
-FLOAT32_STEPS, SIXTEEN_STEPS = ("fp32", "tf32", "3xtf32"), ("bf16", "fp16", "autocast-bf16")
+#: module under autocast to bf16 (``python -m fusedlib train-step --precision 16bit,autocast-bf16``:
+#: :data:`fusedlib.lab.trainstep.PRECISIONS` less the float32 ones).
+FLOAT32_STEPS, SIXTEEN_STEPS = PRECISIONS, PRECISIONS_16 + ("autocast-bf16",)
 
 
 def train_step_table(gpu: str = RESULTS_GPU, precisions=None):
@@ -1135,7 +1136,7 @@ def strip_run_ids(text: str) -> str:
 # ---------------------------------------------------------------- notebooks 05–06: the 16-bit precisions
 #: The 16-bit precisions a benchmark row may name (bf16, fp16: the module and its input in that
 #: dtype), in the order the course shows them.
-SIXTEEN = ("bf16", "fp16")
+SIXTEEN = PRECISIONS_16
 #: The implementations the 16-bit tables show: the first and last stage, and the peers a stage is
 #: judged against.
 SIXTEEN_IMPLS = ("naive", "fused", "eager", "gemm_only")
@@ -1447,7 +1448,6 @@ def backward_plan(problem: str, precision: str = "fp32") -> list[dict]:
     Raises:
         ValueError: unknown problem or precision.
     """
-    from ..algebra import PRECISIONS
     from ..reference import PROBLEMS as FAMILY
     if problem not in FAMILY or precision not in PRECISIONS:
         raise ValueError(f"backward_plan: expected a problem in {sorted(FAMILY)} and a precision in {PRECISIONS}, "

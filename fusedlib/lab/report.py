@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from .costmodel import PRECISIONS, PRECISIONS_16
 from .records import RESULTS_GPU
 
 BEGIN, END = "<!-- validation:begin -->", "<!-- validation:end -->"
@@ -119,8 +120,7 @@ def _latest(bench):
 
 #: The host-time paragraph's groups of precisions (:func:`host_time_section`): the float32
 #: modules and the bf16/fp16 ones, whose forward converts tensors around the kernels.
-HOST_GROUPS = (("float32 modules (fp32, tf32, 3xtf32)", ("fp32", "tf32", "3xtf32")),
-               ("bf16/fp16 modules", ("bf16", "fp16")))
+HOST_GROUPS = ((f"float32 modules ({', '.join(PRECISIONS)})", PRECISIONS), ("bf16/fp16 modules", PRECISIONS_16))
 
 
 def host_time_section(bench) -> str:
