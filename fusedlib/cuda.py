@@ -70,9 +70,11 @@ def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum:
         eps, momentum: BatchNorm's.
 
     Returns:
-        Y (N, out_features) float32 from the stage's kernels on the device's default GEMM
-        path (x and gemm.weight float32, or both bf16 or both fp16: the 16-bit kernels; the
-        other tensors float32); None when grad mode is on and x or a parameter requires grad, a dispatch mode
+        Y (N, out_features) from the stage's kernels on the device's default GEMM path: float32
+        for float32 x and gemm.weight; for bf16 or fp16 x and gemm.weight (the 16-bit kernels),
+        in x's dtype when the vectors are in it too (a module ``.to(dtype)``: the C++ side casts
+        them to float32 in one cat and one cast and writes the running buffers back), float32 when
+        they are float32 already; None when grad mode is on and x or a parameter requires grad, a dispatch mode
         or tensor subclass is active, ``$FUSEDLIB_GEMM_PATH`` forces a path, or an argument
         fails the operator's checks (the C++ side decides: ``fusedlib/kernels/torch_op.cuh``).
 

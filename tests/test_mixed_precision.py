@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import fusedlib
+from fusedlib import cuda
 from fusedlib.reference import make_reference
 
 DTYPES = (torch.bfloat16, torch.float16)
@@ -250,6 +251,36 @@ def test_a_sixteen_bit_module_runs_the_sixteen_bit_kernels(dtype, path, monkeypa
             low = _gemm_kernels(lambda: module.to(dtype)(x.to(dtype)))
         assert f32 and low, (f32, low)
         assert (low.isdisjoint(f32) if sixteen else low == f32), (k, f32, low)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("stage", fusedlib.STAGES)
+def test_the_eager_call_of_a_sixteen_bit_module_gives_the_operators_bits(stage, kind, training, dtype):
+    """Called without a gradient, a bf16/fp16 module takes the C++ eager call (its vectors cast to
+    float32 there, in one cat and one cast); with one, the operator through the dispatcher, after
+    ``modules._sixteen_bit``'s casts. The same kernels on the same float32 vectors: Y (in the
+    dtype), the running buffers and num_batches_tracked bit for bit, over three calls."""
+    ref, x, _, _ = _case(kind, training, shape=(200, 64, 96))
+    x = x.to("cuda", dtype)
+    results = []
+    for grad in (False, True):
+        module = fusedlib.from_reference(ref, stage=stage).to(dtype).cuda().train(training)
+        bn = module.bn
+        if not grad:  # the eager call is taken (None: it declined), on a copy
+            probe = copy.deepcopy(module)
+            with torch.no_grad():
+                y = cuda.eager_forward(probe, x, probe._tensors(), bn.eps, bn.momentum)
+            assert y is not None and y.dtype == dtype
+        ys = []
+        for _ in range(3):
+            with torch.set_grad_enabled(grad):
+                ys.append(module(x.clone().requires_grad_(grad)).detach())
+        results.append((*ys, bn.running_mean.clone(), bn.running_var.clone(), bn.num_batches_tracked.clone()))
+    for i, (a, b) in enumerate(zip(*results)):
+        assert a.dtype == b.dtype and torch.equal(a, b), i
 
 
 @pytest.mark.gpu

@@ -310,9 +310,11 @@ std::vector<at::Tensor> sync_train(const at::Tensor& x_in, const at::Tensor& wei
                  precision, true, eps, momentum, c10::string_view(gemm_path), z_out, false, &args);
   };
   phase({1, y, moments, stats, x0});
-  at::Tensor gathered = at::empty({ranks, 4, m}, x_in.options());
+  // every rank's moments, rank after rank: (R·4, M), the shape each backend's all-gather into one tensor
+  // takes (gloo splits its output along dim 0 into one chunk a rank, shaped as the input)
+  at::Tensor gathered = at::empty({ranks * 4, m}, x_in.options());
   group.all_gather(gathered, moments);
-  phase({2, y, gathered, stats, x0});
+  phase({2, y, gathered.view({ranks, 4, m}), stats, x0});
   return {y, stats};
 }
 
@@ -350,12 +352,34 @@ static PyObject* eager_forward(PyObject*, PyObject* const* args, Py_ssize_t narg
   if (!kind || !prec || !PyBool_Check(training) || !PyFloat_Check(args[12]) ||
       !(momentum == Py_None || PyFloat_Check(momentum)))
     Py_RETURN_NONE;
+  // A bf16/fp16 module (module.to(dtype), docs/design.md §15): its vectors, all in x's dtype, go to
+  // float32 in two launches (one cat, one cast: the kernels read float32 vectors), the running
+  // buffers go back in their dtype and Y is returned in it, as the module returns it. Nothing is
+  // kept between calls. Vectors in any other dtype go to forward_impl as they are (float32 or None).
+  const at::ScalarType dtype = t[0].scalar_type();
+  bool sixteen = dtype == at::kBFloat16 || dtype == at::kHalf;
+  for (int i = 2; i < 8 && sixteen; ++i)
+    sixteen = t[i].scalar_type() == dtype && t[i].dim() == 1 && t[i].device() == t[0].device();
+  at::Tensor v[6];  // bias, scale, gamma, beta, running_mean, running_var as the kernels read them
+  if (sixteen) {
+    const std::vector<at::Tensor> f32 =
+        at::cat({t[2], t[3], t[4], t[5], t[6], t[7]})
+            .to(at::kFloat)
+            .split_with_sizes({t[2].size(0), t[3].size(0), t[4].size(0), t[5].size(0), t[6].size(0), t[7].size(0)});
+    std::copy(f32.begin(), f32.end(), v);
+  } else {
+    std::copy(t + 2, t + 8, v);
+  }
   std::optional<at::Tensor> y = forward_impl(
-      t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], c10::string_view(kind, kind_len),
+      t[0], t[1], v[0], v[1], v[2], v[3], v[4], v[5], t[8], c10::string_view(kind, kind_len),
       c10::string_view(prec, prec_len), training == Py_True, PyFloat_AS_DOUBLE(args[12]),
       momentum == Py_None ? std::nullopt : std::optional<double>(PyFloat_AS_DOUBLE(momentum)), std::nullopt,
       std::nullopt, true);
   if (!y) Py_RETURN_NONE;
+  if (sixteen) {
+    if (training == Py_True) t[6].copy_(v[4]), t[7].copy_(v[5]);
+    *y = y->to(dtype);
+  }
   return THPVariable_Wrap(std::move(*y));
   END_HANDLE_TH_ERRORS
 }
