@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run180 (one H200): the 16-bit eager call (run180-sixteen-bit-eager.patch, applied to this tree):
+# run180 (one H200): the 16-bit eager call (run180's patch, merged since run182; run181's patch, applied, is checked the same way):
 # a bf16/fp16 module's vectors cast to float32 in the C++ eager call (one cat, one cast) instead of
 # six casts in Python before the GEMM's launch, and the all-gather into one tensor shaped (R·4, M),
 # which gloo takes (run179 PART=sync1: "ProcessGroupGloo::allgather: invalid tensor size").
