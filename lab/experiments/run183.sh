@@ -3,11 +3,12 @@
 #   PART=a  on the tree as committed: build (the build cache back in parts, flcache.part-*: copy
 #           them into .cache/ and carry .cache), the size sweeps appended to bench.csv (what run182
 #           left), then run181-swap128.py (issue 32: the swap at a tile width that divides 1024)
-#   PART=b  on a tree with lab/experiments/run181-sixteen-bit-operator.patch, then
-#           run183-sixteen-bit-backward.patch applied (here, not committed): build; the mixed,
-#           KernelBench and operator GPU tests (the new bit-for-bit test of the 16-bit backward
-#           passes among them); run180-step16.py (a bf16 train step's kernels and host time,
-#           against run180's 964 µs of kernels and 1270 µs of host) and run180-host16.py
+#   PART=b  on a tree with lab/experiments/run181-sixteen-bit-operator.patch,
+#           run183-sixteen-bit-backward.patch and run184-sixteen-bit-y.patch applied in that order
+#           (here, not committed): build; the mixed, KernelBench and operator GPU tests (among them
+#           the new bit-for-bit tests of the 16-bit backward passes and of the last pass's 16-bit
+#           Y); run180-step16.py (a bf16 train step's kernels and host time, against run180's
+#           964 µs of kernels and 1270 µs of host) and run180-host16.py (the forward's)
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 G=$(python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
