@@ -8,7 +8,8 @@
 #           (here, not committed): build; the mixed, KernelBench and operator GPU tests (among them
 #           the new bit-for-bit tests of the 16-bit backward passes and of the last pass's 16-bit
 #           Y); run180-step16.py (a bf16 train step's kernels and host time, against run180's
-#           964 µs of kernels and 1270 µs of host) and run180-host16.py (the forward's)
+#           964 µs of kernels and 1270 µs of host), run180-host16.py (the forward's) and
+#           run184-host.py (where the step's host time goes: cProfile and torch.profiler's CPU side)
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 G=$(python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
@@ -30,5 +31,6 @@ case ${PART:-a} in
      echo "mixed + kernelbench + operator: $(tail -n 1 $OUT/checks.log) ($(( $(date +%s) - t0 )) s)"
      grep -h "^FAILED\|^E  " $OUT/checks.log | head -12
      python lab/experiments/run180-step16.py 2>&1 | grep -v Warning | tail -30
-     python lab/experiments/run180-host16.py 2>&1 | grep -v Warning | tee $OUT/host16.log | tail -12 ;;
+     python lab/experiments/run180-host16.py 2>&1 | grep -v Warning | tee $OUT/host16.log | tail -12
+     python lab/experiments/run184-host.py > /dev/null 2>&1; echo "host profile: $(( $(date +%s) - t0 )) s" ;;
 esac
