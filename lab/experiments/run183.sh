@@ -10,6 +10,10 @@
 #           Y); run180-step16.py (a bf16 train step's kernels and host time, against run180's
 #           964 µs of kernels and 1270 µs of host), run180-host16.py (the forward's) and
 #           run184-host.py (where the step's host time goes: cProfile and torch.profiler's CPU side)
+#   PART=c  on the tree as committed (the build cache carried): run184-epilogue-order.py, the
+#           persistent GEMM's deferred count with one release fence after the CTA's barrier against
+#           every thread's fence, the GEMM timed in the fused and sums (control) stages, bf16, tf32
+#           and 3xtf32, bit for bit the same outputs
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 G=$(python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
@@ -33,4 +37,8 @@ case ${PART:-a} in
      python lab/experiments/run180-step16.py 2>&1 | grep -v Warning | tail -30
      python lab/experiments/run180-host16.py 2>&1 | grep -v Warning | tee $OUT/host16.log | tail -12
      python lab/experiments/run184-host.py > /dev/null 2>&1; echo "host profile: $(( $(date +%s) - t0 )) s" ;;
+  c) python -c "import importlib.util as u, pathlib; s = u.spec_from_file_location('e', 'lab/experiments/run184-epilogue-order.py'); m = u.module_from_spec(s); s.loader.exec_module(m); m.edited_kernels(pathlib.Path('build/run184-kernels'))"
+     for s in sums fused; do python -c "from pathlib import Path; from fusedlib.build import load_stage; load_stage('$s', 0, Path('build/run184-kernels'))" > /tmp/build-e-$s.log 2>&1 & done
+     wait; echo "edited built: $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-e-*.log && tail -20 /tmp/build-e-*.log
+     python lab/experiments/run184-epilogue-order.py 2>&1 | grep -v Warning | tail -16 ;;
 esac
