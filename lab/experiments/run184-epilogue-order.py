@@ -3,8 +3,9 @@
 profile.csv (run182, H200, train, KernelBench shapes) puts the fused stage's GEMM (ColumnStatsMerge)
 above the sums stage's (ColumnStats) by 15 µs at 84 in bf16 (198.4 against 183.5) and 9 µs in
 tf32 (353.1 against 343.7), more than sums' separate merge kernel takes (6 µs). The two epilogues
-differ in count_and_merge: every one of the 256 consumer threads runs __threadfence() before the
-tile is counted, after it stored its share of the tile's Z (128 KB at BN = 256), so each fence may
+differ in count_and_merge (the persistent GEMM's deferred count; 3xTF32's kernel, one CTA a tile,
+counts and lets the block's last tile merge): every one of the 256 consumer threads runs
+__threadfence() before the tile is counted, after it stored its share of the tile's Z (128 KB at BN = 256), so each fence may
 wait until those stores are visible device-wide, on every tile. (Moving the statistics before the
 stores instead keeps the 128 accumulators live through them: ptxas spills in 7 wgmma kernels.)
 This builds, from a copy of the kernels (fusedlib.build.copy_kernels, the package untouched), the
@@ -34,20 +35,21 @@ FENCE_ALL = """  __threadfence();  // this tile's partials visible device-wide b
     if (tid == 0) atomicAdd(p.counters + col_block, 1u);
     return;
   }
-"""
-FENCE_ONE = """  if (DEFER) {
-    epilogue_sync<THREADS>();  // every thread's partials written (cumulative: tid 0's fence covers them)
+  if (tid == 0) {
+    *flag"""
+FENCE_ONE = """  epilogue_sync<THREADS>();  // every thread's partials written (cumulative: tid 0's fence covers them)
+  if (DEFER) {
     if (tid == 0) __threadfence(), atomicAdd(p.counters + col_block, 1u);
     return;
   }
-  __threadfence();  // this tile's partials visible device-wide before it is counted
-  epilogue_sync<THREADS>();
-"""
+  if (tid == 0) {
+    __threadfence();
+    *flag"""
 
 
 def edited_kernels(dest: Path) -> Path:
-    """A copy of the kernels whose deferred count (the persistent GEMM's) fences in one thread
-    after the CTA's barrier."""
+    """A copy of the kernels whose tile count (deferred, the persistent GEMM's; or with the last
+    tile's merge, 3xTF32's one CTA a tile) fences in one thread after the CTA's barrier."""
     from fusedlib.build import copy_kernels
     copy_kernels(dest)
     path = dest / "epilogue.cuh"
