@@ -1356,7 +1356,7 @@ def sixteen_bit_time_md(problem: str = "84", precision: str = "bf16", mode: str 
     idle = total - (g + c + r)
     wait = (f"For the other **{idle:.0f} µs** no kernel of it ran: the GPU waited for the host (the CPU "
             f"running Python and issuing the launches), which took {host:.0f} µs to enqueue the forward (the "
-            "bench's `host_us`), most of it before the GEMM's launch. The L2 flush before each timed call keeps "
+            "bench's `host_us`). The L2 flush before each timed call keeps "
             "the GPU busy for only the first tens of those µs." if idle > 0 else
             f"The kernels account for the whole time; the host took {host:.0f} µs to enqueue it.")
     return (f"At {problem}'s KernelBench shape ({mode} mode) the {precision} fused forward takes **{total:.0f} µs** "
