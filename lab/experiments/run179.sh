@@ -22,7 +22,7 @@ G=$(python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gp
 echo "results/$G"
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 t0=$(date +%s)
-ls .cache/flcache.part-* > /dev/null 2>&1 && cat .cache/flcache.part-* | tar xzf -  # the build cache, in parts under 8 MB
+. lab/experiments/restore_cache.sh  # the build cache, in parts under 8 MB (dated for ninja)
 for s in naive fold sums fused; do python -c "from fusedlib.build import load_stage; load_stage('$s')" > /tmp/build-$s.log 2>&1 & done
 python -c "from fusedlib.build import load_backward; load_backward()" > /tmp/build-bwd.log 2>&1 &
 wait
