@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # run185 (one H200 or H100; results/h200/NOTES.md, "Next, in device calls"). Every part streams
 # its log to $OUT as it runs (a call past its limit still returns what it wrote).
-#   PART=check  on a tree with the four prepared patches applied in order (not committed):
-#               run181-sixteen-bit-operator, run183-sixteen-bit-backward, run184-sixteen-bit-y and
-#               run185-sixteen-bit-backward-call: build, the build cache back in parts
+#   PART=check  on a tree with the prepared patches applied in order (not committed):
+#               run181-sixteen-bit-operator, run183-sixteen-bit-backward, run184-sixteen-bit-y,
+#               run185-sixteen-bit-backward-call and run186-sixteen-bit-train-node (without the
+#               last if its build fails): build, the build cache back in parts
 #               (flcache.part-*: copy them into .cache/ for the calls after), the mixed, KernelBench
-#               and operator GPU tests (the 16-bit backward's one C++ call among what they run),
+#               and operator GPU tests (the 16-bit backward's one C++ call and the train
+#               forward's C++ autograd node among what they run),
 #               run180-step16.py (the bf16 train step: kernels and host a step, against run183's
 #               864 µs of kernels and 1350 µs of host at 84) and run184-host.py (where the host
 #               time goes now)
