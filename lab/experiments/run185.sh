@@ -9,8 +9,9 @@
 #               and operator GPU tests (the 16-bit backward's one C++ call and the train
 #               forward's C++ autograd node among what they run),
 #               run180-step16.py (the bf16 train step: kernels and host a step, against run183's
-#               864 µs of kernels and 1350 µs of host at 84) and run184-host.py (where the host
-#               time goes now)
+#               864 µs of kernels and 1350 µs of host at 84), run184-host.py (where the host
+#               time goes now) and the 16-bit train steps of 84 and 33 as `train-step` records them
+#               (fused and eager; issue 36's ≤ 0.85 × eager bf16)
 #   PART=c      on the tree as committed (its build cache carried as .cache): run184-epilogue-order.py,
 #               the persistent GEMM's deferred count with one release fence after the CTA's
 #               barrier against every thread's fence, in the fused and sums (control) stages, bf16,
@@ -33,6 +34,10 @@ case ${PART:-check} in
      python lab/experiments/run180-step16.py 2>&1 | grep -v Warning >> $OUT/run185.log
      echo "step: $(( $(date +%s) - t0 )) s" | tee -a $OUT/run185.log
      python lab/experiments/run184-host.py > /dev/null 2>&1; echo "host profile: $(( $(date +%s) - t0 )) s" | tee -a $OUT/run185.log
+     # issue 36's train step as the records measure it (fused and eager, bf16 and fp16, 84 and 33)
+     python -m fusedlib train-step --problem 84,33 --precision 16bit --impl fused,eager --fresh \
+       --out /tmp/ts/train_step.csv >> $OUT/run185.log 2>&1; cp /tmp/ts/train_step.csv $OUT/
+     echo "train step: $(( $(date +%s) - t0 )) s" | tee -a $OUT/run185.log
      grep "kernels .* a step" $OUT/run185.log ;;
   c) rm -rf build/run184-kernels
      python -c "import importlib.util as u, pathlib; s = u.spec_from_file_location('e', 'lab/experiments/run184-epilogue-order.py'); m = u.module_from_spec(s); s.loader.exec_module(m); m.edited_kernels(pathlib.Path('build/run184-kernels'))"
