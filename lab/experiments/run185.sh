@@ -27,6 +27,16 @@ echo "built in $(( $(date +%s) - t0 )) s" | tee $OUT/run185.log
 grep -il "error" /tmp/build-*.log && tail -30 /tmp/build-*.log | tee -a $OUT/run185.log
 case ${PART:-check} in
   check) ls .cache/flcache.part-* > /dev/null 2>&1 || tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
+     # the new C++ routes' tests first, each alone, so that a crash names its test (a first try of
+     # run186's node crashed the process in autograd's worker thread: its backward returned 9
+     # gradients where torch::autograd::Function wants one for each of forward's 14 arguments,
+     # since fixed); where the machine has gdb, under it, for the C++ stack of a crash
+     gdb=""; command -v gdb > /dev/null && gdb="gdb -q -batch -ex run -ex bt --args"
+     for k in backward_call_is_its_parts cpp_node autocast_takes_the_eager_call; do
+       timeout 150 $gdb python -X faulthandler -m pytest -q -m gpu tests/test_mixed_precision.py -k $k -x \
+         -p no:cacheprovider >> $OUT/first.log 2>&1
+       echo "$k: $(grep -h "passed\|failed\|error\|SIGSEGV" $OUT/first.log | tail -n 1) ($(( $(date +%s) - t0 )) s)" | tee -a $OUT/run185.log
+     done
      timeout 300 python -m pytest -q -m gpu tests/test_mixed_precision.py tests/test_kernelbench_eval.py \
        tests/test_gpu_operator.py -p no:cacheprovider > $OUT/checks.log 2>&1
      echo "mixed + kernelbench + operator: $(tail -n 1 $OUT/checks.log) ($(( $(date +%s) - t0 )) s)" | tee -a $OUT/run185.log
