@@ -100,7 +100,7 @@ def test_pass_rule_lab_against_the_recorded_gpu_case():
 def test_ncu_table_reads_the_committed_report():
     """The committed Nsight Compute report of problem 84 in tf32: one column per kernel (the
     counter increment left out), durations converted from ns to µs, grids as launched."""
-    t = course.ncu_table("run10-ncu_84_tf32.csv")
+    t = course.ncu_table("tf32-84")
     ours = [c for c in t.columns if c.startswith("fl::fused_wgmma_kernel")]
     cublas = [c for c in t.columns if "xmma_gemm" in c]
     assert len(ours) == 1 and len(cublas) == 1 and not any("elementwise" in c for c in t.columns)
@@ -113,23 +113,23 @@ def test_ncu_table_reads_the_committed_report():
 def test_ncu_versus_puts_two_reports_side_by_side(monkeypatch, tmp_path):
     """The SIMT GEMM against cuBLAS SGEMM (run67): ours first, the ratio of the durations;
     (None, None) where a report is not committed."""
-    table, ratio = course.ncu_versus("run67-ncu-simt.csv", "run67-ncu-sgemm.csv")
+    table, ratio = course.ncu_versus("simt-fp32", "cublas-fp32")
     ours, cublas = table.columns
     assert ours.startswith("simt_gemm_kernel") and "xmma_gemm" in cublas
     assert ratio == pytest.approx(table.loc["Duration (µs)", ours] / table.loc["Duration (µs)", cublas])
     assert 1.0 < ratio < 3.0 and table.loc["Grid Size", ours] == 512
-    assert course.ncu_versus("run67-ncu-simt.csv", "no-such-report.csv") == (None, None)
+    assert course.ncu_versus("simt-fp32", "no-such-report.csv") == (None, None)
 
 
 def test_ncu_versus_with_clocks_tells_clock_from_cycles():
     """run141: the fold stage's tf32 GEMM against cuBLAS's at the GPU's own clocks. With
     ``clocks`` the SM clock (GHz) and elapsed cycles join the rows; duration = cycles / clock."""
-    table, ratio = course.ncu_versus("run141-ncu-tf32-fold.csv", "run141-ncu-tf32-cublas.csv", clocks=True)
+    table, ratio = course.ncu_versus("persistent-tf32-clocks", "cublas-tf32-clocks", clocks=True)
     assert list(table.index[-2:]) == list(course.NCU_CLOCKS)
     for kernel in table.columns:
         cycles, ghz = table.loc["Elapsed Cycles", kernel], table.loc["SM Frequency", kernel]
         assert 1.0 < ghz < 2.1 and cycles / ghz / 1e3 == pytest.approx(table.loc["Duration (µs)", kernel], rel=0.01)
-    assert "Elapsed Cycles" not in course.ncu_versus("run141-ncu-tf32-fold.csv", "run141-ncu-tf32-cublas.csv")[0].index
+    assert "Elapsed Cycles" not in course.ncu_versus("persistent-tf32-clocks", "cublas-tf32-clocks")[0].index
 
 
 def test_notes_table_finds_a_table_by_its_header(monkeypatch, tmp_path):

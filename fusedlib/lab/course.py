@@ -418,9 +418,25 @@ NCU_SHOWN = ("Duration", "Grid Size", "Waves Per SM", "Registers Per Thread", "T
 NCU_CLOCKS = ("SM Frequency", "Elapsed Cycles")
 
 
+#: The Nsight Compute reports the course reads, by what each profiles (``ncu --csv --page details``,
+#: one call each; the files under ``results/<gpu>/logs/``, where the notes say on which kernels
+#: and when each was made).
+NCU_REPORTS = {
+    "tf32-84": "run10-ncu_84_tf32.csv",  # one fused forward (wgmma GEMM + row pass) and one F.linear, 84
+    "tf32-39": "run10-ncu_39_tf32.csv",  # the same at 39's shape
+    "simt-fp32": "run67-ncu-simt.csv",  # the SIMT fp32 GEMM (fold stage), 84's shape
+    "cublas-fp32": "run67-ncu-sgemm.csv",  # cuBLAS's SGEMM, the same GEMM
+    "wgmma-tf32": "run67-ncu-wgmma.csv",  # the fused stage's wgmma GEMM before the persistent kernel
+    "cublas-tf32": "run67-ncu-tf32.csv",  # cuBLAS's TF32 GEMM with bias
+    "persistent-tf32-clocks": "run141-ncu-tf32-fold.csv",  # the persistent tf32 GEMM, plain store, with clocks
+    "cublas-tf32-clocks": "run141-ncu-tf32-cublas.csv",  # cuBLAS's TF32 GEMM, with clocks
+}
+
+
 def ncu_table(name: str, gpu: str = NOTES_GPU, clocks: bool = False):
     """One Nsight Compute report committed under ``results/<gpu>/logs/`` (``ncu --csv --page
-    details``, e.g. ``run10-ncu_84_tf32.csv``: one forward of the fused stage and one F.linear)
+    details``; ``name`` a key of :data:`NCU_REPORTS`, e.g. ``tf32-84``: one forward of the fused
+    stage and one F.linear, or a file name there)
     as a table: rows :data:`NCU_SHOWN` (Duration in µs, throughputs and occupancy in % of peak),
     and with ``clocks`` also :data:`NCU_CLOCKS` (GHz, cycles), one column per kernel (name
     shortened), the one-block counter increment left out.
@@ -431,7 +447,7 @@ def ncu_table(name: str, gpu: str = NOTES_GPU, clocks: bool = False):
     import io
 
     import pandas as pd
-    text = (results_dir(gpu) / "logs" / name).read_text()
+    text = (results_dir(gpu) / "logs" / NCU_REPORTS.get(name, name)).read_text()
     df = pd.read_csv(io.StringIO(text[text.index('"ID"'):]), dtype=str)
     shown = NCU_SHOWN + (NCU_CLOCKS if clocks else ())
     df = df[df["Metric Name"].isin(shown) & ~df["Kernel Name"].str.contains("elementwise")].copy()
@@ -525,9 +541,8 @@ def versions_plot(gpu: str = NOTES_GPU):
 
 def ncu_versus(ours: str, theirs: str, gpu: str = NOTES_GPU, clocks: bool = False):
     """Two single-kernel Nsight Compute reports of ``results/<gpu>/logs/`` side by side
-    (:func:`ncu_table` of each, ``clocks`` passed on: ``ours`` first, e.g. ``run67-ncu-simt.csv``
-    against cuBLAS's ``run67-ncu-sgemm.csv``) and the time ratio ours / theirs, or (None, None)
-    when absent."""
+    (:func:`ncu_table` of each, ``clocks`` passed on: ``ours`` first, e.g. ``simt-fp32`` against
+    cuBLAS's ``cublas-fp32``) and the time ratio ours / theirs, or (None, None) when absent."""
     import pandas as pd
     try:
         a, b = ncu_table(ours, gpu, clocks), ncu_table(theirs, gpu, clocks)
