@@ -198,6 +198,18 @@ def test_kernel_source_raises_on_a_missing_marker():
         course.kernel_source("no_such_file.cuh")
 
 
+def test_kernel_source_takes_lines_above_the_start():
+    """``before`` lines above the start marker's line (a kernel's template line), at most to the
+    file's first line."""
+    whole = course.kernel_source("gemm.cuh", history=True).splitlines()[1:-1]
+    at = next(k for k, line in enumerate(whole) if "template <class Epi>" in line)
+    assert at > 0
+    got = course.kernel_source("gemm.cuh", "template <class Epi>", before=1, history=True).splitlines()[1:-1]
+    assert got == whole[at - 1:]
+    got = course.kernel_source("gemm.cuh", "template <class Epi>", before=at + 9, history=True).splitlines()[1:-1]
+    assert got == whole
+
+
 # ---------------------------------------------------------------- engine paths and predictions
 def test_gemm_paths_table_follows_the_engine():
     t = course.gemm_paths_table()

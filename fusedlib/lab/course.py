@@ -96,9 +96,10 @@ def prediction(impl: str, problem: str, shape: str | None = None, mode: str = "t
 
 
 def kernel_source(stage: str, start: str | None = None, end: str | None = None, after: int = 0,
-                  history: bool = False) -> str:
+                  history: bool = False, before: int = 0) -> str:
     """The stage's CUDA file (a stage name or a file in fusedlib/kernels), or the lines from
-    the first one containing ``start`` up to the next one containing ``end`` (the end of the
+    the first one containing ``start`` (and ``before`` lines above it: a kernel's template line)
+    up to the next one containing ``end`` (the end of the
     file without ``end``) and ``after`` more lines, as a Markdown ```cuda block; comments
     citing the lab's experiments are left out (:func:`without_history`) unless ``history``.
 
@@ -119,7 +120,7 @@ def kernel_source(stage: str, start: str | None = None, end: str | None = None, 
             j = next((k for k, line in enumerate(lines[i + 1:], i + 1) if end in line), None)
             if j is None:
                 raise ValueError(f"kernel_source: no line of {name} after {start!r} contains the end marker {end!r}")
-        lines = lines[i:j + 1 + after]
+        lines = lines[max(i - before, 0):j + 1 + after]
     elif end:
         raise ValueError("kernel_source: an end marker needs a start marker")
     listing = "```cuda\n" + "\n".join(lines) + "\n```"
