@@ -174,14 +174,15 @@ def test_the_notebooks_show_kernel_sources():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_kernel_source_call_in_the_notebooks_resolves(path):
     """Each call names an existing file and finds its start and end markers (kernel_source
-    raises otherwise), and the excerpt begins at the start marker and reaches the end marker."""
+    raises otherwise), and the excerpt begins at the start marker (``before`` lines above it)
+    and reaches the end marker."""
     for args, kwargs in _kernel_source_calls(path):
         text = course.kernel_source(*args, **kwargs)
         body = text.removeprefix("```cuda\n").removesuffix("\n```").splitlines()
         start = args[1] if len(args) > 1 else kwargs.get("start")
         end = args[2] if len(args) > 2 else kwargs.get("end")
         if start:
-            assert start in body[0], (path.name, start)
+            assert start in body[kwargs.get("before", 0)], (path.name, start)
         if end:
             after = kwargs.get("after", args[3] if len(args) > 3 else 0)
             assert end in body[len(body) - 1 - after], (path.name, end, after)
