@@ -45,7 +45,7 @@ case ${PART:-check} in
      echo "step: $(( $(date +%s) - t0 )) s" | tee -a $OUT/run185.log
      python lab/experiments/run184-host.py > /dev/null 2>&1; echo "host profile: $(( $(date +%s) - t0 )) s" | tee -a $OUT/run185.log
      # issue 36's train step as the records measure it (fused and eager, bf16 and fp16, 84 and 33)
-     python -m fusedlib train-step --problem 84,33 --precision 16bit --impl fused,eager --fresh \
+     mkdir -p /tmp/ts; python -m fusedlib train-step --problem 84,33 --precision 16bit --impl fused,eager --fresh \
        --out /tmp/ts/train_step.csv >> $OUT/run185.log 2>&1; cp /tmp/ts/train_step.csv $OUT/
      echo "train step: $(( $(date +%s) - t0 )) s" | tee -a $OUT/run185.log
      grep "kernels .* a step" $OUT/run185.log ;;
