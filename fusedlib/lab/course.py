@@ -1378,10 +1378,9 @@ def sixteen_bit_time_md(problem: str = "84", precision: str = "bf16", mode: str 
     return (f"At {problem}'s KernelBench shape ({mode} mode) the {precision} fused forward takes **{total:.0f} µs** "
             f"(`bench.csv`). Its kernels, per forward (`profile.csv`): the GEMM with its statistics epilogue "
             f"**{g:.0f} µs**, the row pass {r:.0f} µs, and {launches} dtype conversions {c:.0f} µs (the "
-            f"vectors to float32, and back to {precision} what the kernels wrote in float32). {wait} With the "
-            "GEMM twice as "
-            "fast as in tf32, what lies around it weighs twice as much: the conversions and the wait, noise "
-            f"beside a tf32 GEMM, are **{(c + max(idle, 0)) / total:.0%}** of this forward.")
+            f"vectors to float32, and back to {precision} what the kernels wrote in float32). {wait} "
+            "With the GEMM twice as fast as in tf32, what lies around it weighs twice as much: the conversions "
+            f"and the wait, noise beside a tf32 GEMM, are **{(c + max(idle, 0)) / total:.0%}** of this forward.")
 
 
 def sixteen_bit_note(gpu: str = RESULTS_GPU) -> str | None:
