@@ -3,7 +3,8 @@
 # run188-merge.patch applied: run189-backward-passes.cu (the fused train backward's three passes
 # against variants, bits compared, µs and GB/s; run189.csv), then Nsight Compute's sections of the
 # partials kernel as it is (84, bf16), while the extensions build for the benches that follow
-# (their cache back in parts, flcache.part-*: copy them into .cache/ and carry .cache).
+# (their cache back in parts, flcache.part-*: copy them into .cache/ and carry .cache); then
+# run190-host3x.py (run190-host3x.log).
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 t0=$(date +%s)
@@ -36,4 +37,6 @@ PY
 wait
 echo "built in $(( $(date +%s) - t0 )) s" | tee -a $OUT/run189.log
 grep -il "error" /tmp/build-*.log && tail -30 /tmp/build-*.log
+# issue 32: where a 3xtf32 forward's bench median goes beyond its kernels (host, idle GPU)
+timeout 120 python lab/experiments/run190-host3x.py 2>&1 | grep -v Warning | tail -n 3
 tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
