@@ -288,6 +288,8 @@ class StageFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        if torch.is_grad_enabled():  # create_graph=True: this backward is itself differentiated
+            return (None, None, *_differentiable_backward(ctx, dy))
         # Autograd runs a CUDA backward on a thread of its own, where cuBLAS's first call finds no
         # current CUDA context, warns, and makes the primary context current: the right one.
         with torch.no_grad(), warnings.catch_warnings():
@@ -316,6 +318,43 @@ class StageFunction(torch.autograd.Function):
                                                   running_var, ctx.eps)
                 grads = tuple(g.to(d) for g, d in zip(grads, dtypes))
         return (None, None, *grads)
+
+
+def _differentiable_backward(ctx, dy: torch.Tensor) -> tuple:
+    """:class:`StageFunction`'s gradients when autograd records the backward itself
+    (``torch.autograd.grad(..., create_graph=True)`` or ``backward(create_graph=True)``: a
+    gradient penalty, a Hessian-vector product, double backward). The kernels' backward has no
+    derivative of its own, and a backward run without its graph would drop the second-order
+    terms without a word; so here the gradients are autograd's through the same model in PyTorch's
+    differentiable operators (:func:`fusedlib.reference.functional_forward`), from the saved
+    inputs, at the forward's GEMM precision (:func:`fusedlib.engine.cublas_precision`; 3xtf32 as
+    fp32), the graph reaching x, the parameters and dY. bf16/fp16 inputs are computed in float32 and
+    their gradients returned in their dtypes (§15). Train mode: batch statistics, as the forward,
+    and the Linear's bias a zero gradient (it cancels in them), as the kernels' backward gives it.
+
+    Returns:
+        (dx, dweight, dbias, dscale, dgamma, dbeta), None where ``ctx.needs_input_grad`` is False.
+    """
+    from .reference import functional_forward
+    if ctx.training:
+        _, _, x, weight, scale, gamma, beta = ctx.saved_tensors
+        bias = running_mean = running_var = None
+    else:
+        _, x, weight, bias, scale, gamma, beta, running_mean, running_var = ctx.saved_tensors
+    inputs = (x, weight, bias, scale, gamma, beta)
+    wanted = [i for i, t in enumerate(inputs) if t is not None and ctx.needs_input_grad[2 + i]]
+    low = x.dtype in algebra.LOW_PRECISION
+    f32 = (lambda t: t.float() if low and t is not None else t)
+    with torch.enable_grad(), engine.cublas_precision(ctx.precision):
+        y = functional_forward(ctx.kind, *(f32(t) for t in (x, weight, bias, scale, gamma, beta, running_mean,
+                                                              running_var)), ctx.training, ctx.eps)
+        found = torch.autograd.grad(y, [inputs[i] for i in wanted], f32(dy), create_graph=True, allow_unused=True)
+    grads = [None] * 6
+    for i, g in zip(wanted, found):
+        grads[i] = g if g is not None else torch.zeros_like(inputs[i])
+    if ctx.training and ctx.needs_input_grad[4]:
+        grads[2] = torch.zeros(weight.shape[0], dtype=weight.dtype, device=weight.device)
+    return tuple(grads)
 
 
 def _define(stage: str):
@@ -455,6 +494,11 @@ class SyncStageFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, _dstats):
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "fusedlib: the backward of a train step across a process group cannot itself be differentiated "
+                "(create_graph=True: a gradient penalty, double backward); compute such a term with the module's "
+                "process_group set to None (this rank's batch) or in eval mode")
         y, z, stats, x, weight, scale, gamma, beta = ctx.saved_tensors
         need_dx = ctx.needs_input_grad[1]
         with torch.no_grad():

@@ -19,6 +19,7 @@ from torch import nn
 __all__ = [
     "GemmBatchNormScalingSoftmax",
     "GemmScaleBatchNorm",
+    "functional_forward",
     "Shape",
     "PRESETS",
     "PROBLEMS",
@@ -84,6 +85,36 @@ class GemmScaleBatchNorm(nn.Module):
         x = x * self.scale
         x = self.bn(x)
         return x
+
+
+def functional_forward(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                       scale: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
+                       running_mean: torch.Tensor | None, running_var: torch.Tensor | None, training: bool,
+                       eps: float) -> torch.Tensor:
+    """The reference models' forward as a function of their tensors, in PyTorch's own
+    differentiable operators (``F.linear``, ``F.batch_norm``, ``torch.softmax``), in the order of
+    :class:`GemmBatchNormScalingSoftmax` (kind "84") and :class:`GemmScaleBatchNorm` ("33").
+
+    Args:
+        kind: "84" (softmax(s·BN(XWᵀ + b)), dim 1) or "33" (BN((XWᵀ + b)∘s)).
+        x: (N, K). weight: (M, K). bias: (M) or None. scale: (1) ("84") or (M) ("33").
+        gamma, beta: bn.weight and bn.bias (M).
+        running_mean, running_var: (M), read in eval mode; in train mode the batch statistics
+            are used and no buffer is read or written (None is allowed there).
+        training: batch statistics (True) or the running buffers (False).
+        eps: BatchNorm's ε.
+
+    Returns:
+        Y (N, M) in the inputs' dtype, with autograd's graph to every input that requires a
+        gradient (any order: fusedlib's stages use it for a backward that is itself
+        differentiated, :class:`fusedlib.ops.StageFunction`).
+    """
+    import torch.nn.functional as F
+    z = F.linear(x, weight, bias)
+    if kind == "84":
+        u = F.batch_norm(z, running_mean, running_var, gamma, beta, training, 0.0, eps)
+        return torch.softmax(scale * u, dim=1)
+    return F.batch_norm(z * scale, running_mean, running_var, gamma, beta, training, 0.0, eps)
 
 
 @dataclass(frozen=True)

@@ -358,3 +358,26 @@ def test_autocast_under_a_process_group(tmp_path):
     assert ((dw - want).norm() / want.norm()).item() <= 2 * 2 ** -8
     assert torch.equal(got[0]["running_mean"], got[1]["running_mean"])
     assert torch.allclose(got[0]["running_mean"], module.bn.running_mean, rtol=1e-4, atol=1e-6)
+
+
+def _create_graph_worker(rank: int, world: int, out: str) -> None:
+    import fusedlib
+    torch.manual_seed(0)
+    module = fusedlib.convert_sync_batchnorm(fusedlib.FusedGemmBatchNormScalingSoftmax(8, 6))
+    rows = (torch.randn(5, 8, generator=torch.Generator().manual_seed(rank)) + 2).requires_grad_()
+    try:
+        torch.autograd.grad(module(rows).pow(2).sum(), rows, create_graph=True)
+        message = None
+    except RuntimeError as err:
+        message = str(err)
+    torch.save({"message": message}, f"{out}/rank{rank}.pt")
+
+
+def test_create_graph_across_a_process_group_is_refused(tmp_path):
+    """A backward that would itself be differentiated (create_graph=True) across a process group
+    raises on every rank, naming what to do, rather than giving a first-order gradient without its
+    graph (a gradient penalty dropped without a word)."""
+    sync_demo.spawn_ranks(_create_graph_worker, 2, str(tmp_path))
+    for r in range(2):
+        message = torch.load(tmp_path / f"rank{r}.pt")["message"]
+        assert message is not None and "create_graph=True" in message and "process_group" in message, message
