@@ -37,6 +37,11 @@ PY
 wait
 echo "built in $(( $(date +%s) - t0 )) s" | tee -a $OUT/run189.log
 grep -il "error" /tmp/build-*.log && tail -30 /tmp/build-*.log
+# the merge's GPU tests added after its validation (Python only): create_graph through the 16-bit
+# C++ node refused, a gradient penalty on CUDA against the reference
+timeout 150 python -m pytest -q -m gpu tests/test_mixed_precision.py -k "create_graph or gradient_penalty" \
+  -p no:cacheprovider > /tmp/penalty.log 2>&1; tail -n 15 /tmp/penalty.log >> $OUT/run189.log
+echo "create_graph tests: $(tail -n 1 /tmp/penalty.log) ($(( $(date +%s) - t0 )) s)" | tee -a $OUT/run189.log
 # issue 32: where a 3xtf32 forward's bench median goes beyond its kernels (host, idle GPU)
 timeout 120 python lab/experiments/run190-host3x.py 2>&1 | grep -v Warning | tail -n 3
 tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
