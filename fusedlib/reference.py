@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
@@ -100,7 +101,7 @@ def functional_forward(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: t
         x: (N, K). weight: (M, K). bias: (M) or None. scale: (1) ("84") or (M) ("33").
         gamma, beta: bn.weight and bn.bias (M).
         running_mean, running_var: (M), read in eval mode; in train mode the batch statistics
-            are used and no buffer is read or written (None is allowed there).
+            are used and these are neither read nor written (None is allowed there).
         training: batch statistics (True) or the running buffers (False).
         eps: BatchNorm's ε.
 
@@ -109,7 +110,8 @@ def functional_forward(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: t
         gradient (any order: fusedlib's stages use it for a backward that is itself
         differentiated, :class:`fusedlib.ops.StageFunction`).
     """
-    import torch.nn.functional as F
+    if training:  # batch statistics: no running buffer enters (nor is updated)
+        running_mean = running_var = None
     z = F.linear(x, weight, bias)
     if kind == "84":
         u = F.batch_norm(z, running_mean, running_var, gamma, beta, training, 0.0, eps)
