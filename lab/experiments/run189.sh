@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run189 (one H200 or H100; results/h200/NOTES.md, "Next, in device calls"), on the tree with
-# run188-merge.patch applied: run189-backward-passes.cu (the fused train backward's three passes
+# run188-merge.patch applied: run189-backward-passes.py (the fused train backward's three passes
 # against variants, bits compared, µs and GB/s; run189.csv), then Nsight Compute's sections of the
 # partials kernel as it is (84, bf16), while the extensions build for the benches that follow
 # (their cache back in parts, flcache.part-*: copy them into .cache/ and carry .cache); then
@@ -12,15 +12,12 @@ t0=$(date +%s)
 for s in naive fold sums fused; do python -c "from fusedlib.build import load_stage; load_stage('$s')" > /tmp/build-$s.log 2>&1 & done
 python -c "from fusedlib.build import load_backward; load_backward()" > /tmp/build-bwd.log 2>&1 &
 mkdir -p build
-nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I fusedlib/kernels lab/experiments/run189-backward-passes.cu \
-  -o build/run189 > $OUT/run189.log 2>&1
-echo "run189 compiled: rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a $OUT/run189.log
-build/run189 $OUT/run189.csv 2>&1 | tee -a $OUT/run189.log
+python lab/experiments/run189-backward-passes.py $OUT/run189.csv 2>&1 | tee -a $OUT/run189.log
 S="--section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section WarpStateStats"
 # the partials kernel as it is, bf16: at 84 its first launch, at 33 its first after 84's 34
 for c in "84 0" "33 34"; do set -- $c
   timeout 100 ncu --clock-control none $S -k "regex:backward_partials_kernel" --launch-skip $2 --launch-count 1 --csv \
-    --page details build/run189 /tmp/run189-ncu-run.csv > $OUT/run189-ncu$1.csv 2> /tmp/ncu.err
+    --page details build/run189/run189 /tmp/run189-ncu-run.csv > $OUT/run189-ncu$1.csv 2> /tmp/ncu.err
   echo "ncu $1: rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a $OUT/run189.log; tail -2 /tmp/ncu.err | tee -a $OUT/run189.log
 done
 python - <<'PY' | tee -a $OUT/run189.log

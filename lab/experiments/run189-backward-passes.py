@@ -1,4 +1,16 @@
-// run189 (one H200 or H100; results/h200/NOTES.md): where the fused train backward's three passes
+"""run189: the fused train backward's three passes against variants (results/h200/NOTES.md).
+
+The CUDA program below (SOURCE) is written to build/run189/run189.cu, compiled with nvcc for
+sm_90a against the tree's kernels (-I fusedlib/kernels: it includes backward.cu; the tree with
+run188-merge.patch applied) and run: python lab/experiments/run189-backward-passes.py [CSV]
+(the binary, build/run189/run189, stays for Nsight Compute). Kept as a string, not a .cu file,
+so that the repository's kernel sources stay fusedlib/kernels' alone (the GPU records' hashes).
+"""
+import subprocess
+import sys
+from pathlib import Path
+
+SOURCE = r'''// run189 (one H200 or H100; results/h200/NOTES.md): where the fused train backward's three passes
 // lose against the memory's rate (run188's bf16 step at 84: row terms 32 MB in 18.5 µs, partials
 // 64 MB in 49 µs, dZ' 80 MB in 28 µs, where the H200 streams about 4 TB/s), and what each change
 // to them gains. Stand-alone: the backward's kernels as they are (backward.cu, included) against
@@ -16,8 +28,6 @@
 //                             merge's order changes: algebra.BACKWARD_TILE_ROWS would follow)
 //   row terms vec             16-byte loads, 4 a thread in flight (the sum's order changes)
 //   dZ'       cols=2          (16-bit) two adjacent columns a thread, 64-column tiles, 4-byte stores
-// Build and run: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I fusedlib/kernels \
-//   lab/experiments/run189-backward-passes.cu -o build/run189 && build/run189 [csv]
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -420,3 +430,18 @@ int main(int argc, char** argv) {
   CK(cudaDeviceSynchronize());
   return 0;
 }
+'''
+
+
+def main() -> int:
+    out = Path("build/run189")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "run189.cu").write_text(SOURCE)
+    subprocess.run(["nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-I", "fusedlib/kernels",
+                    str(out / "run189.cu"), "-o", str(out / "run189")], check=True)
+    print("compiled", flush=True)
+    return subprocess.run([str(out / "run189"), *sys.argv[1:2]]).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
