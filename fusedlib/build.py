@@ -44,7 +44,10 @@ _BACKWARD_DECL = ("std::vector<at::Tensor> backward_passes(const at::Tensor& dy,
                   "const std::string& group_name);\n"
                   "at::Tensor centered_x(const at::Tensor& x, bool split);\n"
                   "at::Tensor centered_x_about(const at::Tensor& x, bool split, const at::Tensor& total);\n"
-                  "at::Tensor tf32_parts(const at::Tensor& w);")
+                  "at::Tensor tf32_parts(const at::Tensor& w);\n"
+                  "std::vector<at::Tensor> backward_sixteen(const at::Tensor& dy, const at::Tensor& y, "
+                  "const at::Tensor& z, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale, "
+                  "const at::Tensor& gamma, const at::Tensor& beta, c10::string_view kind, double eps, bool need_dx);")
 
 
 class KernelBuildError(RuntimeError):
@@ -171,7 +174,7 @@ def load_backward(device_index: int = 0):
     """
     cuda_src = f'#include "{BACKWARD_FILE}"\n#include "{BACKWARD_HOST}"\n'
     return _load("backward", cuda_src, _BACKWARD_DECL, ["backward_passes", "backward_passes_group", "centered_x",
-                                                        "centered_x_about", "tf32_parts"],
+                                                        "centered_x_about", "tf32_parts", "backward_sixteen"],
                  device_index, [])
 
 

@@ -74,14 +74,22 @@ def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum:
         for float32 x and gemm.weight; for bf16 or fp16 x and gemm.weight (the 16-bit kernels),
         in x's dtype when the vectors are in it too (a module ``.to(dtype)``: the C++ side casts
         them to float32 in one cat and one cast and writes the running buffers back), float32 when
-        they are float32 already; None when grad mode is on and x or a parameter requires grad, a dispatch mode
-        or tensor subclass is active, ``$FUSEDLIB_GEMM_PATH`` forces a path, or an argument
-        fails the operator's checks (the C++ side decides: ``fusedlib/kernels/torch_op.cuh``).
+        they are float32 already; under ``torch.autocast`` to bf16/fp16, what the operators'
+        autocast rule gives (the rule applied in C++). A 16-bit call in train mode that needs a
+        gradient (grad mode on, x or a parameter requiring grad) returns Y with a C++ autograd
+        node whose backward is one C++ call (the same kernels and gradients as the operator's
+        way, without its Python calls).
+        None when any other call needs a gradient, a dispatch mode or tensor subclass is active,
+        ``$FUSEDLIB_GEMM_PATH`` forces a path, or an argument fails the operator's checks (the
+        C++ side decides: ``fusedlib/kernels/torch_op.cuh``).
 
     Raises:
         fusedlib.build.KernelBuildError: the stage's kernels could not be built.
     """
     fn = load_stage(module._stage, x.get_device()).eager_forward  # cached per (stage, device)
+    if (module.training and torch.is_grad_enabled()
+            and (x.dtype in algebra.LOW_PRECISION or torch.is_autocast_enabled("cuda"))):
+        load_backward(x.get_device())  # (the 16-bit train forward's autograd node calls its backward_sixteen)
     return fn(x, *tensors, module._kind, module._precision, module.training, eps, momentum)
 
 
@@ -123,9 +131,12 @@ def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
     statistics ``stats``: dZ' from the ranks' totals, dW centred on the global x̄, and dγ, dβ and
     the scale's gradient this rank's part (DistributedDataParallel sums them), as
     :func:`fusedlib.algebra.train_backward_fused` with ``reduce`` specifies.
-    x and weight both bf16 or both fp16 (the 16-bit forward's, one process): the passes as
-    always (in float32), then dX = dZ'·W and dW = dZ'ᵀ·X on cuBLAS's 16-bit GEMMs, dZ' rounded to
-    the dtype as eager PyTorch's backward has it (float32 accumulation), dX and dW in the dtype;
+    x and weight both bf16 or both fp16 (the 16-bit forward's, one process): one C++ call
+    (``backward_sixteen``, which spares a 16-bit step the host time of a dozen Python calls): the
+    vectors cast to float32 in one cat and one cast, the passes as always, their sums in float32, reading dY and Y in the dtype as they come (the vectors in
+    float32) and writing dZ' once, rounded to the dtype as eager PyTorch's backward has it; then
+    dX = dZ'·W and dW = dZ'ᵀ·X on cuBLAS's 16-bit GEMMs (float32 accumulation, dZ'ᵀ a view), dX
+    and dW in the dtype, the vectors' gradients cast back to theirs in one cat and one cast;
     other mixes run on float32 values (exact) and return each gradient in its input's dtype
     (docs/design.md §15)."""
     dtypes = (x.dtype, weight.dtype)
@@ -135,11 +146,9 @@ def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
     ext = load_backward(z.device.index if z.device.index is not None else torch.cuda.current_device())
     split = precision == "3xtf32" and not sixteen
     y_or_z = z if y is None else y
-    if sixteen:
-        dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, y_or_z, z, scale, gamma, beta, kind, eps, False)
-        dx = dz[0].to(x.dtype) @ weight if need_dx else x.new_empty(0)
-        return (dx, dzt[0].to(x.dtype) @ x.contiguous(), torch.zeros_like(dgamma),
-                algebra.scale_gradient(ds_cols, scale), dgamma, dbeta)
+    if sixteen:  # the passes, the GEMMs and the vectors' casts in one C++ call (torch_backward.cuh)
+        return tuple(ext.backward_sixteen(dy, y_or_z, z, x, weight, scale, gamma, beta, kind, eps, need_dx))
+    dy, y_or_z = dy.float(), y_or_z.float()  # (the float32 GEMMs read float32 dZ')
     if group_name is None:
         dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, y_or_z, z, scale, gamma, beta, kind, eps, split)
         x_op = ops.x_operand(ext, x, precision)

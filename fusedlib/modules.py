@@ -53,6 +53,23 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool, syn
             "(x: BatchNorm in train mode needs a batch of at least 2)")
 
 
+def _first_derivative_only(grad: torch.Tensor) -> None:
+    """A hook on Y of the 16-bit train step's C++ autograd node (``SixteenBitTrain``, whose
+    backward is the fused kernels' first derivative, recorded by no graph): a backward that
+    autograd records to differentiate again (``create_graph=True``) raises here, before that node
+    runs, where it would otherwise return gradients without their graph and so drop a gradient
+    penalty's terms without a word (docs/design.md §10).
+
+    Raises:
+        RuntimeError: under ``create_graph=True``.
+    """
+    if torch.is_grad_enabled():
+        raise RuntimeError(
+            "fusedlib: a bf16/fp16 module's train-mode backward on CUDA cannot itself be differentiated "
+            "(create_graph=True: a gradient penalty, double backward); compute such a term with the module in "
+            "float32 outside torch.autocast (module.float(), whose backward is differentiable) or in eval mode")
+
+
 class _FusedBase(nn.Module):
     """Shared forward of the fused modules: validation, then CPU algebra or CUDA kernels."""
 
@@ -151,10 +168,11 @@ class _FusedBase(nn.Module):
         tensors = self._tensors()
         bn = self._modules["bn"]
         synced = self._synced()
-        if (isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not synced
-                and not torch.is_autocast_enabled("cuda")):  # (autocast's rule lives in the operators)
+        if isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not synced:
             y = cuda.eager_forward(self, x, tensors, bn.eps, bn.momentum)  # None: the operator's way below
             if y is not None:
+                if y.requires_grad:  # the 16-bit train step's C++ autograd node: a first derivative only
+                    y.register_hook(_first_derivative_only)
                 return y
         validate_input(x, self._modules["gemm"].in_features, tensors[0], self.training, synced)
         x = x.contiguous()  # one copy for a strided or transposed input; none otherwise
@@ -169,16 +187,19 @@ class _FusedBase(nn.Module):
         float32 sums, whatever the module's precision); elsewhere, and across a process group,
         they are converted to float32 (exact: a bf16 or fp16 value is a TF32 value, so every
         precision multiplies them exactly) for the float32 kernels. Everything after the GEMM
-        runs in float32 either way: the vectors are converted, the running buffers updated in
-        float32 and copied back in their dtype, Y computed in float32 and returned in x's dtype
-        promoted with the scale's. Autograd sees the conversions, so gradients come in each
-        tensor's dtype."""
+        runs in float32 either way: the vectors are converted (with the 16-bit kernels by the
+        operator's CUDA kernel, in one cat and one cast; here otherwise), the running buffers
+        updated in float32 and copied back in their dtype, Y computed in float32 and returned in
+        x's dtype promoted with the scale's. Gradients come in each tensor's dtype (the
+        backward's call casts them, or autograd through the conversions here)."""
         weight, out_dtype = tensors[0], torch.promote_types(x.dtype, tensors[2].dtype)
         if synced or not cuda.sixteen_bit_kernels(x, weight):
             x, weight = x.float(), weight.float()
-        f32 = (weight, *(t.float() for t in tensors[1:7]), tensors[7])
+            f32 = (weight, *(t.float() for t in tensors[1:7]), tensors[7])
+        else:  # the operator takes them as they are: its CUDA kernel casts 16-bit vectors (one cat, one cast)
+            f32 = tensors
         y = None
-        if (x.is_cuda and not synced and not torch.compiler.is_compiling()
+        if (f32 is not tensors and x.is_cuda and not synced and not torch.compiler.is_compiling()
                 and not torch.is_autocast_enabled("cuda")):  # the eager call, as forward's (None: the operator)
             bn = self._modules["bn"]
             y = cuda.eager_forward(self, x, f32, bn.eps, bn.momentum)

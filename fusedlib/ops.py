@@ -196,6 +196,14 @@ def _train_backward_fake(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
             torch.empty_like(scale), torch.empty_like(gamma), torch.empty_like(beta))
 
 
+#: A bf16/fp16 train step's backward in one C++ call, CUDA only, as an operator: its kernel is
+#: ``backward_sixteen`` of the backward extension (``fusedlib/kernels/torch_backward.cuh``, registered
+#: when :func:`fusedlib.build.load_backward` loads it), and the 16-bit train forward's C++ autograd
+#: node (``fusedlib/kernels/torch_op.cuh``) calls it through the dispatcher: the way from one
+#: extension to the other without Python. Internal: :func:`train_backward` is the public backward.
+_LIB.define("backward_sixteen(Tensor dy, Tensor y, Tensor z, Tensor x, Tensor weight, Tensor scale, Tensor gamma, "
+            "Tensor beta, str kind, float eps, bool need_dx) -> Tensor[]")
+
 #: train_backward's and sync_train's CUDA kernels as plain functions, set by :mod:`fusedlib.cuda`
 #: where it registers them; None until then. The eager route to them: :func:`eager_call`.
 _CUDA_TRAIN_BACKWARD = _CUDA_SYNC_TRAIN = None

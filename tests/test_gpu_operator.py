@@ -56,14 +56,19 @@ def test_opcheck_cuda(stage, problem, precision, training, momentum):
 @pytest.mark.parametrize("stage", algebra.STAGES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
-def test_opcheck_cuda_sixteen_bit_operands(stage, dtype, training):
-    """x and W in bf16/fp16 with float32 vectors (the 16-bit kernels): schema, fake (Y float32:
-    x's dtype promoted with the scale's), autograd (the 16-bit backward) and AOT dispatch."""
+@pytest.mark.parametrize("vectors", ["float32", "dtype"])
+def test_opcheck_cuda_sixteen_bit_operands(stage, dtype, training, vectors):
+    """x and W in bf16/fp16 (the 16-bit kernels) with float32 vectors, or with every vector in the
+    dtype too (a module .to(dtype): the CUDA kernel casts them, writes the running buffers back):
+    schema, fake (Y in x's dtype promoted with the scale's: float32, or the dtype), autograd (the
+    16-bit backward, the vectors' gradients in their dtype) and AOT dispatch."""
     _, module = _model("33", 64, 48, stage=stage, precision="tf32")
     module.train(training)
     load_stage(stage)
     args = list(_op_args(module, torch.rand(40, 64, device="cuda")))
     args[0], args[1] = args[0].to(dtype), args[1].detach().to(dtype)
+    if vectors == "dtype":
+        args[2:8] = [a.detach().to(dtype) for a in args[2:8]]
     args = tuple(a.detach().clone().requires_grad_(i < 6 and a.is_floating_point())
                  if isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
     torch.library.opcheck(ops.OPS[stage], args)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import fusedlib
-from fusedlib import cuda
+from fusedlib import cuda, ops
 from fusedlib.reference import make_reference
 
 DTYPES = (torch.bfloat16, torch.float16)
@@ -259,10 +259,12 @@ def test_a_sixteen_bit_module_runs_the_sixteen_bit_kernels(dtype, path, monkeypa
 @pytest.mark.parametrize("kind", ["84", "33"])
 @pytest.mark.parametrize("stage", fusedlib.STAGES)
 def test_the_eager_call_of_a_sixteen_bit_module_gives_the_operators_bits(stage, kind, training, dtype):
-    """Called without a gradient, a bf16/fp16 module takes the C++ eager call (its vectors cast to
-    float32 there, in one cat and one cast); with one, the operator through the dispatcher, after
-    ``modules._sixteen_bit``'s casts. The same kernels on the same float32 vectors: Y (in the
-    dtype), the running buffers and num_batches_tracked bit for bit, over three calls."""
+    """Called without a gradient, a bf16/fp16 module takes the C++ eager call; with one, the same
+    call with its C++ autograd node in train mode, the operator through the dispatcher and autograd
+    in eval mode. Either way the C++ forward casts the vectors to
+    float32 (one cat and one cast) and writes the running buffers back. The same kernels on the
+    same float32 vectors: Y (in the dtype), the running buffers and num_batches_tracked bit for
+    bit, over three calls."""
     ref, x, _, _ = _case(kind, training, shape=(200, 64, 96))
     x = x.to("cuda", dtype)
     results = []
@@ -281,6 +283,235 @@ def test_the_eager_call_of_a_sixteen_bit_module_gives_the_operators_bits(stage, 
         results.append((*ys, bn.running_mean.clone(), bn.running_var.clone(), bn.num_batches_tracked.clone()))
     for i, (a, b) in enumerate(zip(*results)):
         assert a.dtype == b.dtype and torch.equal(a, b), i
+
+
+def _module_and_operator(ref, stage, module_dtype, training, x, dy, calls, autocast=None):
+    """The same calls through the module (its eager C++ call) and through the operator with the
+    module's tensors, each route on a fresh module from ``ref`` in ``module_dtype``; ``calls``:
+    (x requires grad, W frozen, grad mode) each), under ``torch.autocast`` to ``autocast`` unless
+    None: each route's records (per call: Y, the running buffers, num_batches_tracked and
+    the gradients of x and the parameters, -1 where None), asserted bit for bit the same, and each
+    call's autograd node: its name on the module's route, its Python Function class (or None) on
+    the operator's; returns the nodes and the module route's records."""
+    records, nodes = [], []
+    for route in ("module", "operator"):
+        module = fusedlib.from_reference(ref, stage=stage).to(module_dtype).cuda().train(training)
+        bn = module.bn
+        params = (module.gemm.weight, module.gemm.bias, module.scale, bn.weight, bn.bias)
+        out, seen = [], []
+        for need_dx, frozen, grad in calls:
+            module.zero_grad(set_to_none=True)
+            module.gemm.weight.requires_grad_(not frozen)
+            xi = x.clone().requires_grad_(need_dx)
+            with torch.autocast("cuda", dtype=autocast or torch.bfloat16, enabled=autocast is not None), \
+                    torch.set_grad_enabled(grad):
+                if route == "module":
+                    y = module(xi)
+                    seen.append(y.grad_fn.name() if y.grad_fn is not None else None)
+                else:
+                    y = ops.OPS[stage](xi, *module._tensors(), module._kind, module._precision, training, bn.eps,
+                                       bn.momentum)
+                    seen.append(getattr(y.grad_fn, "_forward_cls", None))
+            if grad:
+                y.backward(dy)
+            out += [y.detach(), bn.running_mean.clone(), bn.running_var.clone(), bn.num_batches_tracked.clone()]
+            out += [torch.full((1,), -1.0) if t.grad is None else t.grad for t in (xi, *params)]
+        records.append(out)
+        nodes.append(seen)
+    for i, (a, b) in enumerate(zip(*records)):
+        assert a.dtype == b.dtype and torch.equal(a, b), i
+    return nodes, records[0]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("stage", fusedlib.STAGES)
+def test_a_sixteen_bit_train_step_takes_the_cpp_node_with_the_operators_bits(stage, kind, dtype):
+    """A bf16/fp16 module in train mode called with a gradient takes the eager call's C++ autograd
+    node (its backward one C++ call, torch.ops.fusedlib.backward_sixteen); the operator called
+    with the same tensors takes the Python autograd function (ops.StageFunction). Over three steps
+    (x requiring grad, then not, then W frozen too): Y, the running buffers, num_batches_tracked
+    and every gradient (None where none is asked) bit for bit the same either way."""
+    ref, x, dy, _ = _case(kind, True, shape=(200, 64, 96))
+    calls = ((True, False, True), (False, False, True), (False, True, True))
+    (module, operator), _ = _module_and_operator(ref, stage, dtype, True, x.to("cuda", dtype), dy.to("cuda", dtype),
+                                                 calls)
+    assert all("SixteenBitTrain" in name for name in module), module
+    assert all(cls is ops.StageFunction for cls in operator), operator
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("autocast", [False, True], ids=["module-bf16", "autocast-bf16"])
+def test_create_graph_through_the_cpp_node_is_refused(autocast):
+    """A backward that would itself be differentiated (create_graph=True) through the 16-bit train
+    step's C++ node raises, naming what to do, rather than returning a gradient without its graph
+    (a gradient penalty dropped without a word); a first-order backward is unaffected."""
+    ref, x, _, _ = _case("84", True, shape=(64, 32, 48))
+    module = fusedlib.from_reference(ref, stage="fused").cuda()
+    if not autocast:
+        module = module.to(torch.bfloat16)
+    xi = x.to("cuda", torch.float32 if autocast else torch.bfloat16).requires_grad_()
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        y = module(xi)
+        assert "SixteenBitTrain" in y.grad_fn.name(), y.grad_fn.name()
+        with pytest.raises(RuntimeError, match="create_graph=True"):
+            torch.autograd.grad(y.float().pow(2).sum(), xi, create_graph=True)
+        (g,) = torch.autograd.grad(module(xi).float().pow(2).sum(), xi)
+    assert g.dtype == xi.dtype and not g.requires_grad and torch.isfinite(g).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "3xtf32"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_a_gradient_penalty_on_cuda_matches_the_reference(precision, training):
+    """A float32 module on CUDA under a gradient penalty (create_graph=True; ops.StageFunction's
+    differentiable backward): every parameter's gradient and x's against autograd through the
+    reference model in float64, within the precision's budget (tf32: TF32's)."""
+    ref, x, _, _ = _case("33", training, shape=(64, 32, 48))
+    module = fusedlib.from_reference(ref, stage="fused", precision=precision).cuda().train(training)
+    r = torch.linspace(-1, 1, 64 * 48).reshape(64, 48).cos()
+
+    def grads(model, x, r):
+        xi = x.clone().requires_grad_()
+        y = model(xi)
+        (g,) = torch.autograd.grad((y * r).sum(), xi, create_graph=True)
+        ((y * r).sum() + g.pow(2).sum()).backward()
+        return {"x": xi.grad, **{k: p.grad for k, p in model.named_parameters()}}
+
+    want = grads(copy.deepcopy(ref).double().train(training), x.double(), r.double())
+    got = grads(module, x.cuda(), r.cuda())
+    budget = 1e-2 if precision == "tf32" else 1e-5
+    for name, w in want.items():
+        if name == "gemm.bias" and training:
+            assert torch.equal(got[name], torch.zeros_like(got[name]))
+            continue
+        err = ((got[name].double().cpu() - w).norm() / w.norm()).item()
+        assert err < budget, (name, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("stage", ["naive", "fused"])
+def test_autocast_takes_the_eager_call_with_the_rules_bits(stage, kind, training, dtype):
+    """Under torch.autocast a float32 module's call takes the C++ eager call, which applies the
+    operators' autocast rule itself (x and W in the autocast dtype, b rounded to it and back to
+    float32), with its C++ autograd node in train mode; the operator called under autocast with the
+    same tensors takes the rule, then the Python autograd function. Two steps with a gradient and
+    one call without: Y (float32), the running buffers and every gradient bit for bit the same."""
+    ref, x, dy, _ = _case(kind, training, shape=(200, 64, 96))
+    calls = ((True, False, True), (False, False, True), (False, False, False))
+    (module, _), records = _module_and_operator(ref, stage, torch.float32, training, x.cuda(), dy.cuda(), calls,
+                                                autocast=dtype)
+    assert all("SixteenBitTrain" in name for name in module[:2]) if training else module[2] is None, module
+    assert all(records[i].dtype == torch.float32 for i in range(0, len(records), 10))  # each call's Y
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("stage", fusedlib.STAGES)
+def test_the_last_pass_writes_a_sixteen_bit_y(stage, kind, training, dtype, monkeypatch):
+    """A bf16/fp16 module's Y comes from the stage's last pass in the dtype: bit for bit the same
+    kernels' float32 Y rounded to it (the operator with a float32 scale returns float32 Y, every
+    other vector in the dtype), every output poisoned first (an unwritten element reads NaN), and
+    the running buffers alike; M = 96 (16-byte rows: the vectorised and register row passes) and
+    M = 100 (the row passes element by element), and one row (the eval routes' 1-row batch)."""
+    monkeypatch.setenv("FUSEDLIB_POISON", "1")
+    op = ops.OPS[stage]
+    for n, m in ((200, 96), (77, 100)) + (((1, 96),) if not training else ()):
+        ref, x, _, _ = _case(kind, training, shape=(n, 64, m))
+        module = fusedlib.from_reference(ref, stage=stage).to(dtype).cuda().train(training)
+        bn = module.bn
+        outs = []
+        for scale in (module.scale.detach(), module.scale.detach().float()):
+            buffers = [bn.running_mean.clone(), bn.running_var.clone(), bn.num_batches_tracked.clone()]
+            with torch.no_grad():
+                y = op(x.to("cuda", dtype), module.gemm.weight, module.gemm.bias, scale, bn.weight, bn.bias, *buffers,
+                       module._kind, module.precision, training, bn.eps, bn.momentum)
+            outs.append((y, *buffers))
+        (y16, *b16), (y32, *b32) = outs
+        assert y16.dtype == dtype and y32.dtype == torch.float32 and not y32.isnan().any(), (n, m)
+        assert torch.equal(y16, y32.to(dtype)), (n, m)
+        for a, b in zip(b16, b32):
+            assert torch.equal(a, b), (n, m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("shape", [(200, 96), (77, 100), (2, 33)], ids=str)
+def test_the_backward_passes_read_and_write_the_sixteen_bit_dtype(kind, dtype, shape, monkeypatch):
+    """The backward's passes on a bf16/fp16 dY and Y (the 16-bit forward's output) read them as
+    they are and write dZ' once, row-major, in their dtype (no transpose): bit for bit the same
+    passes on float32 copies of dY and Y with dZ' rounded to the dtype afterwards, and dγ, dβ and
+    the scale's column terms bit for bit, every output poisoned first (an unwritten element reads
+    NaN); odd shapes and a dY that is a transposed view. A dY in the dtype beside a float32 Y (84)
+    is read in float32, as before."""
+    from fusedlib.build import load_backward
+    monkeypatch.setenv("FUSEDLIB_POISON", "1")
+    ext = load_backward(torch.cuda.current_device())
+    n, m = shape
+    g = torch.Generator(device="cuda").manual_seed(n + m)
+    z = torch.randn(n, m, device="cuda", generator=g) * 3 + 1
+    y = torch.softmax(torch.randn(n, m, device="cuda", generator=g), dim=1).to(dtype)
+    dy = torch.randn(m, n, device="cuda", generator=g).to(dtype).t()  # a transposed view
+    scale = torch.rand(1 if kind == "84" else m, device="cuda", generator=g) + 0.5
+    gamma, beta = torch.randn(m, device="cuda", generator=g), torch.randn(m, device="cuda", generator=g)
+    y_or_z = y if kind == "84" else z
+    got = ext.backward_passes(dy, y_or_z, z, scale, gamma, beta, kind, 1e-5, False)
+    want = ext.backward_passes(dy.float(), y_or_z.float(), z, scale, gamma, beta, kind, 1e-5, False)
+    assert got[0].dtype == dtype and got[0].shape == (1, n, m) and got[1].numel() == 0
+    assert not got[0].isnan().any()
+    assert torch.equal(got[0], want[0].to(dtype))
+    for a, b in zip(got[2:], want[2:]):
+        assert a.dtype == torch.float32 and torch.equal(a, b)
+    if kind == "84":
+        mixed = ext.backward_passes(dy, y.float(), z, scale, gamma, beta, kind, 1e-5, False)
+        assert mixed[0].dtype == torch.float32 and mixed[1].shape == (1, m, n)
+        assert torch.equal(mixed[0], want[0]) and torch.equal(mixed[1], want[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("vectors", ["dtype", "float32"])
+@pytest.mark.parametrize("need_dx", [True, False])
+def test_the_sixteen_bit_backward_call_is_its_parts(kind, dtype, vectors, need_dx, monkeypatch):
+    """``backward_sixteen``, the whole 16-bit backward in one C++ call, gives bit for bit what its
+    parts give called one by one: the passes on float32 copies of the vectors, dZ' in the dtype,
+    dX = dZ'·W, dW = dZ'ᵀ·X, the scale's column terms summed, and the vectors' gradients cast to
+    their dtypes; the vectors in the dtype (a module ``.to(dtype)``: one cat and one cast each
+    way) or in float32 (autocast's mix), a scale of one element (84) or one a column (33), dX
+    asked for or not (an empty tensor), dY a transposed view, every output poisoned."""
+    from fusedlib.algebra import scale_gradient
+    from fusedlib.build import load_backward
+    monkeypatch.setenv("FUSEDLIB_POISON", "1")
+    ext = load_backward(torch.cuda.current_device())
+    n, k, m = 77, 64, 100
+    g = torch.Generator(device="cuda").manual_seed(n + m)
+    x = torch.randn(n, k, device="cuda", generator=g).to(dtype)
+    weight = (torch.randn(m, k, device="cuda", generator=g) / 8).to(dtype)
+    z = torch.randn(n, m, device="cuda", generator=g) * 3 + 1
+    y = torch.softmax(torch.randn(n, m, device="cuda", generator=g), dim=1).to(dtype)
+    dy = torch.randn(m, n, device="cuda", generator=g).to(dtype).t()
+    vdtype = dtype if vectors == "dtype" else torch.float32
+    scale = (torch.rand(1 if kind == "84" else m, device="cuda", generator=g) + 0.5).to(vdtype)
+    gamma, beta = (torch.randn(m, device="cuda", generator=g).to(vdtype) for _ in range(2))
+    y_or_z = y if kind == "84" else z
+    got = ext.backward_sixteen(dy, y_or_z, z, x, weight, scale, gamma, beta, kind, 1e-5, need_dx)
+    dz, _, dgamma, dbeta, ds_cols = ext.backward_passes(dy, y_or_z, z, scale.float(), gamma.float(), beta.float(),
+                                                        kind, 1e-5, False)
+    dz = dz[0]
+    want = (dz @ weight if need_dx else x.new_empty(0), dz.t() @ x, torch.zeros_like(gamma),
+            scale_gradient(ds_cols, scale).to(vdtype), dgamma.to(vdtype), dbeta.to(vdtype))
+    assert len(got) == 6
+    for name, a, b in zip(("dx", "dweight", "dbias", "dscale", "dgamma", "dbeta"), got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert not a.isnan().any() and torch.equal(a, b), name
 
 
 @pytest.mark.gpu

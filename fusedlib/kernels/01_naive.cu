@@ -6,7 +6,8 @@
 // (in train mode at fp32 and 3xTF32 shifted by its first row, as in every stage: Z − Z₀, where
 // the bias cancels; common.cuh column_shift).
 // The first pass that changes Z writes Y's memory and every later one works in place there
-// (Z itself lives in Y's memory too, unless the backward keeps it: torch_op.cuh's z_out);
+// (Z itself lives in Y's memory too, unless the backward keeps it: torch_op.cuh's z_out; a
+// 16-bit module's Y the last kernel writes apart, in its dtype: common.cuh y_out);
 // BatchNorm updates the running buffers as soon as its batch statistics exist. Data parallelism
 // (p.sync_phase, common.cuh): phase 1 stops at this rank's moments of Z, phase 2 merges every
 // rank's (passes.cuh rank_merge_kernel) and runs the rest.
@@ -26,7 +27,9 @@ __global__ void scale_kernel(const float* z, const float* __restrict__ scale, in
 
 // y = γ (z − μ)/√(σ² + ε) + β with per-column μ, σ² (batch or running statistics).
 // In place (z == y): each element is read and written by the same thread. 33/39's last
-// kernel: counts the train step (step = num_batches_tracked; nullptr: eval, or not last).
+// kernel: counts the train step (step = num_batches_tracked; nullptr: eval, or not last) and
+// writes Y in OUT (common.cuh store: float32, or a 16-bit module's dtype).
+template <int OUT>
 __global__ void normalize_affine_kernel(const float* z, const float* __restrict__ mean,
                                         const float* __restrict__ var, const float* __restrict__ gamma,
                                         const float* __restrict__ beta, float eps, float* y,
@@ -35,7 +38,7 @@ __global__ void normalize_affine_kernel(const float* z, const float* __restrict_
   const size_t total = (size_t)n * m;
   for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x) {
     const int j = (int)(q % m);
-    y[q] = gamma[j] * ((z[q] - mean[j]) / sqrtf(var[j] + eps)) + beta[j];
+    store<OUT>(y, q, gamma[j] * ((z[q] - mean[j]) / sqrtf(var[j] + eps)) + beta[j]);
   }
 }
 
@@ -61,14 +64,16 @@ __global__ void row_sumexp_kernel(const float* __restrict__ v, const float* __re
   if (threadIdx.x == 0) rsum[blockIdx.x] = l;
 }
 
-// y = exp(v − max)/Σ, elementwise, in place (v == y). 84's last kernel: counts the train step.
+// y = exp(v − max)/Σ, elementwise, in place (v == y). 84's last kernel: counts the train step,
+// writes Y in OUT.
+template <int OUT>
 __global__ void softmax_normalize_kernel(const float* v, const float* __restrict__ rmax,
                                          const float* __restrict__ rsum, float* y, int n, int m, long long* step) {
   count_train_step(step);
   const size_t total = (size_t)n * m;
   for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x) {
     const size_t i = q / m;
-    y[q] = expf(v[q] - rmax[i]) / rsum[i];
+    store<OUT>(y, q, expf(v[q] - rmax[i]) / rsum[i]);
   }
 }
 
@@ -114,8 +119,18 @@ extern "C" const char* fl_naive_forward(const fl::Problem* pp, cudaStream_t st) 
     var = bvar;
   }
   long long* step = p.training ? p.num_batches_tracked : nullptr;
-  normalize_affine_kernel<<<ew_blocks, ew_threads, 0, st>>>(t, mean, var, p.gamma, p.beta, p.eps, p.y, p.n, p.m,
-                                                            p.kind == 84 ? nullptr : step);
+  const YOut out = y_out(p);  // Y's memory and element type (a 16-bit module's: written by the last kernel)
+  const auto last = [](auto f32, auto bf16, auto fp16, int type) {
+    return type == OPERAND_BF16 ? bf16 : type == OPERAND_FP16 ? fp16 : f32;
+  };
+  if (p.kind == 84) {
+    normalize_affine_kernel<OPERAND_FP32><<<ew_blocks, ew_threads, 0, st>>>(t, mean, var, p.gamma, p.beta, p.eps, p.y,
+                                                                          p.n, p.m, nullptr);
+  } else {
+    last(normalize_affine_kernel<OPERAND_FP32>, normalize_affine_kernel<OPERAND_BF16>,
+         normalize_affine_kernel<OPERAND_FP16>, out.type)<<<ew_blocks, ew_threads, 0, st>>>(
+        t, mean, var, p.gamma, p.beta, p.eps, out.y, p.n, p.m, step);
+  }
   FL_CHECK_LAUNCH();
   if (p.kind == 84) {
     scale_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.y, p.scale, 1, p.y, p.n, p.m);
@@ -126,7 +141,9 @@ extern "C" const char* fl_naive_forward(const fl::Problem* pp, cudaStream_t st) 
     FL_CHECK_LAUNCH();
     row_sumexp_kernel<<<p.n, 256, 0, st>>>(p.y, rmax, rsum, p.m);
     FL_CHECK_LAUNCH();
-    softmax_normalize_kernel<<<ew_blocks, ew_threads, 0, st>>>(p.y, rmax, rsum, p.y, p.n, p.m, step);
+    last(softmax_normalize_kernel<OPERAND_FP32>, softmax_normalize_kernel<OPERAND_BF16>,
+         softmax_normalize_kernel<OPERAND_FP16>, out.type)<<<ew_blocks, ew_threads, 0, st>>>(p.y, rmax, rsum, out.y,
+                                                                                             p.n, p.m, step);
     FL_CHECK_LAUNCH();
   }
   return nullptr;

@@ -14,6 +14,10 @@
 //                            (N×M, for dX = dZ'·W) and transposed through shared memory (M×N,
 //                            for dW = dZ'ᵀ·X: both GEMMs then read K-major operands); for
 //                            3xTF32 as TF32 parts [rna(dZ'); rna(dZ' − rna(dZ'))]
+// dY and Y in bf16 or fp16 (p.operand, the 16-bit forward's output; docs/design.md §15): the
+// three kernels read them as they are and widen each element to float32, every sum as above, and
+// dZ' is written once, row-major, rounded to that dtype (both 16-bit GEMMs, cuBLAS's, take it
+// as it is or transposed), where eager PyTorch's backward rounds it too.
 // and, for dW = dZ'ᵀ(X − x̄) (equal to dZ'ᵀX since Σ_i dZ' = 0, without its cancellation when
 // X's columns sit far from zero), three more kernels give X − x̄ or its TF32 parts:
 //   x_chunk_sums_kernel      column sums of X over chunks of 512 rows
@@ -30,8 +34,8 @@
 namespace fl {
 
 struct BackwardProblem {
-  const float* dy;          // (N, M) ∂L/∂Y
-  const float* y;           // (N, M) the forward's output (84)
+  const float* dy;          // (N, M) ∂L/∂Y (with operand ≠ OPERAND_FP32: the address of 16-bit elements)
+  const float* y;           // (N, M) the forward's output (84) (likewise)
   const float* z;           // (N, M) the forward's saved GEMM output Z
   const float* scale;       // (1) or (M)
   const float* gamma;       // (M) bn.weight
@@ -43,9 +47,10 @@ struct BackwardProblem {
   float* dgamma;            // (M)
   float* dbeta;             // (M)
   float* dscale_cols;       // (M) the scale's gradient per column (84: summed by the caller)
-  float* dz;                // (P, N, M) dZ' (P = 1) or its TF32 parts (P = 2)
-  float* dzt;               // (P, M, N) the same, transposed
+  float* dz;                // (P, N, M) dZ' (P = 1) or its TF32 parts (P = 2); 16-bit operand: (N, M) in it
+  float* dzt;               // (P, M, N) the same, transposed (16-bit operand: not written)
   int n, m, kind, scale_len, split;
+  int operand;              // the element type of dY, Y and a 16-bit dZ' (common.cuh Operand)
   float eps;
   // Data parallelism (docs/design.md §14; fusedlib/cuda.py): the passes in two phases around one
   // all-reduce. Phase 1 stops at this rank's column sums, phase 2 takes the ranks' totals.
@@ -65,18 +70,20 @@ constexpr int kDzTile = 32;        // the dZ' kernel's square tile
 __host__ __device__ inline int backward_tiles(int n) { return ceil_div(n, kBwdTileRows); }
 
 // r_i = Σ_j dY_ij·Y_ij (the softmax's row terms), one block a row, fixed order.
+template <int OP>
 __global__ void row_dot_kernel(const BackwardProblem p) {
   __shared__ float red[32];
   const size_t row = (size_t)blockIdx.x * p.m;
   float s = 0.f;
-  for (int j = threadIdx.x; j < p.m; j += blockDim.x) s += p.dy[row + j] * p.y[row + j];
+  for (int j = threadIdx.x; j < p.m; j += blockDim.x) s += load<OP>(p.dy, row + j) * load<OP>(p.y, row + j);
   s = block_reduce<false>(s, red);
   if (threadIdx.x == 0) p.r[blockIdx.x] = s;
 }
 
+template <int OP>
 __device__ __forceinline__ float backward_grad(const BackwardProblem& p, bool k84, size_t q, int i) {
-  const float d = p.dy[q];
-  return k84 ? p.y[q] * (d - p.r[i]) : d;
+  const float d = load<OP>(p.dy, q);
+  return k84 ? load<OP>(p.y, q) * (d - p.r[i]) : d;
 }
 
 // Column j's coefficients and parameter gradients from the merged sums (algebra.train_backward_fused):
@@ -84,7 +91,7 @@ __device__ __forceinline__ float backward_grad(const BackwardProblem& p, bool k8
 // statistics are of (the coefficients). One process: the same sums, n = N. Data parallelism:
 // the ranks' totals, and 33's scale term in its rank form, from this rank's Σ(Z − μ) and
 // Σ(Z − μ)² (zsum, zsq: the global form's identities hold over the global batch only).
-__device__ void backward_column(const BackwardProblem& p, int j, float mean, float var, float s1, float s2, float g1,
+__device__ __forceinline__ void backward_column(const BackwardProblem& p, int j, float mean, float var, float s1, float s2, float g1,
                                 float g2, float n, bool rank_form = false, float zsum = 0.f, float zsq = 0.f) {
   const float s = p.scale_len == 1 ? p.scale[0] : p.scale[j], g = p.gamma[j];
   float sig, a2;
@@ -111,7 +118,7 @@ __device__ void backward_column(const BackwardProblem& p, int j, float mean, flo
 // cross moment c about that mean): its sums about the global batch's μ (p.stats), the cross
 // moment moved as the tiles' merge moves it: S2 = Σ G∘(Z − μ) = c + S1·(mean − μ),
 // Σ(Z − μ) = n·(mean − μ), Σ(Z − μ)² = M2 + n·(mean − μ)²; S1 and S2 also into the message.
-__device__ void backward_rank_sums(const BackwardProblem& p, int j, float n, float mean, float m2, float s1, float c) {
+__device__ __forceinline__ void backward_rank_sums(const BackwardProblem& p, int j, float n, float mean, float m2, float s1, float c) {
   const size_t m = p.m;
   const float d = mean - p.stats[j], s2 = c + s1 * d;
   p.local[j] = s1;
@@ -135,8 +142,11 @@ __global__ void backward_rank_columns_kernel(const BackwardProblem p) {
 
 // Block (32, 8) on row tile t = tile0 + blockIdx.y × columns 32·blockIdx.x …: thread (c, g) holds
 // rows g, g + 8, … of column c in registers; the 8 row groups' sums are added in group order.
-template <bool K84>
-__global__ void __launch_bounds__(kBwdCols * kBwdGroups) backward_partials_kernel(const BackwardProblem p, int tile0) {
+// (A 16-bit OP asks for 2 blocks an SM, ≤ 128 registers: without it ptxas holds 64 and spills
+// on sm_75, sm_100 and sm_120; 0, float32's, leaves the choice to ptxas, as before.)
+template <bool K84, int OP>
+__global__ void __launch_bounds__(kBwdCols * kBwdGroups, OP == OPERAND_FP32 ? 0 : 2)
+    backward_partials_kernel(const BackwardProblem p, int tile0) {
   constexpr int U = kBwdTileRows / kBwdGroups;
   __shared__ float red[4][kBwdGroups][kBwdCols + 1];
   __shared__ int is_last;
@@ -152,7 +162,7 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups) backward_partials_kerne
     if (col_ok && i < rows) {
       const size_t q = (size_t)(r0 + i) * p.m + j;
       z[u] = p.z[q];
-      gr[u] = backward_grad(p, K84, q, r0 + i);
+      gr[u] = backward_grad<OP>(p, K84, q, r0 + i);
       sz += z[u];
     }
   }
@@ -215,9 +225,11 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups) backward_partials_kerne
 }
 
 // dZ' on a 32×32 tile: row-major store (coalesced along columns), then through shared
-// memory the transposed store (coalesced along rows). SPLIT: TF32 parts.
-template <bool K84, bool SPLIT>
+// memory the transposed store (coalesced along rows). SPLIT: TF32 parts. A 16-bit OP: the
+// row-major store alone, rounded to that dtype.
+template <bool K84, bool SPLIT, int OP>
 __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const BackwardProblem p, int tile0) {
+  static_assert(OP == OPERAND_FP32 || !SPLIT, "TF32 parts are of float32 dZ'");
   constexpr int P = SPLIT ? 2 : 1;
   __shared__ float tile[P][kDzTile][kDzTile + 1];
   const int c = threadIdx.x, g = threadIdx.y;
@@ -229,8 +241,10 @@ __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const
     for (int u = g; u < kDzTile && i0 + u < p.n; u += kBwdGroups) {
       const int i = i0 + u;
       const size_t q = (size_t)i * p.m + j;
-      const float v = a1 * backward_grad(p, K84, q, i) + a2 * (p.z[q] - mu) + a0;
-      if (SPLIT) {
+      const float v = a1 * backward_grad<OP>(p, K84, q, i) + a2 * (p.z[q] - mu) + a0;
+      if constexpr (OP != OPERAND_FP32) {
+        store<OP>(p.dz, q, v);
+      } else if (SPLIT) {
         const float big = __uint_as_float(to_tf32(v)), small = __uint_as_float(to_tf32(v - big));
         p.dz[q] = tile[0][u][c] = big;
         p.dz[plane + q] = tile[1][u][c] = small;
@@ -239,6 +253,7 @@ __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const
       }
     }
   }
+  if constexpr (OP != OPERAND_FP32) return;
   __syncthreads();
   const int i = i0 + c;
   if (i >= p.n) return;
@@ -368,21 +383,20 @@ extern "C" const char* fl_tf32_parts(const float* w, float* out, int rows, int k
   return launch_x_center(w, nullptr, out, rows, k, true, st);
 }
 
-// The three kernels of the fused backward on stream st (nullptr: no error). Data parallelism:
-// phase 1 the row terms and the partials (this rank's sums), phase 2 the columns from the
-// ranks' totals and dZ'.
-extern "C" const char* fl_train_backward(const fl::BackwardProblem* pp, cudaStream_t st) {
-  using namespace fl;
-  const BackwardProblem& p = *pp;
+namespace fl {
+
+// The three kernels for dY and Y of element type OP (a 16-bit OP: one process, no split).
+template <int OP>
+const char* launch_train_backward(const BackwardProblem& p, cudaStream_t st) {
   const bool k84 = p.kind == 84;
   const dim3 block(kBwdCols, kBwdGroups);
   if (p.sync_phase != 2) {
     if (k84) {
-      row_dot_kernel<<<p.n, 256, 0, st>>>(p);
+      row_dot_kernel<OP><<<p.n, 256, 0, st>>>(p);
       FL_CHECK_LAUNCH();
     }
     // row tiles in launches of at most kMaxGridY (common.cuh): N > 2 097 120 takes several dZ' launches
-    const auto partials = k84 ? backward_partials_kernel<true> : backward_partials_kernel<false>;
+    const auto partials = k84 ? backward_partials_kernel<true, OP> : backward_partials_kernel<false, OP>;
     const int tiles = backward_tiles(p.n);
     for (int t0 = 0; t0 < tiles; t0 += kMaxGridY) {
       partials<<<dim3(ceil_div(p.m, kBwdCols), std::min(tiles - t0, kMaxGridY)), block, 0, st>>>(p, t0);
@@ -393,12 +407,30 @@ extern "C" const char* fl_train_backward(const fl::BackwardProblem* pp, cudaStre
     backward_rank_columns_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p);
     FL_CHECK_LAUNCH();
   }
-  const auto dz = k84 ? (p.split ? backward_dz_kernel<true, true> : backward_dz_kernel<true, false>)
-                      : (p.split ? backward_dz_kernel<false, true> : backward_dz_kernel<false, false>);
+  auto dz = k84 ? backward_dz_kernel<true, false, OP> : backward_dz_kernel<false, false, OP>;
+  if constexpr (OP == OPERAND_FP32)
+    if (p.split) dz = k84 ? backward_dz_kernel<true, true, OP> : backward_dz_kernel<false, true, OP>;
   const int dz_tiles = ceil_div(p.n, kDzTile);
   for (int t0 = 0; t0 < dz_tiles; t0 += kMaxGridY) {
     dz<<<dim3(ceil_div(p.m, kDzTile), std::min(dz_tiles - t0, kMaxGridY)), block, 0, st>>>(p, t0);
     FL_CHECK_LAUNCH();
   }
   return nullptr;
+}
+
+}  // namespace fl
+
+// The three kernels of the fused backward on stream st (nullptr: no error). Data parallelism:
+// phase 1 the row terms and the partials (this rank's sums), phase 2 the columns from the
+// ranks' totals and dZ'.
+extern "C" const char* fl_train_backward(const fl::BackwardProblem* pp, cudaStream_t st) {
+  using namespace fl;
+  const BackwardProblem& p = *pp;
+  if (p.operand != OPERAND_FP32 && (p.split || p.sync_phase != 0))
+    return "a 16-bit dY and Y take one process and no TF32 split";
+  switch (p.operand) {
+    case OPERAND_BF16: return launch_train_backward<OPERAND_BF16>(p, st);
+    case OPERAND_FP16: return launch_train_backward<OPERAND_FP16>(p, st);
+    default: return launch_train_backward<OPERAND_FP32>(p, st);
+  }
 }

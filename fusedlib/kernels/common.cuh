@@ -8,6 +8,8 @@
 //   passes.cuh                                     column statistics, affine, row softmax
 //   01_naive.cu … 04_fused.cu                      the stages: which epilogue, which passes
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,6 +29,38 @@ enum Operand { OPERAND_FP32 = 0, OPERAND_BF16 = 1, OPERAND_FP16 = 2 };
 // TMA + wgmma (sm_90a). The host picks one per call (engine.select_path).
 enum GemmPath { PATH_SIMT = 0, PATH_MMA = 1, PATH_WGMMA = 2 };
 
+// 16-bit elements by Operand (a bf16/fp16 module's Y, dY and dZ'; docs/design.md §15): loaded
+// widened to float32 (exact), stored rounded to nearest even (cuda_bf16.h / cuda_fp16.h: every
+// GPU from sm_75 on). Indices count elements of that type from base; store4 writes elements
+// 4·q4 … 4·q4 + 3 (16 bytes of float32, 8 of a 16-bit type: base and q4 aligned to them).
+template <int OP> struct Element { using T = float; };
+template <> struct Element<OPERAND_BF16> { using T = __nv_bfloat16; };
+template <> struct Element<OPERAND_FP16> { using T = __half; };
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+template <int OP> __device__ __forceinline__ float load(const float* base, size_t q) {
+  return widen(reinterpret_cast<const typename Element<OP>::T*>(base)[q]);
+}
+template <int OP> __device__ __forceinline__ typename Element<OP>::T narrow(float v) {
+  if constexpr (OP == OPERAND_BF16) return __float2bfloat16_rn(v);
+  else if constexpr (OP == OPERAND_FP16) return __float2half_rn(v);
+  else return v;
+}
+template <int OP> __device__ __forceinline__ void store(float* base, size_t q, float v) {
+  reinterpret_cast<typename Element<OP>::T*>(base)[q] = narrow<OP>(v);
+}
+template <int OP> __device__ __forceinline__ void store4(float* base, size_t q4, float4 v) {
+  if constexpr (OP == OPERAND_FP32) {
+    reinterpret_cast<float4*>(base)[q4] = v;
+  } else {
+    uint2 u;
+    auto* e = reinterpret_cast<typename Element<OP>::T*>(&u);
+    e[0] = narrow<OP>(v.x), e[1] = narrow<OP>(v.y), e[2] = narrow<OP>(v.z), e[3] = narrow<OP>(v.w);
+    reinterpret_cast<uint2*>(base)[q4] = u;
+  }
+}
+
 // Everything a stage needs; pointers are device pointers to contiguous float32 tensors.
 struct Problem {
   const float* x;          // (N, K) input (with operand ≠ OPERAND_FP32: the address of 16-bit elements)
@@ -38,6 +72,8 @@ struct Problem {
   float* running_mean;     // (M)    bn.running_mean, updated in train mode
   float* running_var;      // (M)    bn.running_var, updated in train mode
   float* y;                // (N, M) output
+  float* y16;              // (N, M) or null: Y in operand's 16-bit dtype, written by the stage's last pass
+                           //        (then y holds the float32 values that pass reads; y_out)
   float* z;                // (N, M) Z = XWᵀ + b or Z' = XWᵀ, in Y's memory: the passes after the
                            //        GEMM read and write it in place, the last one leaves Y there
   float* part;             // (T, 2, M) per-row-tile partials: mean_t, M2_t (naive: row max, Σexp)
@@ -147,6 +183,14 @@ inline int sm_count() {
   if (dev < 64) cached[dev] = v;
   return v;
 }
+
+// Where a stage's last pass writes Y, in which element type: p.y16 in the operand's 16-bit dtype
+// where the host gave one, else p.y in float32.
+struct YOut {
+  float* y;
+  int type;  // Operand
+};
+inline YOut y_out(const Problem& p) { return p.y16 ? YOut{p.y16, p.operand} : YOut{p.y, OPERAND_FP32}; }
 
 __device__ __forceinline__ float scale_at(const Problem& p, int j) {
   return p.scale_len == 1 ? p.scale[0] : p.scale[j];

@@ -48,7 +48,9 @@ inline const char* launch_column_stats(const float* z, float* mean, float* var, 
 }
 
 // ---------------------------------------------------------------- row passes (fold, sums, fused)
-// Y = a∘Z + c, elementwise (problems 33/39); a = coef[0:M], c = coef[M:2M].
+// Y = a∘Z + c, elementwise (problems 33/39); a = coef[0:M], c = coef[M:2M]. Y in OUT (common.cuh
+// store): float32, or a 16-bit module's dtype. Every row pass below writes Y so.
+template <int OUT>
 __global__ void affine_kernel(const float* z, const float* __restrict__ coef, float* y, int n, int m,
                               long long* step) {
   count_train_step(step);
@@ -57,7 +59,6 @@ __global__ void affine_kernel(const float* z, const float* __restrict__ coef, fl
   const float* __restrict__ c = coef + m;  // c = coef[M:2M] (M + j may pass 2³¹ − 1)
   if ((m & 3) == 0) {  // 16-byte accesses
     const float4* z4 = reinterpret_cast<const float4*>(z);
-    float4* y4 = reinterpret_cast<float4*>(y);
     for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total / 4; q += stride) {
       const int j = (int)((q * 4) % m);
       float4 v = z4[q];
@@ -65,36 +66,39 @@ __global__ void affine_kernel(const float* z, const float* __restrict__ coef, fl
       v.y = coef[j + 1] * v.y + c[j + 1];
       v.z = coef[j + 2] * v.z + c[j + 2];
       v.w = coef[j + 3] * v.w + c[j + 3];
-      y4[q] = v;
+      store4<OUT>(y, q, v);
     }
   } else {
     for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += stride) {
       const int j = (int)(q % m);
-      y[q] = coef[j] * z[q] + c[j];
+      store<OUT>(y, q, coef[j] * z[q] + c[j]);
     }
   }
 }
 
-inline const char* launch_affine(const float* z, const float* coef, float* y, int n, int m, long long* step,
+inline const char* launch_affine(const float* z, const float* coef, YOut y, int n, int m, long long* step,
                                  cudaStream_t st) {
   const size_t work = ((size_t)n * m + 3) / 4;
   const int cap = sm_count() * 16;  // 16 blocks of 256 an SM, grid-stride beyond
   const int blocks = (int)(work < (size_t)cap * 256 ? ceil_div((int)work, 256) : cap);
-  affine_kernel<<<blocks, 256, 0, st>>>(z, coef, y, n, m, step);
+  const auto kernel = y.type == OPERAND_BF16   ? affine_kernel<OPERAND_BF16>
+                      : y.type == OPERAND_FP16 ? affine_kernel<OPERAND_FP16>
+                                               : affine_kernel<OPERAND_FP32>;
+  kernel<<<blocks, 256, 0, st>>>(z, coef, y.y, n, m, step);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
 
 // Row softmax of V = a∘Z + c (coef == nullptr: V = Z), three passes over the row
 // (max, Σexp, normalize) held in shared memory when it fits (ROW_IN_SMEM), one block a row.
-template <bool ROW_IN_SMEM>
+template <bool ROW_IN_SMEM, int OUT>
 __global__ void affine_softmax_rows_kernel(const float* z, const float* __restrict__ coef, float* y, int m,
                                            long long* step) {
   extern __shared__ float row[];
   __shared__ float red[32];
   count_train_step(step);
   const float* zr = z + (size_t)blockIdx.x * m;
-  float* yr = y + (size_t)blockIdx.x * m;
+  const size_t y0 = (size_t)blockIdx.x * m;  // the row's first element of Y
   const float* __restrict__ c = coef + m;  // c = coef[M:2M] (M + j may pass 2³¹ − 1); read only with coef
   float mx = -INFINITY;
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
@@ -112,7 +116,7 @@ __global__ void affine_softmax_rows_kernel(const float* z, const float* __restri
   const float inv = 1.f / l;
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
     const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + c[j] : zr[j]);
-    yr[j] = expf(v - mx) * inv;
+    store<OUT>(y, y0 + j, expf(v - mx) * inv);
   }
 }
 
@@ -123,7 +127,8 @@ inline bool row_fits_smem(size_t bytes) {
 }
 
 // One block of 512 threads a row; the row in shared memory (in_smem) when it fits, else
-// re-read from global memory (in_global). Both row-softmax passes launch through here.
+// re-read from global memory (in_global). Both row-softmax passes launch through here, with
+// the instantiations of y's element type.
 using RowKernel = void (*)(const float*, const float*, float*, int, long long*);
 inline const char* launch_rows(RowKernel in_smem, RowKernel in_global, const float* z, const float* coef, float* y,
                                int n, int m, long long* step, cudaStream_t st) {
@@ -138,10 +143,19 @@ inline const char* launch_rows(RowKernel in_smem, RowKernel in_global, const flo
   return nullptr;
 }
 
-inline const char* launch_affine_softmax_rows(const float* z, const float* coef, float* y, int n, int m,
+inline const char* launch_affine_softmax_rows(const float* z, const float* coef, YOut y, int n, int m,
                                               long long* step, cudaStream_t st) {
-  return launch_rows(affine_softmax_rows_kernel<true>, affine_softmax_rows_kernel<false>, z, coef, y, n, m, step,
-                     st);
+  switch (y.type) {
+    case OPERAND_BF16:
+      return launch_rows(affine_softmax_rows_kernel<true, OPERAND_BF16>, affine_softmax_rows_kernel<false, OPERAND_BF16>,
+                         z, coef, y.y, n, m, step, st);
+    case OPERAND_FP16:
+      return launch_rows(affine_softmax_rows_kernel<true, OPERAND_FP16>, affine_softmax_rows_kernel<false, OPERAND_FP16>,
+                         z, coef, y.y, n, m, step, st);
+    default:
+      return launch_rows(affine_softmax_rows_kernel<true, OPERAND_FP32>, affine_softmax_rows_kernel<false, OPERAND_FP32>,
+                         z, coef, y.y, n, m, step, st);
+  }
 }
 
 // ---------------------------------------------------------------- online row softmax (fused)
@@ -172,14 +186,14 @@ __device__ __forceinline__ void block_softmax_merge(float& m, float& l, float* r
 // One block a row: V = a∘Z' + c (coef == nullptr: V = Z') read once into shared memory
 // while each thread keeps online (max, Σexp) partials over its columns; the partials merge
 // across the block in a fixed order; then Y = exp(V − M)/L is written once.
-template <bool ROW_IN_SMEM>
+template <bool ROW_IN_SMEM, int OUT>
 __global__ void online_softmax_rows_kernel(const float* z, const float* __restrict__ coef, float* y, int m,
                                            long long* step) {
   extern __shared__ float row[];
   __shared__ float red_m[32], red_l[32];
   count_train_step(step);
   const float* zr = z + (size_t)blockIdx.x * m;
-  float* yr = y + (size_t)blockIdx.x * m;
+  const size_t y0 = (size_t)blockIdx.x * m;  // the row's first element of Y (a multiple of 4 with vec)
   const float* __restrict__ c = coef + m;  // c = coef[M:2M] (M + j may pass 2³¹ − 1); read only with coef
   float mx = -INFINITY, l = 0.f;
   const bool vec = ROW_IN_SMEM && (m & 3) == 0;  // 16-byte loads (rows then start 16-byte aligned)
@@ -208,14 +222,14 @@ __global__ void online_softmax_rows_kernel(const float* z, const float* __restri
   if (vec) {
     for (int j = 4 * threadIdx.x; j < m; j += 4 * blockDim.x) {
       const float4 v = *reinterpret_cast<const float4*>(row + j);
-      *reinterpret_cast<float4*>(yr + j) =
-          make_float4(expf(v.x - mx) * inv, expf(v.y - mx) * inv, expf(v.z - mx) * inv, expf(v.w - mx) * inv);
+      store4<OUT>(y, (y0 + j) / 4,
+                  make_float4(expf(v.x - mx) * inv, expf(v.y - mx) * inv, expf(v.z - mx) * inv, expf(v.w - mx) * inv));
     }
     return;
   }
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
     const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + c[j] : zr[j]);
-    yr[j] = expf(v - mx) * inv;
+    store<OUT>(y, y0 + j, expf(v - mx) * inv);
   }
 }
 
@@ -224,14 +238,14 @@ __global__ void online_softmax_rows_kernel(const float* z, const float* __restri
 // online (max, Σexp) partials merged as above; then Y = exp(V − M)/L from the same registers.
 // One read and one write of the row, no shared-memory copy: the pass runs at DRAM speed.
 constexpr int kRegRowThreads = 256, kMaxRegRowVec = 8;
-template <int VEC>
+template <int VEC, int OUT>
 __global__ void __launch_bounds__(kRegRowThreads) online_softmax_rows_regs_kernel(const float* z,
                                                                                  const float* __restrict__ coef,
                                                                                  float* y, int m, long long* step) {
   __shared__ float red_m[kRegRowThreads / 32], red_l[kRegRowThreads / 32];
   count_train_step(step);
   const float4* zr = reinterpret_cast<const float4*>(z + (size_t)blockIdx.x * m);
-  float4* yr = reinterpret_cast<float4*>(y + (size_t)blockIdx.x * m);
+  const size_t y4 = (size_t)blockIdx.x * (m / 4);  // the row's first 4-element group of Y
   const float4 *a4 = reinterpret_cast<const float4*>(coef), *c4 = reinterpret_cast<const float4*>(coef + m);
   const int q4 = m / 4;
   float4 v[VEC];
@@ -258,27 +272,56 @@ __global__ void __launch_bounds__(kRegRowThreads) online_softmax_rows_regs_kerne
   for (int i = 0; i < VEC; ++i) {
     const int q = threadIdx.x + i * kRegRowThreads;
     if (q < q4)
-      yr[q] = make_float4(expf(v[i].x - mx) * inv, expf(v[i].y - mx) * inv, expf(v[i].z - mx) * inv,
-                          expf(v[i].w - mx) * inv);
+      store4<OUT>(y, y4 + q,
+                  make_float4(expf(v[i].x - mx) * inv, expf(v[i].y - mx) * inv, expf(v[i].z - mx) * inv,
+                              expf(v[i].w - mx) * inv));
   }
 }
 
 // Register rows where they fit (and Z', Y, a, c are 16-byte aligned), else launch_rows.
-inline const char* launch_online_softmax_rows(const float* z, const float* coef, float* y, int n, int m,
-                                              long long* step, cudaStream_t st) {
+template <int OUT>
+inline const char* launch_online_softmax_rows_of(const float* z, const float* coef, float* y, int n, int m,
+                                                 long long* step, cudaStream_t st) {
   const int vec = ceil_div(m, 4 * kRegRowThreads);
   const bool aligned = m % 4 == 0 && ((uintptr_t)z | (uintptr_t)y | (uintptr_t)coef) % 16 == 0;
   if (aligned && vec <= kMaxRegRowVec) {
-    const auto kernel = vec == 1   ? online_softmax_rows_regs_kernel<1>
-                        : vec == 2 ? online_softmax_rows_regs_kernel<2>
-                        : vec <= 4 ? online_softmax_rows_regs_kernel<4>
-                                   : online_softmax_rows_regs_kernel<8>;
+    const auto kernel = vec == 1   ? online_softmax_rows_regs_kernel<1, OUT>
+                        : vec == 2 ? online_softmax_rows_regs_kernel<2, OUT>
+                        : vec <= 4 ? online_softmax_rows_regs_kernel<4, OUT>
+                                   : online_softmax_rows_regs_kernel<8, OUT>;
     kernel<<<n, kRegRowThreads, 0, st>>>(z, coef, y, m, step);
     FL_CHECK_LAUNCH();
     return nullptr;
   }
-  return launch_rows(online_softmax_rows_kernel<true>, online_softmax_rows_kernel<false>, z, coef, y, n, m, step,
-                     st);
+  return launch_rows(online_softmax_rows_kernel<true, OUT>, online_softmax_rows_kernel<false, OUT>, z, coef, y, n, m,
+                     step, st);
+}
+
+inline const char* launch_online_softmax_rows(const float* z, const float* coef, YOut y, int n, int m,
+                                              long long* step, cudaStream_t st) {
+  switch (y.type) {
+    case OPERAND_BF16: return launch_online_softmax_rows_of<OPERAND_BF16>(z, coef, y.y, n, m, step, st);
+    case OPERAND_FP16: return launch_online_softmax_rows_of<OPERAND_FP16>(z, coef, y.y, n, m, step, st);
+    default: return launch_online_softmax_rows_of<OPERAND_FP32>(z, coef, y.y, n, m, step, st);
+  }
+}
+
+// Y in a 16-bit dtype from float32 Y (y_out(p) when the stage's last writer is the GEMM's epilogue:
+// 33/39 in eval mode, sums and fused); nothing to do for float32 Y.
+template <int OUT>
+__global__ void narrow_kernel(const float* y, float* out, size_t total) {
+  for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x)
+    store<OUT>(out, q, y[q]);
+}
+
+inline const char* launch_narrow(const float* y, YOut out, int n, int m, cudaStream_t st) {
+  if (out.type == OPERAND_FP32) return nullptr;
+  const size_t total = (size_t)n * m;
+  const int blocks = (int)std::min<size_t>((total + 255) / 256, (size_t)sm_count() * 16);
+  (out.type == OPERAND_BF16 ? narrow_kernel<OPERAND_BF16> : narrow_kernel<OPERAND_FP16>)<<<blocks, 256, 0, st>>>(
+      y, out.y, total);
+  FL_CHECK_LAUNCH();
+  return nullptr;
 }
 
 // ---------------------------------------------------------------- data parallelism (docs/design.md §14)

@@ -19,8 +19,11 @@ struct BackwardSync {
 
 // dZ' (P, N, M) and dZ'ᵀ (P, M, N) (P = 2, the TF32 parts, when split), dγ, dβ (M) and
 // the scale's gradient per column (M), from dY, the forward's Y and its saved Z (N, M).
+// dY and Y both bf16 or both fp16 (the 16-bit forward's output; 33 reads no Y; one process, no
+// split): read as they are, dZ' (1, N, M) in their dtype and no dZ'ᵀ (an empty tensor;
+// docs/design.md §15); any other mix of dtypes is read in float32.
 // sync: one phase of a data-parallel backward (phase 1 returns nothing).
-static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, const at::Tensor& y, const at::Tensor& z,
+static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, const at::Tensor& y_in, const at::Tensor& z,
                                                     const at::Tensor& scale, const at::Tensor& gamma,
                                                     const at::Tensor& beta, c10::string_view kind, double eps,
                                                     bool split, const BackwardSync* sync) {
@@ -32,11 +35,18 @@ static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, con
   const int64_t n = z.size(0), m = z.size(1);
   TORCH_CHECK(dims_fit({n, m}), "z: batch and out_features must each be ", dims_limit(), ", got ", shape_str(z));
   TORCH_CHECK(kind == "84" || kind == "33", "kind: expected '84' or '33', got '", std::string(kind), "'");
-  for (const auto& [t, name] : {std::pair{&dy_in, "dy"}, std::pair{&y, "y"}})
-    TORCH_CHECK(t->device() == z.device() && t->scalar_type() == at::kFloat && t->sizes() == z.sizes(), name,
-                ": expected a float32 ", shape_str(z), " tensor on ", z.device(), ", got ", t->scalar_type(), " ",
-                shape_str(*t), " on ", t->device());
-  TORCH_CHECK(y.is_contiguous(), "y: expected a contiguous tensor");
+  const auto floating = [](const at::Tensor& t) {
+    return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+  };
+  for (const auto& [t, name] : {std::pair{&dy_in, "dy"}, std::pair{&y_in, "y"}})
+    TORCH_CHECK(t->device() == z.device() && floating(*t) && t->sizes() == z.sizes(), name,
+                ": expected a float32, bfloat16 or float16 ", shape_str(z), " tensor on ", z.device(), ", got ",
+                t->scalar_type(), " ", shape_str(*t), " on ", t->device());
+  TORCH_CHECK(y_in.is_contiguous(), "y: expected a contiguous tensor");
+  // (33 reads no Y: the caller may pass Z in its place)
+  const bool sixteen = dy_in.scalar_type() != at::kFloat && (kind == "33" || dy_in.scalar_type() == y_in.scalar_type()) &&
+                       !split && !sync;
+  const at::Tensor y = sixteen || kind == "33" || y_in.scalar_type() == at::kFloat ? y_in : y_in.to(at::kFloat);
   check_vector(gamma, "gamma", m, z);
   check_vector(beta, "beta", m, z);
   TORCH_CHECK(scale.device() == z.device() && scale.scalar_type() == at::kFloat && scale.is_contiguous() &&
@@ -45,8 +55,10 @@ static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, con
               kind == "33" ? " or out_features" : "", ", got ", scale.scalar_type(), " ", shape_str(scale));
 
   const c10::cuda::CUDAGuard guard(z.device());
-  const at::Tensor dy = dy_in.contiguous();  // autograd may hand an expanded or strided gradient
+  // (autograd may hand an expanded or strided gradient)
+  const at::Tensor dy = sixteen || dy_in.scalar_type() == at::kFloat ? dy_in.contiguous() : dy_in.to(at::kFloat).contiguous();
   const int64_t planes = split ? 2 : 1;
+  const at::TensorOptions dz_options = sixteen ? z.options().dtype(dy.scalar_type()) : z.options();
   int64_t k = 0;
   if (sync) {
     k = sync->x->size(1);
@@ -63,10 +75,14 @@ static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, con
   if (!sync || sync->phase == 2)
   explain_oom(
       [&] {
-        dz = at::empty({planes, n, m}, z.options());
-        dzt = at::empty({planes, m, n}, z.options());
+        dz = at::empty({planes, n, m}, dz_options);
+        dzt = sixteen ? at::empty({0}, dz_options) : at::empty({planes, m, n}, z.options());
       },
       [&] {
+        if (sixteen)
+          return "z: this backward needs " + mib(n * m * (int64_t)dy.element_size()) + " of GPU memory for dZ' (" +
+                 std::to_string(n) + " x " + std::to_string(m) + " " + std::string(c10::toString(dy.scalar_type())) +
+                 ")";
         return "z: this backward needs " + mib(2 * planes * n * m * (int64_t)sizeof(float)) +
                " of GPU memory for dZ' and its transpose (" + std::to_string(2 * planes) + " x " +
                float32_shape(n, m) + ")";
@@ -85,8 +101,8 @@ static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, con
       stream_scratch(z, stream, is_capturing(stream), aligned_floats((m + 31) / 32), n_r + n_part + 4 * m, captured);
 
   BackwardProblem p;
-  p.dy = dy.data_ptr<float>();
-  p.y = y.data_ptr<float>();
+  p.dy = static_cast<const float*>(dy.const_data_ptr());  // (a 16-bit dY and Y: their elements' address, p.operand)
+  p.y = static_cast<const float*>(y.const_data_ptr());
   p.z = z.data_ptr<float>();
   p.scale = scale.data_ptr<float>();
   p.gamma = gamma.data_ptr<float>();
@@ -98,8 +114,9 @@ static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, con
   p.dgamma = outputs ? dgamma.data_ptr<float>() : nullptr;
   p.dbeta = outputs ? dbeta.data_ptr<float>() : nullptr;
   p.dscale_cols = outputs ? dscale_cols.data_ptr<float>() : nullptr;
-  p.dz = outputs ? dz.data_ptr<float>() : nullptr;
-  p.dzt = outputs ? dzt.data_ptr<float>() : nullptr;
+  p.dz = outputs ? static_cast<float*>(dz.data_ptr()) : nullptr;
+  p.dzt = outputs && !sixteen ? dzt.data_ptr<float>() : nullptr;
+  p.operand = !sixteen ? OPERAND_FP32 : dy.scalar_type() == at::kBFloat16 ? OPERAND_BF16 : OPERAND_FP16;
   p.n = (int)n;
   p.m = (int)m;
   p.kind = kind == "84" ? 84 : 33;
@@ -137,6 +154,40 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy, const at::Tensor& 
                                         c10::string_view kind, double eps, bool split) {
   return backward_passes_impl(dy, y, z, scale, gamma, beta, kind, eps, split, nullptr);
 }
+
+// The whole backward of a bf16/fp16 module's train step in one call (docs/design.md §15; the
+// CUDA kernel of torch.ops.fusedlib.train_backward calls it for x and weight both bf16 or both
+// fp16, one process): the vectors scale, γ, β cast to float32 (cast_vectors: one cat and one
+// cast when all three are in one 16-bit dtype), the three passes on dY and Y as they come (dY
+// in neither float32 nor x's dtype is read in float32 so that dZ' is rounded once, to x's
+// dtype), then dX = dZ'·W (need_dx; else an empty tensor) and dW = dZ'ᵀ·X on cuBLAS's 16-bit
+// GEMMs (float32 accumulation; dZ'ᵀ a view), and the vectors' gradients back in their dtypes
+// (one cast each).
+// Returns (dX, dW, dbias (zeros: batch statistics cancel the Linear's bias), dscale, dγ, dβ),
+// as the Python route it replaces, whose aten calls it makes in the same order (the same values
+// bit for bit), without their Python calls: the host time of a 16-bit train step.
+std::vector<at::Tensor> backward_sixteen(const at::Tensor& dy_in, const at::Tensor& y, const at::Tensor& z,
+                                         const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
+                                         const at::Tensor& gamma, const at::Tensor& beta, c10::string_view kind,
+                                         double eps, bool need_dx) {
+  const at::ScalarType dtype = x.scalar_type();
+  TORCH_CHECK((dtype == at::kBFloat16 || dtype == at::kHalf) && weight.scalar_type() == dtype,
+              "x, weight: expected both bfloat16 or both float16, got ", dtype, " and ", weight.scalar_type());
+  const std::vector<at::Tensor> f32 = fl::cast_vectors({scale, gamma, beta}, {at::kFloat, at::kFloat, at::kFloat});
+  const at::Tensor dy = dy_in.scalar_type() == at::kFloat || dy_in.scalar_type() == dtype ? dy_in : dy_in.to(at::kFloat);
+  std::vector<at::Tensor> out = backward_passes_impl(dy, y, z, f32[0], f32[1], f32[2], kind, eps, false, nullptr);
+  const at::Tensor dz = out[0][0].scalar_type() == dtype ? out[0][0] : out[0][0].to(dtype);
+  const at::Tensor dx = need_dx ? at::mm(dz, weight) : x.new_empty({0});
+  const at::Tensor dweight = at::mm(dz.t(), x.contiguous());
+  const at::Tensor dscale = scale.numel() == 1 ? out[4].sum().reshape(scale.sizes()) : out[4].reshape(scale.sizes());
+  // each cast on its own: an operator's returns may not be views of one another (torch.library)
+  return {dx, dweight, at::zeros_like(gamma), dscale.to(scale.scalar_type()), out[2].to(gamma.scalar_type()),
+          out[3].to(beta.scalar_type())};
+}
+
+// (Also the CUDA kernel of torch.ops.fusedlib.backward_sixteen, whose schema fusedlib/ops.py
+// defines: the way the 16-bit train forward's C++ autograd node, torch_op.cuh, reaches it.)
+TORCH_LIBRARY_IMPL(fusedlib, CUDA, m) { m.impl("backward_sixteen", &backward_sixteen); }
 
 // Data parallelism (docs/design.md §14): backward_passes' outputs over a batch spread across the
 // ranks of process group group_name, about the forward's global μ, σ² of Z (stats, (2, M)), in

@@ -39,6 +39,32 @@ inline void check_vector(const at::Tensor& t, const char* name, int64_t m, const
   TORCH_CHECK(t.is_contiguous(), name, ": expected a contiguous tensor");
 }
 
+// Each of `in` in dtypes[i] (docs/design.md §15: a 16-bit module's vectors as the kernels read
+// them, float32, and their gradients back in the vectors' dtype). When every one changes dtype, all
+// from one dtype to one, on one device: one cat and one cast for all of them (two launches however
+// many; the results views of one buffer, each in its input's shape); otherwise each on its own, a
+// tensor already in its dtype returned as it is. Nothing is kept between calls.
+inline std::vector<at::Tensor> cast_vectors(const std::vector<at::Tensor>& in, const std::vector<at::ScalarType>& dtypes) {
+  bool together = in.size() > 1;
+  for (size_t i = 0; i < in.size() && together; ++i)
+    together = in[i].scalar_type() != dtypes[i] && in[i].scalar_type() == in[0].scalar_type() &&
+               dtypes[i] == dtypes[0] && in[i].device() == in[0].device();
+  std::vector<at::Tensor> out;
+  if (!together) {
+    for (size_t i = 0; i < in.size(); ++i) out.push_back(in[i].to(dtypes[i]));
+    return out;
+  }
+  std::vector<at::Tensor> flat;
+  std::vector<int64_t> sizes;
+  for (const at::Tensor& t : in) {
+    flat.push_back(t.reshape(-1));
+    sizes.push_back(t.numel());
+  }
+  const std::vector<at::Tensor> parts = at::cat(flat).to(dtypes[0]).split_with_sizes(sizes);
+  for (size_t i = 0; i < in.size(); ++i) out.push_back(parts[i].view(in[i].sizes()));
+  return out;
+}
+
 // A count of floats rounded up to 4 (16 bytes), so that every part starts TMA-aligned.
 inline int64_t aligned_floats(int64_t n) { return (n + 3) / 4 * 4; }
 

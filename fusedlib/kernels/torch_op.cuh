@@ -17,7 +17,10 @@
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
+#include <atomic>
 #include <string_view>
 
 #define FL_CAT2(a, b) a##b
@@ -85,8 +88,8 @@ struct SyncArgs {
 // (eager_forward): see fusedlib/ops.py for the schema and its meaning. With eager = true a
 // failed check returns std::nullopt instead of raising (FL_ARG_CHECK).
 static std::optional<at::Tensor> forward_impl(
-    const at::Tensor& x_in, const at::Tensor& weight_in, const at::Tensor& bias, const at::Tensor& scale,
-    const at::Tensor& gamma, const at::Tensor& beta, at::Tensor& running_mean, at::Tensor& running_var,
+    const at::Tensor& x_in, const at::Tensor& weight_in, const at::Tensor& bias_in, const at::Tensor& scale_in,
+    const at::Tensor& gamma_in, const at::Tensor& beta_in, at::Tensor& running_mean_in, at::Tensor& running_var_in,
     at::Tensor& num_batches_tracked, c10::string_view kind, c10::string_view precision, bool training, double eps,
     std::optional<double> momentum, std::optional<c10::string_view> gemm_path, const std::optional<at::Tensor>& z_out,
     bool eager, const fl::SyncArgs* sync = nullptr) {
@@ -118,6 +121,22 @@ static std::optional<at::Tensor> forward_impl(
   const int64_t n = x_in.size(0), k = x_in.size(1), m = weight_in.size(0);
   FL_ARG_CHECK(dims_fit({n, k, m}), "x, weight: batch, in_features and out_features must each be ", dims_limit(),
                ", got x ", shape_str(x_in), " and weight ", shape_str(weight_in));
+  // bf16/fp16 vectors (a module .to(dtype), docs/design.md §15): the kernels read float32 vectors, so
+  // each vector in x's 16-bit dtype is cast here (all six in it: one cat and one cast), the running
+  // buffers are written back in their dtype after the kernels, and Y is returned in x's dtype
+  // promoted with the scale's (the fake's dtype). Nothing is kept between calls.
+  const std::vector<at::Tensor> in{bias_in, scale_in, gamma_in, beta_in, running_mean_in, running_var_in};
+  std::vector<at::ScalarType> dtypes;
+  bool cast[6];
+  for (int i = 0; i < 6; ++i) {
+    cast[i] = operand != OPERAND_FP32 && in[i].scalar_type() == x_in.scalar_type() && in[i].dim() == 1 &&
+              in[i].device() == x_in.device();
+    dtypes.push_back(cast[i] ? at::kFloat : in[i].scalar_type());
+  }
+  // bias, scale, gamma, beta, running_mean, running_var as the kernels read them
+  std::vector<at::Tensor> v = cast_vectors(in, dtypes);
+  const at::Tensor &bias = v[0], &scale = v[1], &gamma = v[2], &beta = v[3];
+  at::Tensor &running_mean = v[4], &running_var = v[5];
   for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{bias, "bias"}, {gamma, "gamma"},
                                 {beta, "beta"}, {running_mean, "running_mean"}, {running_var, "running_var"}}) {
     if (eager && !is_vector(t, m, x_in)) return std::nullopt;
@@ -169,6 +188,10 @@ static std::optional<at::Tensor> forward_impl(
   // 3xTF32 on wgmma with many row tiles: W's parts (2, M, K) made at this call (gemm_wgmma.cuh wg_w_pass)
   const bool w_pass = path == PATH_WGMMA && prec == TF32X3 && n > 0 && m > 0 && k > 0 && wg_w_pass((int)n) &&
                       (!sync || sync->phase == 1);  // (phase 2 runs no GEMM)
+  // Y in x's 16-bit dtype where that is Y's dtype (a module .to(dtype); not across a process group):
+  // the stage's last pass writes it (common.cuh y_out), float32 Y its working memory
+  const at::ScalarType out = at::promote_types(x_in.scalar_type(), scale_in.scalar_type());
+  const bool y16_out = sixteen && !sync && out == x_in.scalar_type();
   const auto needs = [&] {
     const int64_t y_bytes = n * m * (int64_t)sizeof(float), scratch_bytes = (n_part + 5 * m) * (int64_t)sizeof(float);
     const int64_t parts_bytes = w_pass ? 2 * m * k * (int64_t)sizeof(float) : 0;
@@ -176,6 +199,7 @@ static std::optional<at::Tensor> forward_impl(
                       " of GPU memory: " + mib(y_bytes) + " for Y " + float32_shape(n, m) + " and " +
                       mib(scratch_bytes) + " of scratch";
     if (w_pass) msg += ", and " + mib(parts_bytes) + " for W's TF32 parts (2 x " + float32_shape(m, k) + ")";
+    if (y16_out) msg += ", and " + mib(n * m * 2) + " for Y in " + std::string(c10::toString(out));
     if (keep_z)
       msg += ", beside the " + mib(y_bytes) + " of Z " + float32_shape(n, m) + " kept for the backward (whose dZ' " +
              "and its transpose then need " + mib((prec == TF32X3 ? 4 : 2) * y_bytes) + " more)";
@@ -208,6 +232,10 @@ static std::optional<at::Tensor> forward_impl(
   p.running_var = running_var.data_ptr<float>();
   p.num_batches_tracked = reinterpret_cast<long long*>(num_batches_tracked.data_ptr<int64_t>());
   p.y = y.data_ptr<float>();
+  at::Tensor y16;
+  if (y16_out)
+    y16 = explain_oom([&] { return at::detail::empty_cuda({n, m}, out, x.device(), std::nullopt); }, needs);
+  p.y16 = y16.defined() ? static_cast<float*>(y16.data_ptr()) : nullptr;
   p.z = keep_z ? z_out->data_ptr<float>() : p.y;
   p.part = scratch.floats;
   p.coef = scratch.floats + n_part;
@@ -248,15 +276,20 @@ static std::optional<at::Tensor> forward_impl(
   if (poison && poison[0] == '1') {  // correctness tests: every unwritten element reads NaN (0xFFFFFFFF)
     C10_CUDA_CHECK(cudaMemsetAsync(scratch.floats, 0xFF, n_floats * sizeof(float), stream));
     C10_CUDA_CHECK(cudaMemsetAsync(p.y, 0xFF, y.nbytes(), stream));
+    if (p.y16) C10_CUDA_CHECK(cudaMemsetAsync(p.y16, 0xFF, y16.nbytes(), stream));
     if (keep_z && p.sync_phase != 2) C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, y.nbytes(), stream));  // (2: Z is phase 1's)
   }
   const char* err = FL_ENTRY(&p, stream);
   TORCH_CHECK(err == nullptr, "fusedlib " FL_STR(FL_STAGE) " kernels: ", err ? err : "");
-  if (training)
-    for (at::Tensor* t : {&running_mean, &running_var, &num_batches_tracked})  // the schema's (a!), (b!), (c!)
+  if (training) {
+    if (cast[4]) running_mean_in.copy_(running_mean);  // the running buffers back in their dtype
+    if (cast[5]) running_var_in.copy_(running_var);
+    for (at::Tensor* t : {&running_mean_in, &running_var_in, &num_batches_tracked})  // the schema's (a!), (b!), (c!)
       if (!t->is_inference()) t->unsafeGetTensorImpl()->bump_version();
+  }
   if (keep_z && !z_out->is_inference()) z_out->unsafeGetTensorImpl()->bump_version();  // (d!)
-  return y;
+  if (y16.defined()) return y16;
+  return y.scalar_type() == out ? y : y.to(out);
 }
 
 at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& scale,
@@ -318,12 +351,86 @@ std::vector<at::Tensor> sync_train(const at::Tensor& x_in, const at::Tensor& wei
   return {y, stats};
 }
 
+// The forward of a bf16/fp16 train step with a gradient (docs/design.md §15), as the modules' eager
+// call runs it: the stage's forward with a C++ autograd node in place of the operator's Python one
+// (fusedlib.ops.StageFunction), whose backward is the backward extension's one C++ call
+// (torch.ops.fusedlib.backward_sixteen, registered by torch_backward.cuh, redispatched straight to
+// its CUDA kernel). After the module's forward the host makes no Python call for the step: at the
+// KernelBench shapes a 16-bit step's kernels take less time than its Python calls took. Saves what
+// StageFunction saves (Y for 84, the GEMM's float32 Z, x, W, the scale, γ and β) and gives the same
+// gradients bit for bit (the same kernels and GEMMs). *declined: forward_impl's checks sent the call
+// to the operator's way (nothing was written; the caller returns None).
+struct SixteenBitTrain : public torch::autograd::Function<SixteenBitTrain> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias, const at::Tensor& scale, const at::Tensor& gamma,
+                            const at::Tensor& beta, at::Tensor running_mean, at::Tensor running_var,
+                            at::Tensor num_batches_tracked, c10::string_view kind, c10::string_view precision,
+                            double eps, std::optional<double> momentum, bool* declined) {
+    *declined = x.dim() != 2 || weight.dim() != 2;
+    if (*declined) return at::empty({0}, x.options());
+    const at::Tensor z = at::empty({x.size(0), weight.size(0)}, x.options().dtype(at::kFloat));
+    std::optional<at::Tensor> y = forward_impl(x, weight, bias, scale, gamma, beta, running_mean, running_var,
+                                               num_batches_tracked, kind, precision, true, eps, momentum,
+                                               std::nullopt, z, true);
+    *declined = !y;
+    if (*declined) return at::empty({0}, x.options());
+    ctx->save_for_backward({kind == "84" ? *y : at::Tensor(), z, x, weight, scale, gamma, beta});
+    ctx->saved_data["kind"] = std::string(kind);
+    ctx->saved_data["eps"] = eps;
+    return *y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    using Signature = std::vector<at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                              const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                              const at::Tensor&, const at::Tensor&, c10::string_view, double, bool);
+    static const auto op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("fusedlib::backward_sixteen", "").typed<Signature>();
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const std::string kind = ctx->saved_data["kind"].toStringRef();
+    const at::Tensor &z = saved[1], &y_or_z = kind == "84" ? saved[0] : saved[1];
+    // Autograd's worker thread may have no current CUDA context yet: cuBLAS's first call there makes
+    // the primary one current, with a warning that says so, which is not the user's concern (the
+    // operator's Python backward filters the same warning); every other warning goes on as it came.
+    struct QuietContextWarning : c10::WarningHandler {
+      c10::WarningHandler* next = c10::WarningUtils::get_warning_handler();
+      void process(const c10::Warning& warning) override {
+        if (warning.msg().find("no current CUDA context") == std::string::npos) next->process(warning);
+      }
+    } quiet;
+    const c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+    const std::vector<at::Tensor> g =
+        op.redispatch(c10::DispatchKeySet(c10::DispatchKey::CUDA), grads[0], y_or_z, z, saved[2], saved[3], saved[4],
+                      saved[5], saved[6], kind, ctx->saved_data["eps"].toDouble(), ctx->needs_input_grad(0));
+    // one gradient a forward argument, 14 (torch::autograd::Function's rule): x, W, b, the scale,
+    // γ and β get theirs; the running buffers and the non-tensor arguments none
+    torch::autograd::variable_list out(14);
+    for (int i = 0; i < 6; ++i)
+      if (ctx->needs_input_grad(i)) out[i] = g[i];
+    return out;
+  }
+};
+
+// Whether the backward extension is loaded (its CUDA kernel of torch.ops.fusedlib.backward_sixteen
+// registered): fusedlib.cuda.eager_forward loads it before a 16-bit train call that needs a gradient.
+static bool backward_sixteen_ready() {
+  static std::atomic<bool> ready{false};
+  if (!ready) {
+    const auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName("fusedlib::backward_sixteen", ""));
+    ready = op && op->hasKernelForDispatchKey(c10::DispatchKey::CUDA);
+  }
+  return ready;
+}
+
 // The modules' eager call (fusedlib.cuda.eager_forward): eager_forward(x, weight, bias, scale,
 // gamma, beta, running_mean, running_var, num_batches_tracked, kind, precision, training, eps,
 // momentum) — the operator's arguments up to momentum — runs
-// the forward on the device's default GEMM path and returns Y, or returns None where the call
-// must take the operator (torch.ops.fusedlib.<stage>, through the dispatcher) instead:
-// autograd needs the graph (grad mode on and x or a parameter requiring grad), a dispatch mode
+// the forward on the device's default GEMM path (under torch.autocast to bf16/fp16 after the
+// operators' autocast rule) and returns Y (a bf16/fp16 train call that needs a gradient: Y with
+// SixteenBitTrain's node), or returns None where the call must take the operator
+// (torch.ops.fusedlib.<stage>, through the dispatcher) instead: any other call that needs a
+// gradient (grad mode on and x or a parameter requiring grad), a dispatch mode
 // or a tensor subclass (FakeTensor) must see the call, $FUSEDLIB_GEMM_PATH forces a path, or an
 // argument fails a check (the operator's way raises the error). A METH_FASTCALL function that
 // reads its arguments with the CPython API: pybind11's casts cost ≈ 0.2 µs a tensor argument
@@ -339,9 +446,9 @@ static PyObject* eager_forward(PyObject*, PyObject* const* args, Py_ssize_t narg
     t[i] = THPVariable_Unpack(args[i]);
     if (t[i].key_set().has_any(c10::python_ks | c10::functorch_transforms_ks)) Py_RETURN_NONE;
   }
+  bool grad = false;
   if (at::GradMode::is_enabled())
-    for (int i = 0; i < 6; ++i)
-      if (t[i].requires_grad()) Py_RETURN_NONE;
+    for (int i = 0; i < 6; ++i) grad = grad || t[i].requires_grad();
   if (c10::impl::dispatch_mode_enabled()) Py_RETURN_NONE;
   const char* forced = std::getenv("FUSEDLIB_GEMM_PATH");
   if (forced && forced[0] && std::string_view(forced) != "auto") Py_RETURN_NONE;
@@ -352,34 +459,37 @@ static PyObject* eager_forward(PyObject*, PyObject* const* args, Py_ssize_t narg
   if (!kind || !prec || !PyBool_Check(training) || !PyFloat_Check(args[12]) ||
       !(momentum == Py_None || PyFloat_Check(momentum)))
     Py_RETURN_NONE;
-  // A bf16/fp16 module (module.to(dtype), docs/design.md §15): its vectors, all in x's dtype, go to
-  // float32 in two launches (one cat, one cast: the kernels read float32 vectors), the running
-  // buffers go back in their dtype and Y is returned in it, as the module returns it. Nothing is
-  // kept between calls. Vectors in any other dtype go to forward_impl as they are (float32 or None).
-  const at::ScalarType dtype = t[0].scalar_type();
-  bool sixteen = dtype == at::kBFloat16 || dtype == at::kHalf;
-  for (int i = 2; i < 8 && sixteen; ++i)
-    sixteen = t[i].scalar_type() == dtype && t[i].dim() == 1 && t[i].device() == t[0].device();
-  at::Tensor v[6];  // bias, scale, gamma, beta, running_mean, running_var as the kernels read them
-  if (sixteen) {
-    const std::vector<at::Tensor> f32 =
-        at::cat({t[2], t[3], t[4], t[5], t[6], t[7]})
-            .to(at::kFloat)
-            .split_with_sizes({t[2].size(0), t[3].size(0), t[4].size(0), t[5].size(0), t[6].size(0), t[7].size(0)});
-    std::copy(f32.begin(), f32.end(), v);
-  } else {
-    std::copy(t + 2, t + 8, v);
+  const std::optional<double> momentum_value =
+      momentum == Py_None ? std::nullopt : std::optional<double>(PyFloat_AS_DOUBLE(momentum));
+  // Under torch.autocast to bf16/fp16: the operators' autocast rule (fusedlib/ops.py,
+  // _register_autocast) applied here, the call then below autocast as the rule's is: x and W in
+  // the autocast dtype, b rounded to it and back to float32 (the vectors and buffers as they are).
+  std::optional<c10::impl::ExcludeDispatchKeyGuard> below_autocast;
+  if (at::autocast::is_autocast_enabled(at::kCUDA)) {
+    const at::ScalarType dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+    if (dtype != at::kBFloat16 && dtype != at::kHalf) Py_RETURN_NONE;
+    below_autocast.emplace(c10::DispatchKeySet(c10::DispatchKey::AutocastCUDA));
+    for (int i = 0; i < 3; ++i)
+      if (t[i].is_floating_point()) t[i] = t[i].to(dtype);
+    t[2] = t[2].to(at::kFloat);
+  }
+  if (grad) {
+    const at::ScalarType dtype = t[0].scalar_type();
+    if (training != Py_True || (dtype != at::kBFloat16 && dtype != at::kHalf) || t[1].scalar_type() != dtype ||
+        !backward_sixteen_ready())
+      Py_RETURN_NONE;
+    bool declined = true;
+    at::Tensor y = SixteenBitTrain::apply(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8],
+                                          c10::string_view(kind, kind_len), c10::string_view(prec, prec_len),
+                                          PyFloat_AS_DOUBLE(args[12]), momentum_value, &declined);
+    if (declined) Py_RETURN_NONE;
+    return THPVariable_Wrap(std::move(y));
   }
   std::optional<at::Tensor> y = forward_impl(
-      t[0], t[1], v[0], v[1], v[2], v[3], v[4], v[5], t[8], c10::string_view(kind, kind_len),
-      c10::string_view(prec, prec_len), training == Py_True, PyFloat_AS_DOUBLE(args[12]),
-      momentum == Py_None ? std::nullopt : std::optional<double>(PyFloat_AS_DOUBLE(momentum)), std::nullopt,
-      std::nullopt, true);
+      t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], c10::string_view(kind, kind_len),
+      c10::string_view(prec, prec_len), training == Py_True, PyFloat_AS_DOUBLE(args[12]), momentum_value,
+      std::nullopt, std::nullopt, true);
   if (!y) Py_RETURN_NONE;
-  if (sixteen) {
-    if (training == Py_True) t[6].copy_(v[4]), t[7].copy_(v[5]);
-    *y = y->to(dtype);
-  }
   return THPVariable_Wrap(std::move(*y));
   END_HANDLE_TH_ERRORS
 }
