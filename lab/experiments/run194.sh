@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# run194 (one H200 or H100, one call), on the tree with run192-vectors.patch, run192-backward.patch
-# and run193-cluster.patch applied (`git apply lab/experiments/<name>.patch`, in that order;
+# run194 (one H200 or H100, one call), on the tree with run197-merge.patch (then run192-vectors and
+# run192-backward) and run193-cluster.patch applied (`git apply lab/experiments/<name>.patch`;
 # results/h200/NOTES.md, "Three patches tried on the GPU"). Builds sums, fused and
 # the backward; run193-cluster.py (the persistent GEMM with a 1 × 2 cluster multicasting W, against
 # itself without and cuBLAS); the cluster's bit-identity test on the fused stage; the 16-bit tests
