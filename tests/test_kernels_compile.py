@@ -1,6 +1,6 @@
-"""Every kernel source compiles with nvcc for every GPU generation of ``build.ARCHS``
-(sm_75, 80, 86, 89, 90a, 100, 120), without torch headers, and no kernel spills registers
-to local memory. Runs on machines without a GPU (compile only); in CI a missing nvcc fails.
+"""Every kernel source (the four stage files and the backward's) compiles with nvcc for every
+GPU generation of ``build.ARCHS`` (sm_75, 80, 86, 89, 90a, 100, 120), without torch headers,
+and no kernel spills registers to local memory. Runs on machines without a GPU (compile only); in CI a missing nvcc fails.
 
 ``make test-kernels`` runs this file (``make test`` leaves it out: the matrix is minutes of
 nvcc). The compiles of the whole matrix run side by side, one nvcc per core
@@ -22,10 +22,14 @@ def _arch(cap):
     return f"sm_{cap[0]}{cap[1]}" + ("a" if cap == (9, 0) else "")
 
 
+#: The kernel sources of the matrix: each stage's file, and the train backward's (its own extension).
+SOURCES = {**build.STAGE_FILES, "backward": build.BACKWARD_FILE}
+
+
 def _compile(stage, capability):
-    """ptxas's report of one stage file for one architecture, or the exception raised."""
+    """ptxas's report of one kernel source (SOURCES) for one architecture, or the exception raised."""
     try:
-        return build.compile_check(build.KERNEL_DIR / build.STAGE_FILES[stage], capability)
+        return build.compile_check(build.KERNEL_DIR / SOURCES[stage], capability)
     except Exception as exc:  # re-raised by the test of this pair
         return exc
 
@@ -54,7 +58,7 @@ def reports(request):
 
 @needs_nvcc
 @pytest.mark.parametrize("capability", build.ARCHS, ids=_arch)
-@pytest.mark.parametrize("stage", list(build.STAGE_FILES))
+@pytest.mark.parametrize("stage", list(SOURCES))
 def test_stage_compiles_without_spills(stage, capability, reports):
     report = reports[(stage, capability)]
     if isinstance(report, Exception):
