@@ -133,10 +133,12 @@ def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
     :func:`fusedlib.algebra.train_backward_fused` with ``reduce`` specifies.
     x and weight both bf16 or both fp16 (the 16-bit forward's, one process): one C++ call
     (``backward_sixteen``, which spares a 16-bit step the host time of a dozen Python calls): the
-    vectors cast to float32 in one cat and one cast, the passes as always, their sums in float32, reading dY and Y in the dtype as they come (the vectors in
-    float32) and writing dZ' once, rounded to the dtype as eager PyTorch's backward has it; then
+    vectors cast to float32 in one cat and one cast, the passes as always, their sums in
+    float32, reading dY and Y in the dtype as they come (the vectors in float32) and writing dZ'
+    once, rounded to the dtype as eager PyTorch's backward has it; then
     dX = dZ'·W and dW = dZ'ᵀ·X on cuBLAS's 16-bit GEMMs (float32 accumulation, dZ'ᵀ a view), dX
-    and dW in the dtype, the vectors' gradients cast back to theirs in one cat and one cast;
+    and dW in the dtype, each vector's gradient cast back to its dtype on its own (an
+    operator's returns may not be views of one another);
     other mixes run on float32 values (exact) and return each gradient in its input's dtype
     (docs/design.md §15)."""
     dtypes = (x.dtype, weight.dtype)

@@ -193,13 +193,14 @@ class _FusedBase(nn.Module):
         x's dtype promoted with the scale's. Gradients come in each tensor's dtype (the
         backward's call casts them, or autograd through the conversions here)."""
         weight, out_dtype = tensors[0], torch.promote_types(x.dtype, tensors[2].dtype)
-        if synced or not cuda.sixteen_bit_kernels(x, weight):
+        widened = synced or not cuda.sixteen_bit_kernels(x, weight)  # to float32 here, for the float32 kernels
+        if widened:
             x, weight = x.float(), weight.float()
             f32 = (weight, *(t.float() for t in tensors[1:7]), tensors[7])
         else:  # the operator takes them as they are: its CUDA kernel casts 16-bit vectors (one cat, one cast)
             f32 = tensors
         y = None
-        if (f32 is not tensors and x.is_cuda and not synced and not torch.compiler.is_compiling()
+        if (widened and x.is_cuda and not synced and not torch.compiler.is_compiling()
                 and not torch.is_autocast_enabled("cuda")):  # the eager call, as forward's (None: the operator)
             bn = self._modules["bn"]
             y = cuda.eager_forward(self, x, f32, bn.eps, bn.momentum)
