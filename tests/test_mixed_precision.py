@@ -261,8 +261,8 @@ def test_a_sixteen_bit_module_runs_the_sixteen_bit_kernels(dtype, path, monkeypa
 def test_the_eager_call_of_a_sixteen_bit_module_gives_the_operators_bits(stage, kind, training, dtype):
     """Called without a gradient, a bf16/fp16 module takes the C++ eager call; with one, the same
     call with its C++ autograd node in train mode, the operator through the dispatcher and autograd
-    in eval mode. Either way the C++ forward casts the vectors to
-    float32 (one cat and one cast) and writes the running buffers back. The same kernels on the
+    in eval mode. Either way the C++ forward widens the vectors to
+    float32 (one launch into its scratch) and writes the running buffers back. The same kernels on the
     same float32 vectors: Y (in the dtype), the running buffers and num_batches_tracked bit for
     bit, over three calls."""
     ref, x, _, _ = _case(kind, training, shape=(200, 64, 96))
@@ -438,6 +438,47 @@ def test_the_last_pass_writes_a_sixteen_bit_y(stage, kind, training, dtype, monk
         assert torch.equal(y16, y32.to(dtype)), (n, m)
         for a, b in zip(b16, b32):
             assert torch.equal(a, b), (n, m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("stage", ["naive", "fused"])
+def test_strided_sixteen_bit_vectors_give_the_contiguous_bits(stage, kind, training, dtype, monkeypatch):
+    """The C++ forward widens a bf16/fp16 module's vectors into its scratch and writes the running
+    buffers back, whatever their stride: with every vector (bias, scale, γ, β, running_mean,
+    running_var) a view of every other element of a larger tensor, the operator gives Y and the
+    running buffers of contiguous copies bit for bit (every output and the scratch poisoned first),
+    and leaves the elements between the views' as they were."""
+    monkeypatch.setenv("FUSEDLIB_POISON", "1")
+    ref, x, _, _ = _case(kind, training, shape=(77, 64, 100))
+    module = fusedlib.from_reference(ref, stage=stage).to(dtype).cuda().train(training)
+    weight, *vectors, count = (t.detach() for t in module._tensors())
+    bn = module.bn
+
+    def strided(v):
+        base = torch.full((2 * v.numel(),), 7.0, dtype=v.dtype, device=v.device)
+        base[::2] = v
+        return base, base[::2]
+
+    outs = []
+    for layout in (lambda v: (None, v.clone()), strided):
+        pairs = [layout(v) for v in vectors]
+        views = [view for _, view in pairs]
+        assert layout is not strided or not any(v.is_contiguous() for v in views if v.numel() > 1)
+        with torch.no_grad():
+            y = ops.OPS[stage](x.to("cuda", dtype), weight, *views, count.clone(), module._kind, module.precision,
+                               training, bn.eps, bn.momentum)
+        outs.append((y, views[4].clone(), views[5].clone()))
+        for base, _ in pairs:
+            assert base is None or bool((base[1::2] == 7).all())
+    (y, *buffers), (y_strided, *buffers_strided) = outs
+    assert y.dtype == dtype and not y.isnan().any() and torch.equal(y, y_strided)
+    for a, b in zip(buffers, buffers_strided):
+        assert torch.equal(a, b)
+    if training:
+        assert not torch.equal(buffers[0], vectors[4])  # (the running mean was written)
 
 
 @pytest.mark.gpu

@@ -1,19 +1,24 @@
 // The fused train-mode backward of every stage, up to the two GEMMs (docs/design.md §10,
 // notebook 08): from the saved Z (the GEMM output the forward normalised), the forward's
-// output Y (84) and dY, three kernels give dZ' and the gradients of γ, β and the scale:
-//   row_dot_kernel           (84) r_i = Σ_j dY_ij·Y_ij, one block a row
+// output Y (84) and dY, three kernels give dZ' and the gradients of γ, β and the scale (dZ' by
+// one of two, after dY's dtype):
+//   row_dot_kernel           (84) r_i = Σ_j dY_ij·Y_ij, one block a row, 16-byte loads (4 of
+//                            dY and 4 of Y a thread in flight)
 //   backward_partials_kernel one pass over row tiles × 32 columns: per tile the column
 //                            partials of Z (mean_t, M2_t) and of G = Y∘(dY − r) (84) or dY
 //                            (33): S1_t = Σ G, C_t = Σ G∘(Z − mean_t); the last tile of each
 //                            column block (tile counter + fence, as the forward's
-//                            ColumnStatsMerge) merges them in tile order (blocked) into μ, σ², S1 and
+//                            ColumnStatsMerge, in warp 0 alone: the warp that wrote the tile's
+//                            partials) merges them in tile order (blocked) into μ, σ², S1 and
 //                            S2 = Σ_i G∘(Z − μ) = Σ_t C_t + S1_t·(mean_t − μ) (Chan's merge of a
 //                            cross moment: no cancellation), then dγ, dβ, the scale's column
 //                            terms and the coefficients a1, a2, a0
-//   backward_dz_kernel       dZ' = a1∘G + a2∘(Z − μ) + a0 on 32×32 tiles, written row-major
-//                            (N×M, for dX = dZ'·W) and transposed through shared memory (M×N,
-//                            for dW = dZ'ᵀ·X: both GEMMs then read K-major operands); for
+//   backward_dz_kernel       (float32 dY, Y) dZ' = a1∘G + a2∘(Z − μ) + a0 on 32×32 tiles, written
+//                            row-major (N×M, for dX = dZ'·W) and transposed through shared memory
+//                            (M×N, for dW = dZ'ᵀ·X: both GEMMs then read K-major operands); for
 //                            3xTF32 as TF32 parts [rna(dZ'); rna(dZ' − rna(dZ'))]
+//   backward_dz16_kernel     (16-bit dY, Y) the same dZ' on 32×64 tiles, two adjacent columns a
+//                            thread, row-major only, 4-byte stores
 // dY and Y in bf16 or fp16 (p.operand, the 16-bit forward's output; docs/design.md §15): the
 // three kernels read them as they are and widen each element to float32, every sum as above, and
 // dZ' is written once, row-major, rounded to that dtype (both 16-bit GEMMs, cuBLAS's, take it
@@ -65,25 +70,77 @@ struct BackwardProblem {
 constexpr int kBwdCols = 32;       // columns a block of the partials and dZ' kernels
 constexpr int kBwdGroups = 8;      // row groups (threadIdx.y)
 constexpr int kBwdTileRows = 128;  // rows a statistics tile (algebra.BACKWARD_TILE_ROWS)
-constexpr int kDzTile = 32;        // the dZ' kernel's square tile
+constexpr int kDzTile = 32;        // the dZ' kernels' rows a tile (and the float32 one's columns)
+constexpr int kRowChunk = 8;       // elements a thread of row_dot_kernel takes at a time, in any dtype
+constexpr int kRowBytes = 64;      // bytes of dY and of Y it loads at once (four 16-byte loads of each)
+template <int OP>                  // the chunks those hold: 4 (16-bit), 2 (float32)
+constexpr int kRowChunks = kRowBytes / (kRowChunk * (int)sizeof(typename Element<OP>::T));
 
 __host__ __device__ inline int backward_tiles(int n) { return ceil_div(n, kBwdTileRows); }
 
-// r_i = Σ_j dY_ij·Y_ij (the softmax's row terms), one block a row, fixed order.
+// s plus Σ dY·Y over kRowChunks chunks v, v + B, … (B = blockDim.x) of a row of m elements of
+// type OP (chunk v: elements kRowChunk·v …), the products added in chunk and element order.
+// VEC (the rows 16-byte aligned: m·sizeof(T) a multiple of 16): 16-byte loads, all issued
+// first, those past m zeros; else the elements below m one at a time. Either way, and in every
+// dtype, the same order: the bits of r depend neither on the tensors' alignment nor on their
+// dtype (a 16-bit dY and Y give the r of their float32 copies, bit for bit, as before).
+// (Indices stay below m + 2¹⁵ < 2³¹: m ≤ kMaxDim.)
+template <int OP, bool VEC>
+__device__ __forceinline__ float row_dot_chunks(float s, const typename Element<OP>::T* dy,
+                                                const typename Element<OP>::T* y, int v, int m) {
+  using T = typename Element<OP>::T;
+  constexpr int C = kRowChunks<OP>, E = 16 / (int)sizeof(T), L = kRowChunk / E;  // L 16-byte loads a chunk
+  if constexpr (VEC) {
+    uint4 a[C * L], b[C * L];  // 16-byte load l of chunk v + u·B in a[u·L + l]
+#pragma unroll
+    for (int k = 0; k < C * L; ++k) {
+      const int w = (v + k / L * (int)blockDim.x) * L + k % L;  // the row's 16-byte piece w
+      a[k] = b[k] = make_uint4(0, 0, 0, 0);
+      if (E * w < m) a[k] = reinterpret_cast<const uint4*>(dy)[w], b[k] = reinterpret_cast<const uint4*>(y)[w];
+    }
+#pragma unroll
+    for (int k = 0; k < C * L; ++k) {
+      const T* ea = reinterpret_cast<const T*>(&a[k]);
+      const T* eb = reinterpret_cast<const T*>(&b[k]);
+#pragma unroll
+      for (int e = 0; e < E; ++e) s += widen(ea[e]) * widen(eb[e]);
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < C; ++u)
+#pragma unroll
+      for (int e = 0; e < kRowChunk; ++e) {
+        const int j = kRowChunk * (v + u * (int)blockDim.x) + e;
+        if (j < m) s += widen(dy[j]) * widen(y[j]);
+      }
+  }
+  return s;
+}
+
+// r_i = Σ_j dY_ij·Y_ij (the softmax's row terms), one block a row, fixed order: thread t sums the
+// row's chunks t, t + B, t + 2B, … (row_dot_chunks), then the block's sum (block_reduce).
 template <int OP>
 __global__ void row_dot_kernel(const BackwardProblem p) {
+  using T = typename Element<OP>::T;
   __shared__ float red[32];
-  const size_t row = (size_t)blockIdx.x * p.m;
+  const T* dy = reinterpret_cast<const T*>(p.dy) + (size_t)blockIdx.x * p.m;
+  const T* y = reinterpret_cast<const T*>(p.y) + (size_t)blockIdx.x * p.m;
+  const bool vec = p.m * sizeof(T) % 16 == 0 && (uintptr_t)p.dy % 16 == 0 && (uintptr_t)p.y % 16 == 0;
   float s = 0.f;
-  for (int j = threadIdx.x; j < p.m; j += blockDim.x) s += load<OP>(p.dy, row + j) * load<OP>(p.y, row + j);
+  for (int v = threadIdx.x; v < ceil_div(p.m, kRowChunk); v += kRowChunks<OP> * blockDim.x)
+    s = vec ? row_dot_chunks<OP, true>(s, dy, y, v, p.m) : row_dot_chunks<OP, false>(s, dy, y, v, p.m);
   s = block_reduce<false>(s, red);
   if (threadIdx.x == 0) p.r[blockIdx.x] = s;
 }
 
+// The softmax's backward at one element (84): dV = Y·(dY − r_i).
+__device__ __forceinline__ float softmax_dv(float y, float d, float r) { return y * (d - r); }
+
+// G = dV (84) or dY (33) at element q of row i, dY and Y of element type OP.
 template <int OP>
 __device__ __forceinline__ float backward_grad(const BackwardProblem& p, bool k84, size_t q, int i) {
   const float d = load<OP>(p.dy, q);
-  return k84 ? load<OP>(p.y, q) * (d - p.r[i]) : d;
+  return k84 ? softmax_dv(load<OP>(p.y, q), d, p.r[i]) : d;
 }
 
 // Column j's coefficients and parameter gradients from the merged sums (algebra.train_backward_fused):
@@ -142,6 +199,8 @@ __global__ void backward_rank_columns_kernel(const BackwardProblem p) {
 
 // Block (32, 8) on row tile t = tile0 + blockIdx.y × columns 32·blockIdx.x …: thread (c, g) holds
 // rows g, g + 8, … of column c in registers; the 8 row groups' sums are added in group order.
+// Warp 0 (g = 0) writes the tile's partials, and it alone fences, counts the tile and, in the
+// column block's last tile, merges: the other warps return after the reductions.
 // (A 16-bit OP asks for 2 blocks an SM, ≤ 128 registers: without it ptxas holds 64 and spills
 // on sm_75, sm_100 and sm_120; 0, float32's, leaves the choice to ptxas, as before.)
 template <bool K84, int OP>
@@ -149,7 +208,6 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups, OP == OPERAND_FP32 ? 0 
     backward_partials_kernel(const BackwardProblem p, int tile0) {
   constexpr int U = kBwdTileRows / kBwdGroups;
   __shared__ float red[4][kBwdGroups][kBwdCols + 1];
-  __shared__ int is_last;
   const int c = threadIdx.x, g = threadIdx.y, j = blockIdx.x * kBwdCols + c, t = tile0 + blockIdx.y;
   const int T = backward_tiles(p.n);  // over every launch (kMaxGridY row tiles each: common.cuh)
   const int r0 = t * kBwdTileRows, rows = min(kBwdTileRows, p.n - r0);
@@ -184,7 +242,8 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups, OP == OPERAND_FP32 ? 0 
   red[2][g][c] = s1;
   red[3][g][c] = cr;
   __syncthreads();
-  if (g == 0 && col_ok) {
+  if (g != 0) return;
+  if (col_ok) {
     float tot[3] = {0.f, 0.f, 0.f};
     for (int q = 0; q < kBwdGroups; ++q)
 #pragma unroll
@@ -196,13 +255,13 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups, OP == OPERAND_FP32 ? 0 
     pt[3 * (size_t)p.m] = tot[2];
   }
   __threadfence();  // this tile's partials visible device-wide before it is counted
-  __syncthreads();
-  if (g == 0 && c == 0) {
-    is_last = atomicAdd(p.counters + blockIdx.x, 1u) == (unsigned)T - 1;
-    if (is_last) p.counters[blockIdx.x] = 0;  // every tile of the block has counted
+  __syncwarp();  // every lane fenced before lane 0 counts
+  unsigned last = 0;
+  if (c == 0) {
+    last = atomicAdd(p.counters + blockIdx.x, 1u) == (unsigned)T - 1;
+    if (last) p.counters[blockIdx.x] = 0;  // every tile of the block has counted
   }
-  __syncthreads();
-  if (!is_last || g != 0 || !col_ok) return;
+  if (!__shfl_sync(0xffffffffu, last, 0) || !col_ok) return;
   __threadfence();
   // Merge the tiles in order, blocked (merge_blocked: batches of millions of rows keep fp32
   // accuracy), the tile means taken about tile 0's (ref, as merge_quarter): Chan for (n, mean,
@@ -224,27 +283,35 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups, OP == OPERAND_FP32 ? 0 
   backward_column(p, j, acc.mean + ref, acc.m2 / acc.n, s12.x, s12.y, s12.x, s12.y, (float)p.n);
 }
 
-// dZ' on a 32×32 tile: row-major store (coalesced along columns), then through shared
-// memory the transposed store (coalesced along rows). SPLIT: TF32 parts. A 16-bit OP: the
-// row-major store alone, rounded to that dtype.
-template <bool K84, bool SPLIT, int OP>
+// Column j's dZ' coefficients (backward_column), and dZ' = a1·G + a2·(Z − μ) + a0 of one element
+// from them, its G and its Z, the roundings spelled out: fma(a1, G, a2·(Z − μ)) + a0, what nvcc
+// made of the expression on every GPU (left to nvcc, the code around it can tip the contraction
+// to fma(a2, Z − μ, a1·G), other bits). Both dZ' kernels: the same operations, the same bits.
+struct DzCoef { float a1, a2, a0, mu; };
+__device__ __forceinline__ DzCoef dz_coef(const BackwardProblem& p, int j) {
+  const float* coef = p.coef + j;  // a1, a2, a0, μ of column j, M apart
+  return {coef[0], coef[p.m], coef[2 * (size_t)p.m], coef[3 * (size_t)p.m]};
+}
+__device__ __forceinline__ float dz_value(const DzCoef& a, float g, float z) {
+  return __fadd_rn(__fmaf_rn(a.a1, g, __fmul_rn(a.a2, z - a.mu)), a.a0);
+}
+
+// dZ' (float32 dY, Y) on a 32×32 tile: row-major store (coalesced along columns), then through
+// shared memory the transposed store (coalesced along rows). SPLIT: TF32 parts.
+template <bool K84, bool SPLIT>
 __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const BackwardProblem p, int tile0) {
-  static_assert(OP == OPERAND_FP32 || !SPLIT, "TF32 parts are of float32 dZ'");
   constexpr int P = SPLIT ? 2 : 1;
   __shared__ float tile[P][kDzTile][kDzTile + 1];
   const int c = threadIdx.x, g = threadIdx.y;
   const int i0 = (tile0 + blockIdx.y) * kDzTile, j0 = blockIdx.x * kDzTile, j = j0 + c;
   const size_t plane = (size_t)p.n * p.m;
   if (j < p.m) {
-    const float* coef = p.coef + j;  // a1, a2, a0, μ of column j, M apart
-    const float a1 = coef[0], a2 = coef[p.m], a0 = coef[2 * (size_t)p.m], mu = coef[3 * (size_t)p.m];
+    const DzCoef a = dz_coef(p, j);
     for (int u = g; u < kDzTile && i0 + u < p.n; u += kBwdGroups) {
       const int i = i0 + u;
       const size_t q = (size_t)i * p.m + j;
-      const float v = a1 * backward_grad<OP>(p, K84, q, i) + a2 * (p.z[q] - mu) + a0;
-      if constexpr (OP != OPERAND_FP32) {
-        store<OP>(p.dz, q, v);
-      } else if (SPLIT) {
+      const float v = dz_value(a, backward_grad<OPERAND_FP32>(p, K84, q, i), p.z[q]);
+      if (SPLIT) {
         const float big = __uint_as_float(to_tf32(v)), small = __uint_as_float(to_tf32(v - big));
         p.dz[q] = tile[0][u][c] = big;
         p.dz[plane + q] = tile[1][u][c] = small;
@@ -253,7 +320,6 @@ __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const
       }
     }
   }
-  if constexpr (OP != OPERAND_FP32) return;
   __syncthreads();
   const int i = i0 + c;
   if (i >= p.n) return;
@@ -261,6 +327,52 @@ __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const
     const size_t q = (size_t)(j0 + u) * p.n + i;
 #pragma unroll
     for (int k = 0; k < P; ++k) p.dzt[k * plane + q] = tile[k][c][u];
+  }
+}
+
+// Elements q, q + 1 of type OP from base (q even, the pair's bytes aligned to their size):
+// widened as load does, or rounded from a and b as store does, in one access.
+template <int OP> __device__ __forceinline__ float2 load2(const float* base, size_t q) {
+  using T = typename Element<OP>::T;
+  struct alignas(2 * sizeof(T)) Pair { T e[2]; };
+  const Pair v = reinterpret_cast<const Pair*>(base)[q / 2];
+  return make_float2(widen(v.e[0]), widen(v.e[1]));
+}
+template <int OP> __device__ __forceinline__ void store2(float* base, size_t q, float a, float b) {
+  using T = typename Element<OP>::T;
+  struct alignas(2 * sizeof(T)) Pair { T e[2]; };
+  reinterpret_cast<Pair*>(base)[q / 2] = Pair{{narrow<OP>(a), narrow<OP>(b)}};
+}
+
+// dZ' for 16-bit dY and Y (OP), row-major alone, rounded to that dtype: a 32-row × 64-column
+// tile a block, thread (c, g) on columns j, j + 1 (j = 64·blockIdx.x + 2c) of rows g, g + 8, ….
+// Pairs (M even, the tensors aligned to them): 4-byte loads of dY and Y and stores of dZ',
+// 8-byte loads of Z; otherwise element by element. Every element as backward_dz_kernel's (dz_value).
+template <bool K84, int OP>
+__global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz16_kernel(const BackwardProblem p, int tile0) {
+  static_assert(OP != OPERAND_FP32, "float32 dZ' is backward_dz_kernel's");
+  const int g = threadIdx.y, i0 = (tile0 + blockIdx.y) * kDzTile;
+  const int j = 2 * (blockIdx.x * kDzTile + threadIdx.x);  // (below M + 64 < 2³¹)
+  if (j >= p.m) return;
+  const bool pairs = p.m % 2 == 0 && (uintptr_t)p.dy % 4 == 0 && (!K84 || (uintptr_t)p.y % 4 == 0) &&
+                     (uintptr_t)p.dz % 4 == 0 && (uintptr_t)p.z % 8 == 0;
+  const bool second = j + 1 < p.m;  // (M odd: the last thread has one column)
+  const DzCoef a = dz_coef(p, j), b = second ? dz_coef(p, j + 1) : a;
+  for (int u = g; u < kDzTile && i0 + u < p.n; u += kBwdGroups) {
+    const int i = i0 + u;
+    const size_t q = (size_t)i * p.m + j;
+    if (pairs) {
+      float2 gr = load2<OP>(p.dy, q);
+      if (K84) {
+        const float2 y = load2<OP>(p.y, q);
+        gr = make_float2(softmax_dv(y.x, gr.x, p.r[i]), softmax_dv(y.y, gr.y, p.r[i]));
+      }
+      const float2 z = load2<OPERAND_FP32>(p.z, q);
+      store2<OP>(p.dz, q, dz_value(a, gr.x, z.x), dz_value(b, gr.y, z.y));
+    } else {
+      store<OP>(p.dz, q, dz_value(a, backward_grad<OP>(p, K84, q, i), p.z[q]));
+      if (second) store<OP>(p.dz, q + 1, dz_value(b, backward_grad<OP>(p, K84, q + 1, i), p.z[q + 1]));
+    }
   }
 }
 
@@ -407,12 +519,17 @@ const char* launch_train_backward(const BackwardProblem& p, cudaStream_t st) {
     backward_rank_columns_kernel<<<ceil_div(p.m, 256), 256, 0, st>>>(p);
     FL_CHECK_LAUNCH();
   }
-  auto dz = k84 ? backward_dz_kernel<true, false, OP> : backward_dz_kernel<false, false, OP>;
-  if constexpr (OP == OPERAND_FP32)
-    if (p.split) dz = k84 ? backward_dz_kernel<true, true, OP> : backward_dz_kernel<false, true, OP>;
-  const int dz_tiles = ceil_div(p.n, kDzTile);
+  // dZ': float32 on 32×32 tiles, 16-bit on 32×64 tiles (a column pair a thread)
+  void (*dz)(const BackwardProblem, int);
+  if constexpr (OP == OPERAND_FP32) {
+    if (p.split) dz = k84 ? backward_dz_kernel<true, true> : backward_dz_kernel<false, true>;
+    else dz = k84 ? backward_dz_kernel<true, false> : backward_dz_kernel<false, false>;
+  } else {
+    dz = k84 ? backward_dz16_kernel<true, OP> : backward_dz16_kernel<false, OP>;
+  }
+  const int dz_cols = OP == OPERAND_FP32 ? kDzTile : 2 * kDzTile, dz_tiles = ceil_div(p.n, kDzTile);
   for (int t0 = 0; t0 < dz_tiles; t0 += kMaxGridY) {
-    dz<<<dim3(ceil_div(p.m, kDzTile), std::min(dz_tiles - t0, kMaxGridY)), block, 0, st>>>(p, t0);
+    dz<<<dim3(ceil_div(p.m, dz_cols), std::min(dz_tiles - t0, kMaxGridY)), block, 0, st>>>(p, t0);
     FL_CHECK_LAUNCH();
   }
   return nullptr;

@@ -324,6 +324,48 @@ inline const char* launch_narrow(const float* y, YOut out, int n, int m, cudaStr
   return nullptr;
 }
 
+// ---------------------------------------------------------------- vectors between dtypes (docs/design.md §15)
+// A bf16/fp16 module's vectors (b, the scale, γ, β, running_mean, running_var) as the kernels read
+// them, float32, before the stage's kernels; its running buffers back in their dtype after them.
+// Up to kMaxVectors 1-D vectors in one launch, vector v in blockIdx.y: element i of src[v] (of type
+// src_type[v], at i·src_stride[v]) to element i of dst[v] (of type dst_type[v], at i·dst_stride[v]).
+// Widening to float32 is exact; narrowing rounds to nearest even, as a tensor's .to(dtype) does.
+constexpr int kMaxVectors = 6;
+struct VectorCopy {
+  const void* src[kMaxVectors];
+  void* dst[kMaxVectors];
+  int64_t n[kMaxVectors], src_stride[kMaxVectors], dst_stride[kMaxVectors];
+  int src_type[kMaxVectors], dst_type[kMaxVectors];  // Operand
+  int count;
+};
+
+__device__ __forceinline__ float load_as(const void* base, int type, size_t q) {
+  const float* b = static_cast<const float*>(base);
+  return type == OPERAND_BF16 ? load<OPERAND_BF16>(b, q) : type == OPERAND_FP16 ? load<OPERAND_FP16>(b, q) : b[q];
+}
+
+__global__ void __launch_bounds__(256) copy_vectors_kernel(const VectorCopy c) {
+  const int v = blockIdx.y;
+  float* dst = static_cast<float*>(c.dst[v]);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < c.n[v]; i += (int64_t)gridDim.x * blockDim.x) {
+    const float e = load_as(c.src[v], c.src_type[v], (size_t)(i * c.src_stride[v]));
+    const size_t q = (size_t)(i * c.dst_stride[v]);
+    if (c.dst_type[v] == OPERAND_BF16) store<OPERAND_BF16>(dst, q, e);
+    else if (c.dst_type[v] == OPERAND_FP16) store<OPERAND_FP16>(dst, q, e);
+    else dst[q] = e;
+  }
+}
+
+inline const char* launch_copy_vectors(const VectorCopy& c, cudaStream_t st) {
+  if (c.count == 0) return nullptr;
+  int longest = 1;  // (a vector's length is at most kMaxDim, an int)
+  for (int v = 0; v < c.count; ++v) longest = std::max(longest, (int)c.n[v]);
+  const dim3 grid(std::min(ceil_div(longest, 256), 64), c.count);
+  copy_vectors_kernel<<<grid, 256, 0, st>>>(c);
+  FL_CHECK_LAUNCH();
+  return nullptr;
+}
+
 // ---------------------------------------------------------------- data parallelism (docs/design.md §14)
 // Phase 1 of naive and fold: this rank's moments (n, mean, M2 = n·var) from the two column passes.
 __global__ void local_moments_kernel(const Problem p, const float* __restrict__ mean, const float* __restrict__ var) {

@@ -39,8 +39,9 @@ inline void check_vector(const at::Tensor& t, const char* name, int64_t m, const
   TORCH_CHECK(t.is_contiguous(), name, ": expected a contiguous tensor");
 }
 
-// Each of `in` in dtypes[i] (docs/design.md §15: a 16-bit module's vectors as the kernels read
-// them, float32, and their gradients back in the vectors' dtype). When every one changes dtype, all
+// Each of `in` in dtypes[i] (docs/design.md §15: a 16-bit module's scale, γ and β as the train
+// backward's kernels read them, float32; the forward widens its vectors in a kernel of its own,
+// passes.cuh copy_vectors_kernel). When every one changes dtype, all
 // from one dtype to one, on one device: one cat and one cast for all of them (two launches however
 // many; the results views of one buffer, each in its input's shape); otherwise each on its own, a
 // tensor already in its dtype returned as it is. Nothing is kept between calls.

@@ -122,27 +122,27 @@ static std::optional<at::Tensor> forward_impl(
   FL_ARG_CHECK(dims_fit({n, k, m}), "x, weight: batch, in_features and out_features must each be ", dims_limit(),
                ", got x ", shape_str(x_in), " and weight ", shape_str(weight_in));
   // bf16/fp16 vectors (a module .to(dtype), docs/design.md §15): the kernels read float32 vectors, so
-  // each vector in x's 16-bit dtype is cast here (all six in it: one cat and one cast), the running
-  // buffers are written back in their dtype after the kernels, and Y is returned in x's dtype
-  // promoted with the scale's (the fake's dtype). Nothing is kept between calls.
-  const std::vector<at::Tensor> in{bias_in, scale_in, gamma_in, beta_in, running_mean_in, running_var_in};
-  std::vector<at::ScalarType> dtypes;
+  // each vector in x's 16-bit dtype is widened into the stream's scratch by one launch before the
+  // stage's kernels (copy_vectors_kernel; no tensor is made for it), the running buffers are written
+  // back in their dtype by one after them, and Y is returned in x's dtype promoted with the scale's
+  // (the fake's dtype). Nothing is kept between calls.
+  const at::Tensor* in[6] = {&bias_in, &scale_in, &gamma_in, &beta_in, &running_mean_in, &running_var_in};
   bool cast[6];
-  for (int i = 0; i < 6; ++i) {
-    cast[i] = operand != OPERAND_FP32 && in[i].scalar_type() == x_in.scalar_type() && in[i].dim() == 1 &&
-              in[i].device() == x_in.device();
-    dtypes.push_back(cast[i] ? at::kFloat : in[i].scalar_type());
+  for (int i = 0; i < 6; ++i)
+    cast[i] = operand != OPERAND_FP32 && in[i]->scalar_type() == x_in.scalar_type() && in[i]->dim() == 1 &&
+              in[i]->device() == x_in.device();
+  const char* names[6] = {"bias", "scale", "gamma", "beta", "running_mean", "running_var"};
+  for (int i : {0, 2, 3, 4, 5}) {
+    if (cast[i]) {  // a vector to widen needs only its length (any stride)
+      if (eager && in[i]->size(0) != m) return std::nullopt;
+      FL_ARG_CHECK(in[i]->size(0) == m, names[i], ": expected shape (", m, ",), got ", shape_str(*in[i]));
+      continue;
+    }
+    if (eager && !is_vector(*in[i], m, x_in)) return std::nullopt;
+    check_vector(*in[i], names[i], m, x_in);
   }
-  // bias, scale, gamma, beta, running_mean, running_var as the kernels read them
-  std::vector<at::Tensor> v = cast_vectors(in, dtypes);
-  const at::Tensor &bias = v[0], &scale = v[1], &gamma = v[2], &beta = v[3];
-  at::Tensor &running_mean = v[4], &running_var = v[5];
-  for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{bias, "bias"}, {gamma, "gamma"},
-                                {beta, "beta"}, {running_mean, "running_mean"}, {running_var, "running_var"}}) {
-    if (eager && !is_vector(t, m, x_in)) return std::nullopt;
-    check_vector(t, name, m, x_in);
-  }
-  FL_ARG_CHECK(scale.device() == x_in.device() && scale.scalar_type() == at::kFloat && scale.is_contiguous() &&
+  const at::Tensor& scale = scale_in;
+  FL_ARG_CHECK(scale.device() == x_in.device() && (cast[1] || (scale.scalar_type() == at::kFloat && scale.is_contiguous())) &&
                    (scale.numel() == 1 || (kind == "33" && scale.numel() == m)),
                "scale: expected a contiguous float32 tensor on ", x_in.device(), " with 1 element",
                kind == "33" ? " or out_features" : "", ", got ", scale.scalar_type(), " ", shape_str(scale));
@@ -215,7 +215,8 @@ static std::optional<at::Tensor> forward_impl(
                                         : SplitK{1, 0, 0};
   const bool shift = !sixteen && first_row_shift(precision, training);  // (its z₀ in the scratch)
   const int64_t n_count = aligned_floats((m + 31) / 32), n_sk = aligned_floats((int64_t)sk.floats());
-  const int64_t n_floats = n_part + 4 * m + n_sk + (shift ? m : 0);
+  const int64_t n_vec = aligned_floats(m), n_widened = std::count(cast, cast + 6, true) ? 6 * n_vec : 0;
+  const int64_t n_floats = n_part + 4 * m + n_sk + (shift ? m : 0) + n_widened;
   at::Tensor captured;
   const int64_t n_counters = n_count + (sk.splits > 1 ? sk.tiles : 0) + 1;
   const Scratch scratch =
@@ -224,12 +225,30 @@ static std::optional<at::Tensor> forward_impl(
   Problem p;
   p.x = static_cast<const float*>(x.data_ptr());  // (16-bit operands: their elements' address)
   p.w = static_cast<const float*>(w.data_ptr());
-  p.bias = bias.data_ptr<float>();
-  p.scale = scale.data_ptr<float>();
-  p.gamma = gamma.data_ptr<float>();
-  p.beta = beta.data_ptr<float>();
-  p.running_mean = running_mean.data_ptr<float>();
-  p.running_var = running_var.data_ptr<float>();
+  // the vectors as the kernels read them: a widened one at its place in the scratch's last 6·M floats
+  float* widened = scratch.floats + n_floats - n_widened;
+  VectorCopy widen{}, narrow_back{};
+  float* vec[6];
+  for (int i = 0; i < 6; ++i) {
+    vec[i] = cast[i] ? widened + i * n_vec : static_cast<float*>(in[i]->data_ptr());
+    if (!cast[i]) continue;
+    const int v = widen.count++;
+    widen.src[v] = in[i]->data_ptr(), widen.dst[v] = vec[i], widen.n[v] = in[i]->numel();
+    widen.src_stride[v] = in[i]->stride(0), widen.dst_stride[v] = 1;
+    widen.src_type[v] = operand, widen.dst_type[v] = OPERAND_FP32;
+    if (training && i >= 4) {  // the running buffers back, after the kernels
+      const int u = narrow_back.count++;
+      narrow_back.src[u] = vec[i], narrow_back.dst[u] = in[i]->data_ptr(), narrow_back.n[u] = in[i]->numel();
+      narrow_back.src_stride[u] = 1, narrow_back.dst_stride[u] = in[i]->stride(0);
+      narrow_back.src_type[u] = OPERAND_FP32, narrow_back.dst_type[u] = operand;
+    }
+  }
+  p.bias = vec[0];
+  p.scale = vec[1];
+  p.gamma = vec[2];
+  p.beta = vec[3];
+  p.running_mean = vec[4];
+  p.running_var = vec[5];
   p.num_batches_tracked = reinterpret_cast<long long*>(num_batches_tracked.data_ptr<int64_t>());
   p.y = y.data_ptr<float>();
   at::Tensor y16;
@@ -279,11 +298,11 @@ static std::optional<at::Tensor> forward_impl(
     if (p.y16) C10_CUDA_CHECK(cudaMemsetAsync(p.y16, 0xFF, y16.nbytes(), stream));
     if (keep_z && p.sync_phase != 2) C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, y.nbytes(), stream));  // (2: Z is phase 1's)
   }
-  const char* err = FL_ENTRY(&p, stream);
+  const char* err = launch_copy_vectors(widen, stream);
+  if (!err) err = FL_ENTRY(&p, stream);
+  if (!err) err = launch_copy_vectors(narrow_back, stream);  // the running buffers back in their dtype
   TORCH_CHECK(err == nullptr, "fusedlib " FL_STR(FL_STAGE) " kernels: ", err ? err : "");
   if (training) {
-    if (cast[4]) running_mean_in.copy_(running_mean);  // the running buffers back in their dtype
-    if (cast[5]) running_var_in.copy_(running_var);
     for (at::Tensor* t : {&running_mean_in, &running_var_in, &num_batches_tracked})  // the schema's (a!), (b!), (c!)
       if (!t->is_inference()) t->unsafeGetTensorImpl()->bump_version();
   }

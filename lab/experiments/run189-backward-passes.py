@@ -5,6 +5,10 @@ sm_90a against the tree's kernels (-I fusedlib/kernels: it includes backward.cu;
 run188-merge.patch applied) and run: python lab/experiments/run189-backward-passes.py [CSV]
 (the binary, build/run189/run189, stays for Nsight Compute). Kept as a string, not a .cu file,
 so that the repository's kernel sources stay fusedlib/kernels' alone (the GPU records' hashes).
+Since run192 backward.cu holds three of the variants (row terms vec, float32 in the 16-bit
+chunks' order; partials fence=writers at the kernel's own launch bounds; 16-bit dZ' cols=2 as
+backward_dz16_kernel, with the kernel's fma order): its "as is" rows are those kernels, and
+results/h200/logs/run189.log the kernels before them.
 """
 import subprocess
 import sys
@@ -46,17 +50,7 @@ using namespace fl;
     if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } \
   } while (0)
 
-// Two adjacent elements of type OP at element index q (q even), widened.
-template <int OP>
-__device__ __forceinline__ float2 load2(const float* base, size_t q) {
-  if constexpr (OP == OPERAND_FP32) {
-    return reinterpret_cast<const float2*>(base)[q / 2];
-  } else if constexpr (OP == OPERAND_BF16) {
-    return __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(base)[q / 2]);
-  } else {
-    return __half22float2(reinterpret_cast<const __half2*>(base)[q / 2]);
-  }
-}
+// (load2: two adjacent elements of type OP at element index q, q even, widened: backward.cu's)
 
 // backward_partials_kernel with ROWS-row tiles, CPT adjacent columns a thread, with WARP0_TAIL
 // the tail (partials' store, fence, count, merge) in warp 0 alone, and MINB blocks an SM asked
@@ -408,7 +402,10 @@ int main(int argc, char** argv) {
     backward_partials_kernel<K84, OP><<<dim3(ceil_div(M, kBwdCols), T), block>>>(p, 0);  // the kernel's coefficients
     const double wr = OP == OPERAND_FP32 ? 2.0 * NM * 4 : (double)NM * eb;  // float32: row-major and transposed
     const float usd = timed([&] {
-      backward_dz_kernel<K84, false, OP><<<dim3(ceil_div(M, kDzTile), ceil_div(N, kDzTile)), block>>>(p, 0);
+      if constexpr (OP == OPERAND_FP32)
+        backward_dz_kernel<K84, false><<<dim3(ceil_div(M, kDzTile), ceil_div(N, kDzTile)), block>>>(p, 0);
+      else
+        backward_dz16_kernel<K84, OP><<<dim3(ceil_div(M, 2 * kDzTile), ceil_div(N, kDzTile)), block>>>(p, 0);
     });
     report("dZ'", "as is", usd, rd + wr, nullptr);
     if constexpr (OP != OPERAND_FP32) {
