@@ -390,6 +390,12 @@ int main(int argc, char** argv) {
     report("partials", "fence=writers 4/SM", timed([&] {
              partials_variant<K84, OP, 128, 1, true, 4><<<g1, block>>>(p);
            }), rd, &ref);
+    report("partials", "fence=writers 3/SM", timed([&] {  // run201-partials33.patch's bounds at 33
+             partials_variant<K84, OP, 128, 1, true, 3><<<g1, block>>>(p);
+           }), rd, &ref);
+    report("partials", "fence=writers 2/SM", timed([&] {  // the library kernel's bounds
+             partials_variant<K84, OP, 128, 1, true, 2><<<g1, block>>>(p);
+           }), rd, &ref);
     report("partials", "cols=2 fence=writers", timed([&] {
              partials_variant<K84, OP, 128, 2, true><<<g2, block>>>(p);
            }), rd, &ref);

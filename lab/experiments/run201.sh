@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# run201 (one H200 or H100, first call of a session), on the tree with run193-cluster.patch (as
+# mended: the stage releases without cluster-scope fences) and run201-partials33.patch applied
+# (`git apply lab/experiments/<name>.patch`; results/h200/NOTES.md, "The clustered GEMM's half
+# rate, read in its SASS"). Builds every stage and the backward (their cache back in parts,
+# flcache.part-*), then:
+#   run193-cluster.py    the persistent GEMM with the cluster off and on against cuBLAS (84's
+#                        KernelBench shape; bf16, fp16, tf32; sums, fused; train, eval), bits
+#                        compared: the call that says whether the cluster lands
+#   the cluster's GPU bit-identity test (sums and fused)
+#   run189-backward-passes.py   the partials kernel at 33 with its new bounds (the "as is" rows)
+#                        beside the variants at 2, 3 and 4 blocks an SM
+#   the GPU suite's large part (large.json back, for run179.sh PART=suite on the same tree)
+set -u
+export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
+t0=$(date +%s)
+say() { echo "$*" | tee -a $OUT/run201.log; }
+. lab/experiments/restore_cache.sh
+for s in naive fold sums fused; do python -c "from fusedlib.build import load_stage; load_stage('$s')" > /tmp/build-$s.log 2>&1 & done
+python -c "from fusedlib.build import load_backward; load_backward()" > /tmp/build-bwd.log 2>&1 &
+mkdir -p build
+timeout 120 python lab/experiments/run189-backward-passes.py $OUT/run189.csv > /tmp/run189.out 2>&1
+say "run189 passes: rc=$? ($(( $(date +%s) - t0 )) s)"; grep "partials" /tmp/run189.out >> $OUT/run201.log
+wait
+say "built in $(( $(date +%s) - t0 )) s"
+grep -il "error" /tmp/build-*.log && tail -40 /tmp/build-*.log | tee -a $OUT/run201.log
+tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
+timeout 150 python lab/experiments/run193-cluster.py > /tmp/run193.out 2>&1
+say "run193-cluster: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 14 /tmp/run193.out | tee -a $OUT/run201.log
+timeout 100 python -m pytest -q -m gpu tests/test_gpu.py -k "cluster_launch" -p no:cacheprovider > /tmp/t1.log 2>&1
+say "cluster tests: rc=$? $(tail -n 1 /tmp/t1.log) ($(( $(date +%s) - t0 )) s)"; grep -A20 "^E " /tmp/t1.log | head -30 >> $OUT/run201.log
+mkdir -p build/gpu-suite
+timeout 240 python tests/run_gpu_suite.py --parts large --out build/gpu-suite > /tmp/large.log 2>&1
+say "large: rc=$? $(tail -n 1 build/gpu-suite/large.log) ($(( $(date +%s) - t0 )) s)"
+cp build/gpu-suite/large.json $OUT/ 2>/dev/null; grep -h "^FAILED" build/gpu-suite/large.log | head >> $OUT/run201.log
