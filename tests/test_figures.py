@@ -76,6 +76,20 @@ def test_figures_in_three_formats(tmp_path, profile):
         assert [texts.count(prec) for prec in ("fp32", "tf32", "3xtf32")] == [3 * 4] * 3
 
 
+def test_throughput_without_sweeps_says_how_to_measure_them(tmp_path):
+    """A bench.csv of the KernelBench shapes alone: one line naming the command, not empty panels."""
+    for problem in ("84", "33"):
+        for impl in ("fused", "eager"):
+            bench.append_row(tmp_path / "bench.csv", _row(problem, PRESETS[problem], "train", "tf32", impl, 0.4))
+    (tmp_path / "env.json").write_text(json.dumps({"gpu": "synthetic"}))
+    table, _, _ = figures.load_results(tmp_path)
+    paths = figures.throughput(table, tmp_path)
+    text = " ".join(_svg_texts(tmp_path / "throughput.svg")).replace("- -", "--")  # (SVG comments split "--")
+    assert len(paths) == len(figures.FORMATS)
+    assert "holds no size sweep" in text and "--sweep batch --sweep features" in text
+    assert "tf32: against batch" not in text  # no per-precision panels
+
+
 def _svg_texts(path):
     """The texts of a matplotlib SVG (each drawn text is preceded by a comment holding it)."""
     import re

@@ -262,7 +262,7 @@ def throughput(bench, outdir: Path) -> list[Path]:
     four stages and the four peers, each in its own colour (:func:`_impl_color`) and named in
     the legend; the peers are drawn dashed, and in the 3xtf32 column at fp32 (PyTorch has no
     3xTF32; fp32 is its accuracy class). Rows of other shapes are ignored; a panel without
-    sweep rows says so."""
+    sweep rows says so, and a table without any sweep gets one line saying how to measure one."""
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, NullLocator
 
@@ -274,6 +274,13 @@ def throughput(bench, outdir: Path) -> list[Path]:
               ("in_features", f"features K = M (at batch {FEATURE_SWEEP_BATCH})",
                train[(train.batch == FEATURE_SWEEP_BATCH) & (train.in_features == train.out_features)]))
     panels = [(family, sweep) for family in ("84", "33/39") for sweep in sweeps]
+    if all(sweep[sweep.family == family][xname].nunique() < 2 for family, (xname, _, sweep) in panels):
+        fig, axes = subplots(1, 1, figsize=(9, 2.5), squeeze=False)  # one message, not twelve empty panels
+        axes[0][0].set_axis_off()
+        _no_data(axes[0][0], "bench.csv holds no size sweep: python -m fusedlib bench --append --problem 84,33 "
+                             "--mode train\n--sweep batch --sweep features measures one (make results does)")
+        fig.suptitle("Throughput against batch size and features, train mode")
+        return _save(fig, outdir, "throughput")
     fig, axes = subplots(len(panels), len(PRECISIONS), figsize=(15, 15), squeeze=False)
     drawn_impls = set()
     for r, (family, (xname, xlabel, sweep)) in enumerate(panels):
