@@ -23,8 +23,7 @@ echo "results/$G"
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 t0=$(date +%s)
 . lab/experiments/restore_cache.sh  # the build cache, in parts under 8 MB (dated for ninja)
-for s in naive fold sums fused; do python -c "from fusedlib.build import load_stage; load_stage('$s')" > /tmp/build-$s.log 2>&1 & done
-python -c "from fusedlib.build import load_backward; load_backward()" > /tmp/build-bwd.log 2>&1 &
+. lab/experiments/start_builds.sh  # the stages and the backward, in the background
 wait
 echo "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log && cat /tmp/build-*.log | tail -30
 mkdir -p build/gpu-suite

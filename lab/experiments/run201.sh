@@ -20,8 +20,7 @@ export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 t0=$(date +%s)
 say() { echo "$*" | tee -a $OUT/run201.log; }
 . lab/experiments/restore_cache.sh
-for s in naive fold sums fused; do python -c "from fusedlib.build import load_stage; load_stage('$s')" > /tmp/build-$s.log 2>&1 & done
-python -c "from fusedlib.build import load_backward; load_backward()" > /tmp/build-bwd.log 2>&1 &
+. lab/experiments/start_builds.sh  # the stages and the backward, in the background
 mkdir -p build
 timeout 120 python lab/experiments/run189-backward-passes.py $OUT/run189.csv > /tmp/run189.out 2>&1
 say "run189 passes: rc=$? ($(( $(date +%s) - t0 )) s)"; grep "partials" /tmp/run189.out >> $OUT/run201.log
