@@ -121,10 +121,13 @@ results: check-gpu
 
 # The 16-bit tables, appended to a committed run on the same kernels (about 10 min on an H100):
 # bf16 and fp16 modules and inputs at the KernelBench shapes of 84, 33 and 39, every stage and
-# peer with their per-kernel profiles, then the train steps in bf16, fp16 and of the fp32 module under bf16 autocast; then the
-# figures and notebooks that show them.
+# peer with their per-kernel profiles, then 84's in_features sweep in bf16 and tf32 (K alone at
+# 1024 x K -> 8192: the lines t = a + b·K of notebook 06, about 1 min), then the train steps in bf16,
+# fp16 and of the fp32 module under bf16 autocast; then the figures and notebooks that show them.
 results-16bit: venv
 	$(BIN)/python -m fusedlib bench --append --profile --problem 84,33,39 --precision 16bit --impl stages,eager,compile,gemm_only
+	$(BIN)/python -m fusedlib bench --append --profile --problem 84 --mode train --precision bf16,tf32 \
+		--sweep in_features --impl naive,sums,fused,gemm_only
 	$(BIN)/python -m fusedlib train-step --precision 16bit,autocast-bf16
 	$(MAKE) figures notebooks
 

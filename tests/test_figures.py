@@ -17,7 +17,7 @@ def _row(problem, shape, mode, prec, impl, ms, stamp=STAMP, rel_err=1e-6):
     row = bench.make_row(problem, shape, mode, prec, impl, (ms,) * 3, 50, rel_err, ENV)
     row["timestamp"] = stamp
     return row
-FIGURES = ("roofline", "throughput", "breakdown", "ladder")
+FIGURES = ("roofline", "throughput", "in_features", "breakdown", "ladder")
 README = """# title
 
 text before
@@ -67,7 +67,7 @@ def test_figures_in_three_formats(tmp_path, profile):
         for fmt in figures.FORMATS:
             f = tmp_path / "figures" / f"{name}.{fmt}"
             assert f in paths and f.stat().st_size > 1000
-    assert len(paths) == 15
+    assert len(paths) == 18
     svg = (tmp_path / "figures" / "breakdown.svg").read_text()
     assert ("predicted" in svg) != profile
     if not profile:  # the predicted breakdown: a bar for every stage at every precision, in 3 panels
@@ -88,6 +88,48 @@ def test_throughput_without_sweeps_says_how_to_measure_them(tmp_path):
     assert len(paths) == len(figures.FORMATS)
     assert "holds no size sweep" in text and "--sweep batch --sweep features" in text
     assert "tf32: against batch" not in text  # no per-precision panels
+
+
+def test_in_features_sweep_shapes():
+    """--sweep in_features: K alone at batch 1024 -> 8192 out_features (84's other two sizes)."""
+    assert bench.sweep_shapes("in_features", in_features=(2048, 4096)) == [parse_shape("1024x2048->8192"),
+                                                                          parse_shape("1024x4096->8192")]
+    with pytest.raises(ValueError, match="in_features"):
+        bench.sweep_shapes("out_features")
+
+
+def test_gemm_time_lines_recover_the_lines(tmp_path):
+    """Medians made exactly a + b·K give back a and b; a point moved off its line shows in the
+    residual column; the KernelBench shape of another problem and eval rows are not mixed in."""
+    lines = {"fused": (50.0, 22.5), "gemm_only": (2.0, 22.0), "naive": (150.0, 23.0)}
+    for k in (2048, 4096, 8192, 16384):
+        for impl, (a, b) in lines.items():
+            us = a + b * k / 1024 + (10.0 if impl == "naive" and k == 4096 else 0.0)
+            for problem, mode in (("84", "train"), ("84", "eval"), ("33", "train")):
+                bench.append_row(tmp_path / "bench.csv", _row(problem, parse_shape(f"1024x{k}->8192"), mode, "bf16", impl,
+                                                              us / 1e3 * (1 if (problem, mode) == ("84", "train") else 3)))
+    (tmp_path / "env.json").write_text("{}")
+    table = figures.load_results(tmp_path)[0]
+    fits = figures.gemm_time_lines(table).set_index("impl")
+    assert list(fits.precision.unique()) == ["bf16"] and set(fits.index) == set(lines)
+    for impl in ("fused", "gemm_only"):
+        a, b = lines[impl]
+        assert fits.loc[impl, "a_us"] == pytest.approx(a, abs=1e-6)
+        assert fits.loc[impl, "b_us_per_1024"] == pytest.approx(b, rel=1e-9)
+        assert fits.loc[impl, "max_residual_pct"] < 1e-6 and fits.loc[impl, "points"] == 4
+    assert fits.loc["naive", "max_residual_pct"] > 1.0
+    paths = figures.in_features_lines(table, tmp_path)
+    assert len(paths) == len(figures.FORMATS)
+    assert any("fused: 50 µs + 22.50 µs per 1024 of K" in t for t in _svg_texts(tmp_path / "in_features.svg"))
+
+
+def test_in_features_without_the_sweep_says_how_to_measure_it(tmp_path):
+    bench.append_row(tmp_path / "bench.csv", _row("84", PRESETS["84"], "train", "bf16", "fused", 0.23))
+    (tmp_path / "env.json").write_text("{}")
+    assert figures.gemm_time_lines(figures.load_results(tmp_path)[0]).empty
+    figures.in_features_lines(figures.load_results(tmp_path)[0], tmp_path)
+    text = " ".join(_svg_texts(tmp_path / "in_features.svg")).replace("- -", "--")
+    assert "holds no in_features sweep" in text and "--sweep in_features" in text
 
 
 def _svg_texts(path):

@@ -94,11 +94,15 @@ def datasheet(env: dict | None) -> dict:
 #: Names of ``--precision`` lists: ``all`` the float32 modules' GEMM precisions (what ``make
 #: results`` has always timed), ``16bit`` the 16-bit dtypes.
 PRECISION_GROUPS = {"all": PRECISIONS, "16bit": PRECISIONS_16}
-#: Size sweeps: batch at BATCH_SWEEP_FEATURES→BATCH_SWEEP_FEATURES, and features (K = M) at
-#: FEATURE_SWEEP_BATCH rows; the sizes are overridable (--batches, --features).
+#: Size sweeps: batch at BATCH_SWEEP_FEATURES→BATCH_SWEEP_FEATURES, features (K = M) at
+#: FEATURE_SWEEP_BATCH rows, and in_features (K alone) at FEATURE_SWEEP_BATCH rows →
+#: IN_FEATURE_SWEEP_OUT (84's batch and out_features: the line t = a + b·K of a GEMM kernel,
+#: :func:`fusedlib.lab.figures.gemm_time_lines`); the sizes are overridable (--batches,
+#: --features, --in-features).
 SWEEP_BATCHES = (256, 1024, 4096)
 SWEEP_FEATURES = (1024, 2048, 4096, 8192)
-BATCH_SWEEP_FEATURES, FEATURE_SWEEP_BATCH = 4096, 1024
+SWEEP_IN_FEATURES = (2048, 4096, 8192, 16384)
+BATCH_SWEEP_FEATURES, FEATURE_SWEEP_BATCH, IN_FEATURE_SWEEP_OUT = 4096, 1024, 8192
 
 
 # --------------------------------------------------------------------------- selection
@@ -172,9 +176,11 @@ class Table:
     impls: tuple[str, ...]
 
 
-def sweep_shapes(kind: str, batches=SWEEP_BATCHES, features=SWEEP_FEATURES) -> list[Shape]:
-    """Shapes of a size sweep: ``batch`` (N in ``batches`` at 4096→4096) or ``features``
-    (K = M in ``features`` at batch 1024).
+def sweep_shapes(kind: str, batches=SWEEP_BATCHES, features=SWEEP_FEATURES,
+                 in_features=SWEEP_IN_FEATURES) -> list[Shape]:
+    """Shapes of a size sweep: ``batch`` (N in ``batches`` at 4096→4096), ``features``
+    (K = M in ``features`` at batch 1024) or ``in_features`` (K in ``in_features`` at batch
+    1024 → 8192 out_features).
 
     Raises:
         ValueError: unknown sweep kind.
@@ -183,7 +189,9 @@ def sweep_shapes(kind: str, batches=SWEEP_BATCHES, features=SWEEP_FEATURES) -> l
         return [Shape(b, BATCH_SWEEP_FEATURES, BATCH_SWEEP_FEATURES) for b in batches]
     if kind == "features":
         return [Shape(FEATURE_SWEEP_BATCH, f, f) for f in features]
-    raise ValueError(f"sweep: expected 'batch' or 'features', got {kind!r}")
+    if kind == "in_features":
+        return [Shape(FEATURE_SWEEP_BATCH, k, IN_FEATURE_SWEEP_OUT) for k in in_features]
+    raise ValueError(f"sweep: expected 'batch', 'features' or 'in_features', got {kind!r}")
 
 
 def plan_tables(problems, shapes, modes, precisions, impls) -> list[Table]:
@@ -390,10 +398,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", action="append", metavar="SHAPE",
                    help="preset (84, 33, 39, v0) or NxK:M (batch x in_features : out_features, e.g. 64x256:128); repeatable. Default: each problem's "
                         "KernelBench shape and v0 (unless --sweep is given)")
-    p.add_argument("--sweep", action="append", choices=("batch", "features"),
-                   help="size sweep (repeatable): batch N at 4096->4096, or features K = M at batch 1024")
+    p.add_argument("--sweep", action="append", choices=("batch", "features", "in_features"),
+                   help="size sweep (repeatable): batch N at 4096->4096, features K = M at batch 1024, or "
+                        "in_features K alone at 1024 x K -> 8192")
     p.add_argument("--batches", default=",".join(map(str, SWEEP_BATCHES)), help="batch sizes of --sweep batch")
     p.add_argument("--features", default=",".join(map(str, SWEEP_FEATURES)), help="K = M of --sweep features")
+    p.add_argument("--in-features", default=",".join(map(str, SWEEP_IN_FEATURES)), help="K of --sweep in_features")
     p.add_argument("--mode", default="all", help="train, eval or all (default; comma list)")
     p.add_argument("--precision", default="all",
                    help="comma list of fp32, tf32, 3xtf32, bf16, fp16, or the groups all (fp32, tf32, 3xtf32: "
@@ -449,15 +459,16 @@ def _selection(args) -> tuple[list[str], dict, list[str], list[str], list[str]]:
     try:
         batches = [int(v) for v in args.batches.split(",") if v.strip()]
         features = [int(v) for v in args.features.split(",") if v.strip()]
+        in_features = [int(v) for v in args.in_features.split(",") if v.strip()]
     except ValueError as exc:
-        raise ValueError(f"--batches/--features: expected comma lists of integers ({exc})") from None
+        raise ValueError(f"--batches/--features/--in-features: expected comma lists of integers ({exc})") from None
     shapes = {}
     for problem in problems:
         listed = [parse_shape(s) for s in (args.shape or [])]
         if not args.shape and not args.sweep:
             listed = [PRESETS[problem], PRESETS["v0"]]
         for sweep in args.sweep or []:
-            listed += sweep_shapes(sweep, batches, features)
+            listed += sweep_shapes(sweep, batches, features, in_features)
         shapes[problem] = list(dict.fromkeys(listed))
     return problems, shapes, modes, precisions, impls
 

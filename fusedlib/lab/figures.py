@@ -321,6 +321,82 @@ def throughput(bench, outdir: Path) -> list[Path]:
     return _save(fig, outdir, "throughput")
 
 
+#: The implementations whose lines :func:`gemm_time_lines` fits: the stages that run our GEMM
+#: (fold's is naive's) and cuBLAS's GEMM alone.
+LINE_IMPLS = ("naive", "sums", "fused", "gemm_only")
+
+
+def gemm_time_lines(bench, problem: str = "84", mode: str = "train"):
+    """The straight line t = a + b·K through each implementation's median times of the
+    in_features sweep (batch 1024 → 8192 out_features, K alone varied: ``bench --sweep
+    in_features``), one run of each shape (:func:`one_run`), by least squares (numpy.polyfit,
+    degree 1). b is the time of the mainloop (µs per 1024 of K: the K loop's loads and
+    tensor-core products, which grow with K); a is what a call pays whatever K is (µs: each
+    tile's prologue and epilogue, the passes over the (N, M) output, the launches).
+
+    Returns a DataFrame with one row per precision and implementation of :data:`LINE_IMPLS`
+    with at least three sweep points: precision, impl, points (the number of K values),
+    a_us, b_us_per_1024 and max_residual_pct (the largest distance of a point from its line,
+    % of the point); empty (with those columns) when bench.csv holds no such sweep.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from .bench import FEATURE_SWEEP_BATCH, IN_FEATURE_SWEEP_OUT
+    columns = ["precision", "impl", "points", "a_us", "b_us_per_1024", "max_residual_pct"]
+    rows = one_run(bench[(bench.problem.astype(str) == str(problem)) & (bench["mode"] == mode)
+                         & (bench.batch == FEATURE_SWEEP_BATCH) & (bench.out_features == IN_FEATURE_SWEEP_OUT)])
+    out = []
+    for prec in [p for p in list(PRECISIONS_16) + list(PRECISIONS) if p in set(rows.precision)]:
+        for impl in LINE_IMPLS:
+            g = rows[(rows.precision == prec) & (rows.impl == impl)].drop_duplicates("in_features", keep="last")
+            if g.in_features.nunique() < 3:
+                continue
+            k, us = g.in_features.to_numpy(float), g.median_ms.to_numpy(float) * 1e3
+            b, a = np.polyfit(k, us, 1)
+            residual = np.abs(us - (a + b * k)) / us * 100
+            out.append(dict(precision=prec, impl=impl, points=len(g), a_us=a, b_us_per_1024=b * 1024,
+                            max_residual_pct=residual.max()))
+    return pd.DataFrame(out, columns=columns)
+
+
+@styled
+def in_features_lines(bench, outdir: Path) -> list[Path]:
+    """``in_features.{png,svg,pdf}``: median µs per call of 84 in train mode against K (batch
+    1024 → 8192 out_features: ``bench --sweep in_features``), one panel per precision of the
+    sweep, each implementation of :data:`LINE_IMPLS` as its measured points and the line
+    :func:`gemm_time_lines` fits through them (legend: a and b). Without the sweep: one line
+    saying how to measure it."""
+    from .bench import FEATURE_SWEEP_BATCH, IN_FEATURE_SWEEP_OUT
+    lines = gemm_time_lines(bench)
+    precisions = list(dict.fromkeys(lines.precision))
+    if not precisions:
+        fig, axes = subplots(1, 1, figsize=(9, 2.5), squeeze=False)
+        axes[0][0].set_axis_off()
+        _no_data(axes[0][0], "bench.csv holds no in_features sweep: python -m fusedlib bench --append --problem 84 "
+                             "--mode train\n--precision bf16,tf32 --sweep in_features --impl naive,sums,fused,gemm_only")
+        fig.suptitle("Time against K, train mode")
+        return _save(fig, outdir, "in_features")
+    fig, axes = subplots(1, len(precisions), figsize=(6.5 * len(precisions), 5), squeeze=False)
+    rows = one_run(bench[(bench.problem.astype(str) == "84") & (bench["mode"] == "train")
+                         & (bench.batch == FEATURE_SWEEP_BATCH) & (bench.out_features == IN_FEATURE_SWEEP_OUT)])
+    for ax, prec in zip(axes[0], precisions):
+        for line in lines[lines.precision == prec].itertuples(index=False):
+            g = rows[(rows.precision == prec) & (rows.impl == line.impl)].drop_duplicates("in_features", keep="last")
+            g = g.sort_values("in_features")
+            color = _impl_color(line.impl)
+            ax.plot(g.in_features, g.median_ms * 1e3, "o", color=color)
+            ks = [0, g.in_features.max()]
+            ax.plot(ks, [line.a_us + line.b_us_per_1024 * k / 1024 for k in ks], "-" if line.impl in STAGE_IMPLS else "--",
+                    color=color, lw=1.2, label=f"{line.impl}: {line.a_us:.0f} µs + {line.b_us_per_1024:.2f} µs per 1024 of K")
+        ax.set(xlabel=f"in_features K (batch {FEATURE_SWEEP_BATCH} → {IN_FEATURE_SWEEP_OUT} out_features)",
+               ylabel="median µs per call", title=f"84, {prec}", xlim=(0, None), ylim=(0, None))
+        ax.grid(True, lw=0.3)
+        ax.legend(loc="upper left")
+    fig.suptitle("Time against K, train mode: points measured (bench.csv), lines fitted t = a + b·K")
+    return _save(fig, outdir, "in_features")
+
+
 def _short_kernel(name: str) -> str:
     """Legend label of a kernel: its bare function name, cut to 40 characters."""
     from .bench import kernel_base
@@ -582,7 +658,7 @@ def load_results(results: Path):
 
 def make_all(results: Path, outdir: Path) -> list[Path]:
     """All figures: the cancellation figure always (first); roofline, throughput,
-    breakdown and ladder from ``results`` (bench.csv and env.json required, profile.csv
+    in_features, breakdown and ladder from ``results`` (bench.csv and env.json required, profile.csv
     optional). Returns the paths written.
 
     Raises:
@@ -590,8 +666,8 @@ def make_all(results: Path, outdir: Path) -> list[Path]:
     """
     paths = cancellation(outdir)
     bench, env, profile = load_results(results)
-    return (paths + roofline(bench, env, outdir) + throughput(bench, outdir) + breakdown(profile, bench, env, outdir)
-            + ladder(bench, env, outdir))
+    return (paths + roofline(bench, env, outdir) + throughput(bench, outdir) + in_features_lines(bench, outdir)
+            + breakdown(profile, bench, env, outdir) + ladder(bench, env, outdir))
 
 
 def add_arguments(parser) -> None:

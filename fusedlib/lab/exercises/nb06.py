@@ -1,4 +1,5 @@
-"""Checks for notebook 06: a GEMM's arithmetic intensity, and a stage's time bound on the roofline."""
+"""Checks for notebook 06: a GEMM's arithmetic intensity, a stage's time bound on the roofline, and
+the K at which what a call pays once fades against the GEMM's mainloop."""
 from __future__ import annotations
 
 import math
@@ -45,3 +46,27 @@ def check_predicted_ms(predicted_ms) -> None:
                 expect(math.isclose(got, want, rel_tol=1e-9),
                        f"{kind} at {n}x{k}->{m}, {stage} {precision}: {got:.4f} ms, the cost model says {want:.4f} ms "
                        "(each pass is its own kernel, bound by its own roof)")
+
+
+def _ratio_on_the_slope_only(a_us: float, b_us: float, a_ref_us: float, b_ref_us: float, ratio: float) -> float:
+    """The known-wrong answer: the ratio applied to the reference's slope but not its intercept."""
+    gain = ratio * b_ref_us - b_us
+    excess = a_us - a_ref_us
+    return max(0.0, excess / gain * 1024) if gain > 0 else math.inf
+
+
+@exercise(solution=solutions.k_within, wrong=_ratio_on_the_slope_only,
+          verified="the K at which a line comes within a ratio of another, at five pairs of lines")
+def check_k_within(k_within) -> None:
+    """``k_within(a, b, a_ref, b_ref, ratio)``: the smallest K with a + b·K/1024 ≤ ratio·(a_ref +
+    b_ref·K/1024), against cases worked by hand (0 when already within, inf when never)."""
+    cases = (((51.0, 22.7, 1.0, 22.4, 1.10), (51.0 - 1.10) / (1.10 * 22.4 - 22.7) * 1024),
+             ((150.0, 23.0, 10.0, 22.0, 1.10), (150.0 - 11.0) / (24.2 - 23.0) * 1024),
+             ((5.0, 20.0, 10.0, 20.0, 1.0), 0.0),
+             ((30.0, 25.0, 10.0, 22.0, 1.10), math.inf),
+             ((30.0, 20.0, 20.0, 20.0, 1.25), 1024.0))
+    for args, want in cases:
+        got = k_within(*args)
+        ok = got == want if math.isinf(want) or want == 0 else math.isclose(got, want, rel_tol=1e-9)
+        expect(ok, f"k_within{args}: {got!r}, expected {want!r} (the ratio multiplies the whole reference line, "
+                   "its intercept too)")
