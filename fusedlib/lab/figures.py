@@ -326,6 +326,14 @@ def throughput(bench, outdir: Path) -> list[Path]:
 LINE_IMPLS = ("naive", "sums", "fused", "gemm_only")
 
 
+def _in_features_rows(bench, problem: str, mode: str):
+    """bench.csv's rows of ``problem`` in ``mode`` at the in_features sweep's batch and
+    out_features (one run of each shape, :func:`one_run`)."""
+    from .bench import FEATURE_SWEEP_BATCH, IN_FEATURE_SWEEP_OUT
+    return one_run(bench[(bench.problem.astype(str) == str(problem)) & (bench["mode"] == mode)
+                         & (bench.batch == FEATURE_SWEEP_BATCH) & (bench.out_features == IN_FEATURE_SWEEP_OUT)])
+
+
 def gemm_time_lines(bench, problem: str = "84", mode: str = "train"):
     """The straight line t = a + b·K through each implementation's median times of the
     in_features sweep (batch 1024 → 8192 out_features, K alone varied: ``bench --sweep
@@ -342,10 +350,8 @@ def gemm_time_lines(bench, problem: str = "84", mode: str = "train"):
     import numpy as np
     import pandas as pd
 
-    from .bench import FEATURE_SWEEP_BATCH, IN_FEATURE_SWEEP_OUT
     columns = ["precision", "impl", "points", "a_us", "b_us_per_1024", "max_residual_pct"]
-    rows = one_run(bench[(bench.problem.astype(str) == str(problem)) & (bench["mode"] == mode)
-                         & (bench.batch == FEATURE_SWEEP_BATCH) & (bench.out_features == IN_FEATURE_SWEEP_OUT)])
+    rows = _in_features_rows(bench, problem, mode)
     out = []
     for prec in [p for p in list(PRECISIONS_16) + list(PRECISIONS) if p in set(rows.precision)]:
         for impl in LINE_IMPLS:
@@ -378,8 +384,7 @@ def in_features_lines(bench, outdir: Path) -> list[Path]:
         fig.suptitle("Time against K, train mode")
         return _save(fig, outdir, "in_features")
     fig, axes = subplots(1, len(precisions), figsize=(6.5 * len(precisions), 5), squeeze=False)
-    rows = one_run(bench[(bench.problem.astype(str) == "84") & (bench["mode"] == "train")
-                         & (bench.batch == FEATURE_SWEEP_BATCH) & (bench.out_features == IN_FEATURE_SWEEP_OUT)])
+    rows = _in_features_rows(bench, "84", "train")
     for ax, prec in zip(axes[0], precisions):
         for line in lines[lines.precision == prec].itertuples(index=False):
             g = rows[(rows.precision == prec) & (rows.impl == line.impl)].drop_duplicates("in_features", keep="last")
