@@ -1,4 +1,5 @@
 """Solutions for notebook 06 (roofline and throughput)."""
+import math
 
 
 def gemm_intensity(n: int, k: int, m: int) -> float:
@@ -20,7 +21,6 @@ def k_within(a_us: float, b_us: float, a_ref_us: float, b_ref_us: float, ratio: 
     """The smallest K ≥ 0 at which a call of time a + b·K/1024 µs is within ``ratio`` × a
     reference's a_ref + b_ref·K/1024 (b, b_ref: µs per 1024 of K): 0 when it already is at
     K = 0, ``math.inf`` when it never is (its slope is not below ratio × the reference's)."""
-    import math
     excess = a_us - ratio * a_ref_us       # what is over the budget at K = 0
     gain = ratio * b_ref_us - b_us         # what each 1024 of K wins back
     if excess <= 0:
