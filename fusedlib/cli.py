@@ -26,7 +26,7 @@ COMMANDS = {
                    "with peak memory and gradient error, into results/<gpu>/train_step.csv"),
     "sync-bench": ("fusedlib.lab.syncbench", "(lab) time the data-parallel DDP train step on several GPUs (NCCL) into "
                    "results/<gpu>/sync.csv"),
-    "figures": ("fusedlib.lab.figures", "(lab) draw the roofline, throughput, breakdown and ladder figures "
+    "figures": ("fusedlib.lab.figures", "(lab) draw the roofline, throughput, in_features, breakdown and ladder figures "
                 "from committed CSVs"),
     "report": ("fusedlib.lab.report", "(lab) regenerate the README's result sections from committed results"),
 }

@@ -1,5 +1,5 @@
-"""``python -m fusedlib figures``: the roofline, throughput, breakdown and ladder figures
-and the README results table, drawn from the committed results only
+"""``python -m fusedlib figures``: the roofline, throughput, in_features, breakdown and ladder
+figures and the README results table, drawn from the committed results only
 (``results/<gpu>/bench.csv``, ``env.json`` and, if present, ``profile.csv``), so they can be
 regenerated on any machine without a GPU; plus the cancellation figure, computed on the
 CPU, and the pictures of the kernels (the ``FIGURES`` of every module of
@@ -699,7 +699,7 @@ def main(args) -> int:
         # Nothing measured yet (a fresh clone before any GPU run): not an error.
         paths = cancellation(args.out) + export_diagrams(args.out)
         print("\n".join(str(p) for p in paths))
-        print(f"{results} holds no GPU results yet: roofline, throughput, breakdown and ladder are drawn once "
+        print(f"{results} holds no GPU results yet: roofline, throughput, in_features, breakdown and ladder are drawn once "
               "`python -m fusedlib bench --ceilings` has run on a GPU; README table unchanged", file=sys.stderr)
         return 0
     try:
