@@ -212,14 +212,19 @@ def _results_commands(tool, target="results"):
 def test_make_results_16bit_appends_the_16bit_tables():
     """make results keeps all = fp32, tf32, 3xtf32 (no 16-bit table: it stays within its time);
     make results-16bit appends bf16 and fp16 at the KernelBench shapes of 84, 33 and 39 (both
-    modes), stages and peers, then the train steps in bf16, fp16 and autocast-bf16, appended."""
+    modes), stages and peers, then 84's in_features sweep in bf16 and tf32 (train; notebook 06's
+    lines), then the train steps in bf16, fp16 and autocast-bf16, appended."""
     from fusedlib.lab import trainstep
     full = [bench.plan_tables(*bench._selection(_args(*argv))) for argv in _results_commands("bench")]
     assert all({t.precision for t in plan} <= {"fp32", "tf32", "3xtf32"} for plan in full)
     assert {t.precision for t in full[0]} == {"fp32", "tf32", "3xtf32"}
     assert _results_commands("train-step") == [["--fresh"]]
     argvs = _results_commands("bench", "results-16bit")
-    assert len(argvs) == 1 and "--append" in argvs[0] and "--fresh" not in argvs[0]
+    assert len(argvs) == 2 and all("--append" in a and "--fresh" not in a for a in argvs)
+    sweep = bench.plan_tables(*bench._selection(_args(*argvs[1])))
+    assert {t.shape for t in sweep} == set(bench.sweep_shapes("in_features"))
+    assert {(t.problem, t.mode) for t in sweep} == {("84", "train")} and {t.precision for t in sweep} == {"bf16", "tf32"}
+    assert {"naive", "sums", "fused", "gemm_only"} <= set(sweep[0].impls)
     plan = bench.plan_tables(*bench._selection(_args(*argvs[0])))
     keys = {(t.problem, t.shape, t.mode, t.precision) for t in plan}
     assert {t.precision for t in plan} == {"bf16", "fp16"}
