@@ -334,6 +334,13 @@ def _in_features_rows(bench, problem: str, mode: str):
                          & (bench.batch == FEATURE_SWEEP_BATCH) & (bench.out_features == IN_FEATURE_SWEEP_OUT)])
 
 
+def _line_points(rows, precision: str, impl: str):
+    """One implementation's points of the sweep in :func:`_in_features_rows`'s ``rows``: one row
+    a K (the last), in order of K."""
+    g = rows[(rows.precision == precision) & (rows.impl == impl)]
+    return g.drop_duplicates("in_features", keep="last").sort_values("in_features")
+
+
 def gemm_time_lines(bench, problem: str = "84", mode: str = "train"):
     """The straight line t = a + b·K through each implementation's median times of the
     in_features sweep (batch 1024 → 8192 out_features, K alone varied: ``bench --sweep
@@ -355,8 +362,8 @@ def gemm_time_lines(bench, problem: str = "84", mode: str = "train"):
     out = []
     for prec in [p for p in list(PRECISIONS_16) + list(PRECISIONS) if p in set(rows.precision)]:
         for impl in LINE_IMPLS:
-            g = rows[(rows.precision == prec) & (rows.impl == impl)].drop_duplicates("in_features", keep="last")
-            if g.in_features.nunique() < 3:
+            g = _line_points(rows, prec, impl)
+            if len(g) < 3:
                 continue
             k, us = g.in_features.to_numpy(float), g.median_ms.to_numpy(float) * 1e3
             b, a = np.polyfit(k, us, 1)
@@ -387,8 +394,7 @@ def in_features_lines(bench, outdir: Path) -> list[Path]:
     rows = _in_features_rows(bench, "84", "train")
     for ax, prec in zip(axes[0], precisions):
         for line in lines[lines.precision == prec].itertuples(index=False):
-            g = rows[(rows.precision == prec) & (rows.impl == line.impl)].drop_duplicates("in_features", keep="last")
-            g = g.sort_values("in_features")
+            g = _line_points(rows, prec, line.impl)
             color = _impl_color(line.impl)
             ax.plot(g.in_features, g.median_ms * 1e3, "o", color=color)
             ks = [0, g.in_features.max()]

@@ -5,11 +5,8 @@
 # forward's widened vectors, the backward's passes and calls, bit for bit across dtypes), the
 # backward passes' timing (run189-backward-passes.py: "as is" is now the patched kernels), then
 # the GPU suite's large part (large.json back, for run179.sh PART=suite).
-set -u
-export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
-t0=$(date +%s)
-say() { echo "$*" | tee -a $OUT/run199.log; }
-. lab/experiments/restore_cache.sh
+LOG=run199.log
+. lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
 . lab/experiments/start_builds.sh  # the stages and the backward, in the background
 mkdir -p build
 timeout 120 python lab/experiments/run189-backward-passes.py $OUT/run189.csv > /tmp/run189.out 2>&1

@@ -15,11 +15,8 @@
 #   run189-backward-passes.py   the partials kernel at 33 with its new bounds (the "as is" rows)
 #                        beside the variants at 2, 3 and 4 blocks an SM
 #   the GPU suite's large part (large.json back, for run179.sh PART=suite on the same tree)
-set -u
-export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
-t0=$(date +%s)
-say() { echo "$*" | tee -a $OUT/run201.log; }
-. lab/experiments/restore_cache.sh
+LOG=run201.log
+. lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
 . lab/experiments/start_builds.sh  # the stages and the backward, in the background
 mkdir -p build
 timeout 120 python lab/experiments/run189-backward-passes.py $OUT/run189.csv > /tmp/run189.out 2>&1

@@ -7,11 +7,8 @@
 #      tensor pipe's and memory's throughput and the warps' stall reasons, to say where the 9 %
 #      between them goes (issue 36's ≤ 1.10 × cuBLAS; run201 found the 1 × 2 cluster no faster)
 # Returns bench.csv, sources.json, sweeps.log, run202-ncu.csv, run202.log.
-set -u
-export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
-t0=$(date +%s)
-say() { echo "$*" | tee -a $OUT/run202.log; }
-. lab/experiments/restore_cache.sh
+LOG=run202.log
+. lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
 G=$(python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
 timeout 400 python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
   --impl stages,eager,compile,gemm_only > $OUT/sweeps.log 2>&1

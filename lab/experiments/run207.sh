@@ -15,11 +15,8 @@
 #   reruns, then the suite's forward parts of sums and fused (84 and 33: every case of the
 #   statistics and the merge against float64; their logs back in one tarball)
 # Returns at most 8 files: run207.log, run204.csv, forward-logs.tgz, flcache.part-* (about 4).
-set -u
-export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
-t0=$(date +%s)
-say() { echo "$*" | tee -a $OUT/run207.log; }
-. lab/experiments/restore_cache.sh
+LOG=run207.log
+. lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
 . lab/experiments/start_builds.sh  # the stages and the backward, in the background
 wait
 say "built in $(( $(date +%s) - t0 )) s"
