@@ -36,7 +36,7 @@ import contextlib
 import os
 
 __all__ = ["PATHS", "PATH_CODE", "ENV_VAR", "W_PASS_ROW_TILES", "W_SPLIT_VAR", "UnsupportedPrecision",
-           "cublas_precision", "forced_path", "select_path", "sixteen_bit_kernels", "w_parts_pass"]
+           "cublas_precision", "forced_path", "select_path", "sixteen_bit_kernels", "w_parts_pass", "x_parts_pass"]
 
 #: Hardware paths (mainloops), in the order of the codes the kernels use (``fl::GemmPath``).
 PATHS = ("simt", "mma", "wgmma")
@@ -142,7 +142,7 @@ def select_path(precision: str, capability: tuple[int, int], k: int | None = Non
 #: pass over W at each call (``kWPassRowTiles``, ``wg_w_pass`` in gemm_wgmma.cuh) instead of the
 #: split in shared memory that every row tile's CTA repeats on the same W tile.
 W_PASS_ROW_TILES = 32
-#: The switch that forces one of the two ways ("smem" or "pass"; tests: the same bits).
+#: The switch that forces one of the ways ("smem" or "pass": the same bits; "swap": :func:`x_parts_pass`).
 W_SPLIT_VAR = "FUSEDLIB_WGMMA_WSPLIT"
 
 
@@ -155,9 +155,29 @@ def w_parts_pass(precision: str, path: str, n: int) -> bool:
     if precision != "3xtf32" or path != "wgmma":
         return False
     forced = os.environ.get(W_SPLIT_VAR, "")
-    if forced in ("smem", "pass"):
+    if forced:
         return forced == "pass"
     return -(-n // 128) >= W_PASS_ROW_TILES
+
+
+#: 3xTF32 on the wgmma path swaps the operands (Zᵀ = W Xᵀ in 128 × 128 tiles) where the batch is at
+#: most a quarter of out_features and the tiles number at least this many (``kSwapMinTiles``).
+SWAP_MIN_TILES = 264
+
+
+def x_parts_pass(precision: str, path: str, n: int, m: int) -> bool:
+    """Whether a forward of batch ``n`` and ``m`` out_features runs 3xtf32's swapped GEMM (gemm_wgmma.cuh
+    ``wg_swap``): W split on the chip, X's TF32 parts made by a pass over X (read N·K floats, write
+    2·N·K, which the GEMM reads instead of X). 3xtf32 on ``wgmma`` where 4·n ≤ m, the 128 × 128
+    tiles number at least :data:`SWAP_MIN_TILES` and W's parts take no pass; ``$FUSEDLIB_WGMMA_WSPLIT=swap``
+    forces it, ``smem`` or ``pass`` the unswapped GEMM. The kernels' rule, for the cost model."""
+    if precision != "3xtf32" or path != "wgmma":
+        return False
+    forced = os.environ.get(W_SPLIT_VAR, "")
+    if forced:
+        return forced == "swap"
+    tiles = -(-n // 128) * -(-m // 128)
+    return 4 * n <= m and tiles >= SWAP_MIN_TILES and not w_parts_pass(precision, path, n)
 
 
 @contextlib.contextmanager

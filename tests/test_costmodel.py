@@ -189,6 +189,36 @@ def test_3xtf32_pass_over_w_where_row_tiles_are_many(stage, monkeypatch):
     assert cost("33", stage, 1024, k, m, "train", "3xtf32").passes[0].name.startswith("W's TF32 parts")
 
 
+@pytest.mark.parametrize("stage", ["naive", "fold", "sums", "fused"])
+def test_3xtf32_pass_over_x_where_the_gemm_swaps(stage, monkeypatch):
+    """On the Hopper path 3xtf32 swaps the operands where the batch is at most a quarter of
+    out_features and the 128 × 128 tiles number at least SWAP_MIN_TILES (84's and 33's 1024 × 8192
+    → 8192: 512): a pass reads X and writes both parts, the GEMM reads both parts instead of X,
+    4·N·K floats more than tf32; not at 39's shape (W's pass), at a shape of too few tiles, on the
+    mma.sync path, or with the switch set to smem. The rule is the kernels'."""
+    from fusedlib import engine
+    from fusedlib.build import KERNEL_DIR
+    src = (KERNEL_DIR / "gemm_wgmma.cuh").read_text()
+    assert f"constexpr int kSwapMinTiles = {engine.SWAP_MIN_TILES};" in src
+    assert "return 4L * n <= m && (long)ceil_div(n, kSplitSwap) * ceil_div(m, kWgBM) >= kSwapMinTiles" in src
+    monkeypatch.delenv(engine.W_SPLIT_VAR, raising=False)
+    n, k, m = 1024, 8192, 8192
+    swapped = cost("84", stage, n, k, m, "train", "3xtf32")
+    assert swapped.passes[0].name == "X's TF32 parts (3xtf32 pass)"
+    assert swapped.bytes - cost("84", stage, n, k, m, "train", "tf32").bytes == 4 * 4 * n * k
+    for shape, path in (((1024, k, m), "mma"), ((16384, 4096, 4096), "wgmma"), ((256, k, 4096), "wgmma"),
+                        ((4096, k, m), "wgmma")):
+        assert not engine.x_parts_pass("3xtf32", path, shape[0], shape[2]), (shape, path)
+        assert cost("84", stage, *shape, "train", "3xtf32", path).passes[0].name != "X's TF32 parts (3xtf32 pass)"
+    assert cost("84", stage, n, k, m, "train", "3xtf32").passes == swapped.passes
+    for peer in ("eager", "compile", "gemm_only"):
+        assert cost("84", peer, n, k, m, "train", "3xtf32").bytes == cost("84", peer, n, k, m, "train", "tf32").bytes
+    monkeypatch.setenv(engine.W_SPLIT_VAR, "smem")
+    assert cost("84", stage, n, k, m, "train", "3xtf32").bytes == cost("84", stage, n, k, m, "train", "tf32").bytes
+    monkeypatch.setenv(engine.W_SPLIT_VAR, "swap")
+    assert cost("84", stage, 300, 64, 100, "train", "3xtf32").passes[0].name == "X's TF32 parts (3xtf32 pass)"
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_16bit_bytes_by_hand(dtype):
     """bf16/fp16: X, W and Y at 2 bytes an element; the stages' Z in float32, the peers' Z in

@@ -201,10 +201,12 @@ __global__ void backward_rank_columns_kernel(const BackwardProblem p) {
 // rows g, g + 8, … of column c in registers; the 8 row groups' sums are added in group order.
 // Warp 0 (g = 0) writes the tile's partials, and it alone fences, counts the tile and, in the
 // column block's last tile, merges: the other warps return after the reductions.
-// (A 16-bit OP asks for 2 blocks an SM, ≤ 128 registers: without it ptxas holds 64 and spills
-// on sm_75, sm_100 and sm_120; 0, float32's, leaves the choice to ptxas, as before.)
+// (A 16-bit OP asks for blocks an SM: without a minimum ptxas holds 64 registers and spills on
+// sm_75, sm_100 and sm_120. 84 asks for 2 (≤ 128 registers; it takes 63–72), 33 for 3 (≤ 80:
+// it takes 80, where 2 let it take 89–110 and run 2 blocks an SM); 0, float32's, leaves the
+// choice to ptxas.)
 template <bool K84, int OP>
-__global__ void __launch_bounds__(kBwdCols * kBwdGroups, OP == OPERAND_FP32 ? 0 : 2)
+__global__ void __launch_bounds__(kBwdCols * kBwdGroups, OP == OPERAND_FP32 ? 0 : K84 ? 2 : 3)
     backward_partials_kernel(const BackwardProblem p, int tile0) {
   constexpr int U = kBwdTileRows / kBwdGroups;
   __shared__ float red[4][kBwdGroups][kBwdCols + 1];

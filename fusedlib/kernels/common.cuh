@@ -91,8 +91,9 @@ struct Problem {
   int x0_external;         // 1: x₀ is not one of X's rows (data parallelism, ranks ≠ 0: rank 0's first row,
                            //        docs/design.md §14): every row is shifted, row 0 too, and no GEMM row is
                            //        z₀ (p.z0 is not written: D's row 0 is that row's own; shift_keeps_row0)
-  float* w_parts;          // (2, M, K) 3xTF32 on wgmma with many row tiles: W's parts [Wb; Ws], made
-                           //        from W by a pass at this call (gemm_wgmma.cuh wg_w_pass), or null
+  float* parts;            // 3xTF32 on wgmma: (2, M, K) W's parts [Wb; Ws] with many row tiles (gemm_wgmma.cuh
+                           //        wg_w_pass), or (2, N, K) X's [Xb; Xs] for the swapped GEMM (wg_swap), made
+                           //        by a pass at this call; or null
   int n, k, m;             // batch N, in_features K, out_features M, each at most kMaxDim; their products
                            //        (N·M, N·K, M·K) may pass 2³¹: offsets along them are 64-bit
   int kind;                // 84 or 33 (33 and 39)

@@ -4,7 +4,8 @@
 // algorithm: the SIMT and mma.sync mainloops stage their accumulators in a shared-memory tile
 // C (row stride BN + 1) and call Epi::apply on it; the wgmma mainloop runs it straight from its
 // accumulator registers (epilogue_from_fragments, driven by Epi::kStore, kStats, kMerge: no
-// C tile, so a persistent CTA keeps its load ring live under the epilogue):
+// C tile, so a persistent CTA keeps its load ring live under the epilogue; epilogue_swapped for
+// the swapped 3xTF32 GEMM's tile of Zᵀ):
 //   BiasStore          out = C + bias (C with the first-row shift)      (naive, fold)
 //   AffineStore        out = a∘C + c, a and c of the tile's columns     (sums, fused: eval)
 //                      from the running buffers, γ, β, s and the bias
@@ -411,6 +412,79 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
     }
   }
   if (Epi::kMerge) count_and_merge<BM, BN, THREADS, DEFER>(p, flag, n0, tid);
+  }
+}
+
+// The same epilogues from the accumulators of the swapped GEMM (gemm_wgmma.cuh wg_swap), whose
+// 128 × BN tile (BN = 128) is Zᵀ's: thread (warp, g, t) holds Z's columns j = j0 + 16·warp + g and
+// j + 8, each at Z's rows n0 + 8i + 2t and + 1 (d[4i], d[4i + 1] for j; d[4i + 2], d[4i + 3] for j + 8).
+// A column's values are in the registers of one quad: its statistics over the tile's rows are the
+// thread's own sums, then two shuffles across the quad (lanes 4g … 4g + 3: the same bits in each),
+// no shared memory; the partials (mean_t, M2_t) of row tile n0 / BN, as above (BN = 128 rows, the
+// tiles and merge order of every other tensor-core path). Stores: for a fixed row, a warp's 8 g hold
+// 8 consecutive columns, one 32-byte sector a store instruction. Zᵀ's column 0 at n0 = 0 is z₀
+// under the first-row shift (X's parts left row 0 unshifted). Shared memory: one flag word.
+template <int BN, class Epi>
+__device__ __forceinline__ void epilogue_swapped(const Problem& p, float (&d)[BN / 2], float* smem, float* out,
+                                                 int j0, int n0, int tid) {
+  constexpr int THREADS = 256;
+  static_assert(BN == 128, "row tiles of 128, as the statistics' partials and merge expect");
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int ja = j0 + 16 * warp + g, jb = ja + 8, rows = min(BN, p.n - n0);
+  const bool oka = ja < p.m, okb = jb < p.m;
+  if (p.z0 && shift_keeps_row0(p) && n0 == 0 && t == 0) {  // row 0 (i = 0, t = 0, first of the pair) is z₀
+    if (oka) p.z0[ja] = d[0];
+    if (okb) p.z0[jb] = d[2];
+    d[0] = d[2] = 0.f;
+  }
+  float a[2] = {1.f, 1.f}, c[2] = {0.f, 0.f};  // columns ja, jb
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int j = h ? jb : ja;
+    if (j >= p.m) continue;
+    if (Epi::kStore == Store::kBias) {
+      c[h] = p.z0 ? 0.f : p.bias[j];  // (Z − Z₀ of the first-row shift has none)
+    } else if (Epi::kStore == Store::kAffine) {
+      const Affine ac = eval_affine(p, j, true);
+      a[h] = ac.a, c[h] = ac.c;
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < BN / 4; ++q) {  // q = 2i + e: row n0 + 8i + 2t + e
+    const int r = 8 * (q / 2) + 2 * t + q % 2;
+    if (r >= rows) continue;
+    float* row = out + (size_t)(n0 + r) * p.m;
+    const float va = d[4 * (q / 2) + q % 2], vb = d[4 * (q / 2) + 2 + q % 2];
+    if (oka) row[ja] = Epi::kStore == Store::kPlain ? va : a[0] * va + c[0];
+    if (okb) row[jb] = Epi::kStore == Store::kPlain ? vb : a[1] * vb + c[1];
+  }
+  if constexpr (Epi::kStats) {
+    float mean[2] = {0.f, 0.f};
+#pragma unroll
+    for (int pass = 0; pass < 2; ++pass) {  // 0: Σz → mean_t; 1: Σ(z − mean_t)² → M2_t
+      float s[2] = {0.f, 0.f};
+#pragma unroll
+      for (int q = 0; q < BN / 4; ++q) {
+        if (8 * (q / 2) + 2 * t + q % 2 >= rows) continue;
+        const float ea = d[4 * (q / 2) + q % 2] - mean[0], eb = d[4 * (q / 2) + 2 + q % 2] - mean[1];
+        s[0] += pass ? ea * ea : ea;
+        s[1] += pass ? eb * eb : eb;
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        s[h] += __shfl_xor_sync(0xffffffffu, s[h], 1);
+        s[h] += __shfl_xor_sync(0xffffffffu, s[h], 2);
+      }
+      if (pass == 0) {
+        mean[0] = s[0] / (float)rows, mean[1] = s[1] / (float)rows;
+      } else if (t == 0) {
+        const size_t tile = n0 / BN;
+        if (oka) p.part[2 * tile * p.m + ja] = mean[0], p.part[(2 * tile + 1) * p.m + ja] = s[0];
+        if (okb) p.part[2 * tile * p.m + jb] = mean[1], p.part[(2 * tile + 1) * p.m + jb] = s[1];
+      }
+    }
+    // blocks of the tile's 128 columns j0 …, counted by their ⌈N / BN⌉ row tiles of BN rows
+    if (Epi::kMerge) count_and_merge<BN, 128, THREADS>(p, reinterpret_cast<int*>(smem), j0, tid);
   }
 }
 

@@ -7,10 +7,14 @@
 //    mode X shifted by the batch's first row, common.cuh); W = Wb + Ws split in shared memory by the
 //    producer warpgroup's three idle warps after each W tile lands (wgmma reads B from shared
 //    memory only), or, where every W tile would be split many times (many row tiles: wg_w_pass),
-//    by one pass over W before the GEMM into a workspace both parts are then loaded from; either
+//    by one pass over W before the GEMM into a workspace (p.parts) both parts are then loaded from; either
 //    way from W as it is at this call (nothing derived from W outlives the call) and with the
 //    same bits. The same kernel with BN = 192 or 168, each stage X's tile and both of W's parts,
 //    three products a K step Xs·Wb + Xb·Ws + Xb·Wb, with promoted accumulation (fp32-class at any K).
+//    Where the batch is small beside out_features (84's and 33's 1024 × 8192 → 8192: wg_swap), the
+//    operands swap: the kernel computes Zᵀ = W Xᵀ in 128 × 128 tiles, W split in registers as X is
+//    otherwise, X's parts (shifted in train mode) from one pass over X (x_parts_kernel: N·K words,
+//    not M·K), and the epilogue reads the transposed tile (epilogue_swapped).
 //  * bf16 / fp16 operands (Problem::operand; docs/design.md §15): the tf32 kernel with 16-bit
 //    elements, so a stage's 128-byte K slice holds 64 of them and each of its four wgmmas is
 //    m64n256k16 (.f32.bf16.bf16 or .f32.f16.f16): the products are exact, the sums fp32, as tf32's.
@@ -44,6 +48,9 @@ constexpr int kWgSplitThreads = 96;
 // 3xTF32 tile widths (window + promoted accumulators a thread: 96 + 96 or 84 + 84), chosen per
 // shape by split_tile_width.
 constexpr int kSplitWide = 192, kSplitNarrow = 168;
+// The swapped 3xTF32 GEMM's tile (wg_swap): 128 × 128, whose columns are Z's rows, in tiles of 128
+// rows as every other tensor-core tile's (the statistics' partials and their merge order unchanged).
+constexpr int kSplitSwap = 128;
 
 // Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), a stage X's
 // tile and W's (3xTF32: W's tile as loaded, split in place into Wb, and Ws beside it), as many
@@ -144,7 +151,18 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t desc_a, uint6
 }
 // 3xTF32: D(64×N) (+)= A(64×8, registers) · B(8×N, smem), A the TF32 part of X a thread computed
 // (wgmma's register fragment of A: a[0] row g, column t; a[1] row g + 8; a[2], a[3] the same rows
-// at column t + 4, in the warp's 16 rows), so X is split on the fly (wgmma_3xtf32_fragment).
+// at column t + 4, in the warp's 16 rows), so X (the swapped GEMM: W) is split on the fly
+// (wgmma_3xtf32_fragments).
+__device__ __forceinline__ void wgmma_tf32_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {  // m64n128k8
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
 __device__ __forceinline__ void wgmma_tf32_rs(float (&d)[96], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {  // m64n192k8
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
@@ -298,6 +316,26 @@ __global__ void w_parts_kernel(const uint4* __restrict__ w, uint4* __restrict__ 
     split_w4(w[i], parts[i], parts[quads + i]);
 }
 
+// The swapped GEMM's pass (wg_swap): X (N·K words, as W above) into parts = [Xb; Xs] by the same
+// split of a word, each row first shifted by x₀ where the first-row shift covers it (p.z0: every
+// row but row 0, or every row with an external x₀; v = x − x₀ rounded once, as the consumers'
+// split computes it), so that Zᵀ's column 0 is z₀ = x₀Wᵀ and the others D's.
+__global__ void x_parts_kernel(const Problem p, uint4* __restrict__ parts) {
+  const size_t quads = (size_t)p.n * p.k / 4, row_quads = p.k / 4;
+  const float4* x = reinterpret_cast<const float4*>(p.x);
+  const float4* x0 = reinterpret_cast<const float4*>(p.x0);
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < quads; i += (size_t)gridDim.x * blockDim.x) {
+    float4 v = x[i];
+    const size_t row = i / row_quads;
+    if (p.z0 && (row != 0 || !shift_keeps_row0(p))) {
+      const float4 s = x0[i % row_quads];
+      v = make_float4(v.x - s.x, v.y - s.y, v.z - s.z, v.w - s.w);
+    }
+    split_w4(make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w)),
+             parts[i], parts[quads + i]);
+  }
+}
+
 // Persistent: a CTA (one an SM) runs the units next_unit hands it. Warp 0 produces (its lane 0
 // takes the next unit, passes its index to the consumers through tile_slot[f % 2] at a hand-off
 // barrier, and issues the TMA copies), warpgroups 1 and 2 consume 64
@@ -307,14 +345,17 @@ __global__ void w_parts_kernel(const uint4* __restrict__ w, uint4* __restrict__ 
 // memory beside the ring). tf32: A from map_a (X), B from map_b0 (W), both by descriptor.
 // 3xTF32: a stage holds X's tile as it is (map_a) and W's (map_b0), which the producer
 // warpgroup's other three warps split into Wb (in place) and Ws once it has landed
-// (split_w_tile; split[s]: done), or with p.w_parts W's parts Wb, Ws from the pass (map_b0,
+// (split_w_tile; split[s]: done), or with p.parts W's parts Wb, Ws from the pass (map_b0,
 // map_b1: TMA writes the whole stage, no split in the kernel); the consumers split X into TF32 parts as they read it from
 // shared memory (wgmma_3xtf32_fragments) and issue Xs·Wb + Xb·Ws + Xb·Wb for each K slice. With the first-row shift (p.z0) the producer
 // also loads x₀ for each K step (map_row0, the 1×K map over p.x0: X's row 0, or an external row).
 // PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each K
 // step's products (3 × 32) are accumulated from zero and then added into a separate fp32
 // accumulator (round-to-nearest FADD): 3xTF32 stays fp32-class for any K.
-template <int BN, bool PROMOTE, class Epi, bool SPLITK, int OP = OPERAND_FP32>
+// SWAP (3xTF32, wg_swap): the tile is Zᵀ's, 128 of W's rows (Z's columns) × BN = 128 of X's (Z's
+// rows): A is W (map_a), split by the consumers as X is otherwise; B is X's parts from the pass
+// (map_b0, map_b1), the first-row shift already in them; epilogue_swapped reads the tile.
+template <int BN, bool PROMOTE, class Epi, bool SPLITK, int OP = OPERAND_FP32, bool SWAP = false>
 __global__ void __launch_bounds__(kWgThreads, 1)
 wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorMap map_a,
                    const __grid_constant__ CUtensorMap map_b0, const __grid_constant__ CUtensorMap map_row0,
@@ -323,18 +364,20 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   using T = WgTile<BN, PROMOTE>;
   constexpr int ST = T::kStages, NACC = BN / 2, BK = wg_step_k(OP);  // BK: K elements a stage
   static_assert(OP == OPERAND_FP32 || !PROMOTE, "16-bit operands: no 3xTF32 (their products are exact)");
+  static_assert(!SWAP || (PROMOTE && !SPLITK && BN == kSplitSwap), "the swap: 3xTF32, 128 × 128 tiles, no split-K");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   float* epi = reinterpret_cast<float*>(smem + T::kEpilogueOffset);
   float* row0 = reinterpret_cast<float*>(smem + T::kRow0Offset);  // [ST][32] (3xTF32, p.z0)
-  const bool shift = PROMOTE && p.z0;
-  const bool parts = PROMOTE && p.w_parts;  // 3xTF32: W's parts from the pass, loaded (no split here)
+  const bool shift = PROMOTE && p.z0 && !SWAP;  // (swapped: X's parts hold the shift)
+  const bool parts = PROMOTE && p.parts;  // 3xTF32: B's parts from the pass, loaded (no split here)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarrierOffset);
   uint64_t* empty = full + ST;
   uint64_t* split = empty + ST;  // 3xTF32: W's tile of stage s split (split_w_tile)
   int* tile_slot = reinterpret_cast<int*>(split + (PROMOTE ? ST : 0));  // [2] the next unit's index
   int* last_split = tile_slot + 2;
-  const int row_tiles = ceil_div(p.n, kWgBM), col_tiles = ceil_div(p.m, BN), tiles = row_tiles * col_tiles;
+  const int row_tiles = ceil_div(SWAP ? p.m : p.n, kWgBM), col_tiles = ceil_div(SWAP ? p.n : p.m, BN);
+  const int tiles = row_tiles * col_tiles;
   const int KT = ceil_div(p.k, BK), S = SPLITK ? p.splits : 1, units = tiles * S;
   constexpr bool kUnits = kMergeUnits && Epi::kMerge && wg_persistent(PROMOTE);  // merges after the tiles
   static_assert(!kUnits || BN % 64 == 0, "a column block in 64-column slices");
@@ -397,7 +440,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
         u = claim(f + 1);  // slot (f + 1) % 2: its last reads (unit f − 1) were before this hand-off
       }
-    } else if constexpr (PROMOTE) {  // warps 1–3 (3xTF32, one tile a CTA): W's parts of each stage as it lands
+    } else if constexpr (PROMOTE && !SWAP) {  // warps 1–3 (3xTF32, one tile a CTA): W's parts of each stage as it lands
       const int kt0 = split_begin(blockIdx.x % S, S, KT), kt1 = split_begin(blockIdx.x % S + 1, S, KT);
       for (int kt = kt0, it = 0; kt < kt1 && !parts; ++kt, ++it) {
         const int s = it % ST;
@@ -516,7 +559,8 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         // 16·(4·cw + warp) + g and + 8); the barrier keeps the previous tile's epilogue reads of
         // its shared memory before this one's writes.
         epilogue_sync<256>();
-        epilogue_from_fragments<BN, Epi, kUnits>(p, d, epi, out, m0, n0, threadIdx.x - 128);
+        if constexpr (SWAP) epilogue_swapped<BN, Epi>(p, d, epi, out, m0, n0, threadIdx.x - 128);
+        else epilogue_from_fragments<BN, Epi, kUnits>(p, d, epi, out, m0, n0, threadIdx.x - 128);
       }
       if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
     }
@@ -575,13 +619,27 @@ inline int split_tile_width(int n, int m) {
 // The pass wins where the row tiles are many: at 1024 rows (8 row tiles, 84/33) the split in
 // shared memory costs no more than the parts from memory plus their pass; at 16 384 rows (128,
 // 39) it costs 9 % of the GEMM (results/h100/NOTES.md). $FUSEDLIB_WGMMA_WSPLIT=smem or pass
-// forces one (tests: both give the same bits).
+// forces one (tests: both give the same bits); =swap the swapped GEMM (wg_swap), which has no W parts.
 constexpr int kWPassRowTiles = 32;
 inline bool wg_w_pass(int n) {
   const char* forced = std::getenv("FUSEDLIB_WGMMA_WSPLIT");
-  if (forced && std::strcmp(forced, "smem") == 0) return false;
-  if (forced && std::strcmp(forced, "pass") == 0) return true;
+  if (forced && *forced) return std::strcmp(forced, "pass") == 0;
   return ceil_div(n, kWgBM) >= kWPassRowTiles;
+}
+
+// 3xTF32: whether the GEMM runs swapped (Zᵀ = W Xᵀ, X's parts from x_parts_kernel, 128 × 128 tiles:
+// the kernel's SWAP) rather than with W split in shared memory. The swap splits the larger operand
+// in registers and makes the smaller one's parts in a pass of N·K words: it pays where the batch is
+// small beside out_features and the tiles fill the GPU. At 84's 1024 × 8192 → 8192 the fused stage's
+// swapped GEMM takes 994 + 27 µs (the pass) against 1128 (results/h200/NOTES.md, run208). Not where
+// W's parts come from their pass (wg_w_pass: many row tiles). $FUSEDLIB_WGMMA_WSPLIT=swap forces it
+// (tests: any shape, split-K then off), =smem or =pass the unswapped kernel.
+// The rule does not depend on the GPU at hand (kSwapMinTiles: two tiles an SM of the H100's 132).
+constexpr int kSwapMinTiles = 264;
+inline bool wg_swap(int n, int m) {
+  const char* forced = std::getenv("FUSEDLIB_WGMMA_WSPLIT");
+  if (forced && *forced) return std::strcmp(forced, "swap") == 0;
+  return 4L * n <= m && (long)ceil_div(n, kSplitSwap) * ceil_div(m, kWgBM) >= kSwapMinTiles && !wg_w_pass(n);
 }
 
 // CTAs of a persistent launch: one an SM, at most one a tile. $FUSEDLIB_WGMMA_GRID=G caps it
@@ -595,12 +653,14 @@ inline int persistent_grid(int tiles) {
 
 // The split-K plan of a wgmma GEMM (host): S = 1 where the tiles fill at least half the SMs;
 // else as many splits as leave one CTA an SM, each of at least kMinSplitSteps K steps, at most
-// kMaxSplits (epilogue.cuh; a 3xTF32 K step counts three: its three products; a 16-bit K step holds 64 of K). At v0 (run89) the tf32 GEMM is
+// kMaxSplits (epilogue.cuh; a 3xTF32 K step counts three: its three products; a 16-bit K step holds 64 of K).
+// The swapped 3xTF32 GEMM (wg_swap) runs no split. At v0 (run89) the tf32 GEMM is
 // fastest with 4 splits of 8 steps (18.9 µs; 21.4 with 8 of 4, worse with 16), 3xTF32 with 8.
 // $FUSEDLIB_WGMMA_SPLITK=S forces S (tests; clamped to 1 … the K steps). A 3xTF32 split-K GEMM
 // runs 128×168 tiles (wg_split_width: 128×192 leaves no registers for the split bookkeeping).
 inline int wg_split_width(int n, int m, int splits) { return splits > 1 ? kSplitNarrow : split_tile_width(n, m); }
 inline SplitK wg_split_k(int precision, int n, int k, int m, int operand = OPERAND_FP32) {
+  if (precision == TF32X3 && wg_swap(n, m)) return {1, ceil_div(m, kWgBM) * ceil_div(n, kSplitSwap), 0};
   const int bn = precision == TF32 ? 256 : split_tile_width(n, m);
   const int KT = ceil_div(k, wg_step_k(operand)), tiles = ceil_div(n, kWgBM) * ceil_div(m, bn), work = (precision == TF32 ? 1 : 3) * KT;
   const char* forced = std::getenv("FUSEDLIB_WGMMA_SPLITK");
@@ -614,12 +674,12 @@ inline SplitK wg_split_k(int precision, int n, int k, int m, int operand = OPERA
 
 // One launch of the width-BN kernel: its split-K instantiation where p.splits > 1 (the S = 1
 // one compiles without the split bookkeeping), a CTA a unit (tf32: persistent, one an SM).
-template <int BN, bool PROMOTE, class Epi, bool SPLITK, int OP>
+template <int BN, bool PROMOTE, class Epi, bool SPLITK, int OP, bool SWAP = false>
 const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const CUtensorMap& b0,
                       const CUtensorMap& row0, const CUtensorMap& b1, cudaStream_t st) {
-  auto kernel = wgmma_gemm_kernel<BN, PROMOTE, Epi, SPLITK, OP>;
+  auto kernel = wgmma_gemm_kernel<BN, PROMOTE, Epi, SPLITK, OP, SWAP>;
   FL_OPT_IN_SMEM(kernel, (WgTile<BN, PROMOTE>::kSmem));
-  const int units = ceil_div(p.n, kWgBM) * ceil_div(p.m, BN) * p.splits;
+  const int units = ceil_div(SWAP ? p.m : p.n, kWgBM) * ceil_div(SWAP ? p.n : p.m, BN) * p.splits;
   kernel<<<wg_persistent(PROMOTE) ? persistent_grid(units) : units, kWgThreads, WgTile<BN, PROMOTE>::kSmem, st>>>(
       p, out, a, b0, row0, b1);
   FL_CHECK_LAUNCH();
@@ -646,7 +706,7 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   const char* err;
   if ((err = encode_map(&a, x, p.n, p.k, kWgBM, CU_TENSOR_MAP_SWIZZLE_128B, p.operand))) return err;
   if (p.precision == TF32) {
-    if (p.z0 || p.w_parts) return "the tf32 wgmma GEMM reads X and W as they are (TMA): z0 and w_parts must be null";
+    if (p.z0 || p.parts) return "the tf32 wgmma GEMM reads X and W as they are (TMA): z0 and parts must be null";
     if ((err = encode_map(&b0, w, p.m, p.k, 256, CU_TENSOR_MAP_SWIZZLE_128B, p.operand))) return err;
     switch (p.operand) {
       case OPERAND_BF16: return launch_wg<256, false, Epi, OPERAND_BF16>(p, out, a, b0, a, b0, st);
@@ -654,16 +714,26 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
       default: return launch_wg<256, false, Epi>(p, out, a, b0, a, b0, st);
     }
   }
-  const int bn = wg_split_width(p.n, p.m, p.splits);
   // the first-row shift's x₀ (p.x0: X's row 0, or an external row), a 1×K map (without the shift, unused)
   if (p.z0 && (uintptr_t)p.x0 % 16 != 0) return "the wgmma GEMM needs a 16-byte aligned shift row x0 (TMA)";
   if ((err = encode_map(&row0, p.z0 ? p.x0 : x, 1, p.k, 1, CU_TENSOR_MAP_SWIZZLE_NONE))) return err;
-  if (p.w_parts) {  // W's parts by the pass, at this call; the GEMM loads both
+  if (wg_swap(p.n, p.m)) {  // Zᵀ = W Xᵀ: W split by the consumers, X's parts by the pass, at this call
+    if (!p.parts || p.splits > 1) return "the swapped 3xTF32 GEMM needs X's parts (p.parts, 2·N·K floats), no split-K";
+    const size_t nk = (size_t)p.n * p.k;
+    x_parts_kernel<<<sm_count() * 8, 256, 0, st>>>(p, reinterpret_cast<uint4*>(p.parts));
+    FL_CHECK_LAUNCH();
+    if ((err = encode_map(&a, w, p.m, p.k, kWgBM)) || (err = encode_map(&b0, p.parts, p.n, p.k, kSplitSwap)) ||
+        (err = encode_map(&b1, p.parts + nk, p.n, p.k, kSplitSwap)))
+      return err;
+    return launch_wg<kSplitSwap, true, Epi, false, OPERAND_FP32, true>(p, out, a, b0, row0, b1, st);
+  }
+  const int bn = wg_split_width(p.n, p.m, p.splits);
+  if (p.parts) {  // W's parts by the pass, at this call; the GEMM loads both
     const size_t mk = (size_t)p.m * p.k;
     w_parts_kernel<<<sm_count() * 8, 256, 0, st>>>(reinterpret_cast<const uint4*>(w),
-                                                    reinterpret_cast<uint4*>(p.w_parts), mk / 4);
+                                                    reinterpret_cast<uint4*>(p.parts), mk / 4);
     FL_CHECK_LAUNCH();
-    if ((err = encode_map(&b0, p.w_parts, p.m, p.k, bn)) || (err = encode_map(&b1, p.w_parts + mk, p.m, p.k, bn)))
+    if ((err = encode_map(&b0, p.parts, p.m, p.k, bn)) || (err = encode_map(&b1, p.parts + mk, p.m, p.k, bn)))
       return err;
   } else {  // W as it is; the producer's warps split each tile in shared memory
     if ((err = encode_map(&b0, w, p.m, p.k, bn))) return err;

@@ -185,20 +185,25 @@ static std::optional<at::Tensor> forward_impl(
   // Sizes in int64 (N·M, the partials' 2·⌈N/32⌉·M, pass 2³¹ at 65537 × 32768); where the GPU cannot
   // hold Y or the scratch, torch.OutOfMemoryError says what this forward needs (explain_oom).
   const int64_t tiles = (n + 31) / 32, n_part = aligned_floats(std::max(2 * tiles * m, 2 * n));
-  // 3xTF32 on wgmma with many row tiles: W's parts (2, M, K) made at this call (gemm_wgmma.cuh wg_w_pass)
-  const bool w_pass = path == PATH_WGMMA && prec == TF32X3 && n > 0 && m > 0 && k > 0 && wg_w_pass((int)n) &&
-                      (!sync || sync->phase == 1);  // (phase 2 runs no GEMM)
+  // 3xTF32 on wgmma: W's parts (2, M, K) with many row tiles (gemm_wgmma.cuh wg_w_pass), or X's (2, N, K)
+  // for the swapped GEMM (wg_swap), made at this call; parts_rows: M, N or 0 (none)
+  const bool tf32x3_wgmma = path == PATH_WGMMA && prec == TF32X3 && n > 0 && m > 0 && k > 0 &&
+                            (!sync || sync->phase == 1);  // (phase 2 runs no GEMM)
+  const bool x_parts = tf32x3_wgmma && wg_swap((int)n, (int)m);
+  const int64_t parts_rows = x_parts ? n : tf32x3_wgmma && wg_w_pass((int)n) ? m : 0;
   // Y in x's 16-bit dtype where that is Y's dtype (a module .to(dtype); not across a process group):
   // the stage's last pass writes it (common.cuh y_out), float32 Y its working memory
   const at::ScalarType out = at::promote_types(x_in.scalar_type(), scale_in.scalar_type());
   const bool y16_out = sixteen && !sync && out == x_in.scalar_type();
   const auto needs = [&] {
     const int64_t y_bytes = n * m * (int64_t)sizeof(float), scratch_bytes = (n_part + 5 * m) * (int64_t)sizeof(float);
-    const int64_t parts_bytes = w_pass ? 2 * m * k * (int64_t)sizeof(float) : 0;
+    const int64_t parts_bytes = 2 * parts_rows * k * (int64_t)sizeof(float);
     std::string msg = "x, weight: this forward needs " + mib(y_bytes + scratch_bytes + parts_bytes) +
                       " of GPU memory: " + mib(y_bytes) + " for Y " + float32_shape(n, m) + " and " +
                       mib(scratch_bytes) + " of scratch";
-    if (w_pass) msg += ", and " + mib(parts_bytes) + " for W's TF32 parts (2 x " + float32_shape(m, k) + ")";
+    if (parts_rows)
+      msg += ", and " + mib(parts_bytes) + " for " + (x_parts ? "X" : "W") + "'s TF32 parts (2 x " +
+             float32_shape(parts_rows, k) + ")";
     if (y16_out) msg += ", and " + mib(n * m * 2) + " for Y in " + std::string(c10::toString(out));
     if (keep_z)
       msg += ", beside the " + mib(y_bytes) + " of Z " + float32_shape(n, m) + " kept for the backward (whose dZ' " +
@@ -266,11 +271,11 @@ static std::optional<at::Tensor> forward_impl(
   p.z0 = shift ? scratch.floats + n_part + 4 * m + n_sk : nullptr;
   p.x0_external = sync && sync->x0.defined();  // (data parallelism, ranks ≠ 0: rank 0's row)
   p.x0 = p.x0_external ? sync->x0.data_ptr<float>() : p.x;
-  at::Tensor w_parts;  // freed after the call (the caching allocator's; a capture's pool keeps it for replays)
-  if (w_pass)
-    w_parts = explain_oom([&] { return at::detail::empty_cuda({2 * m * k}, at::kFloat, x.device(), std::nullopt); },
-                          needs);
-  p.w_parts = w_pass ? w_parts.data_ptr<float>() : nullptr;
+  at::Tensor parts;  // freed after the call (the caching allocator's; a capture's pool keeps it for replays)
+  if (parts_rows)
+    parts = explain_oom(
+        [&] { return at::detail::empty_cuda({2 * parts_rows * k}, at::kFloat, x.device(), std::nullopt); }, needs);
+  p.parts = parts_rows ? parts.data_ptr<float>() : nullptr;
   p.n = (int)n;
   p.k = (int)k;
   p.m = (int)m;

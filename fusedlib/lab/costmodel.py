@@ -79,7 +79,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..algebra import PRECISIONS, STAGES, tile_rows
-from ..engine import w_parts_pass
+from ..engine import w_parts_pass, x_parts_pass
 
 #: The eval-mode GEMM of sums and fused: BatchNorm's coefficients computed in its epilogue.
 EVAL_GEMM = "GEMM + eval epilogue a∘(XWᵀ) + a∘b + c"
@@ -236,9 +236,12 @@ class _Builder:
         self.s = 1 if kind == "84" else m  # elements of the scale parameter
         self.passes: list[Pass] = []
         gemm = stage_precision(precision)
-        # W read once (3xtf32 splits it on the chip), or its two parts made by a pass and read
+        # W read once (3xtf32 splits it on the chip), or its two parts made by a pass and read;
+        # likewise X, whose parts the swapped 3xtf32 GEMM makes by a pass
         self.w_pass = w_parts_pass(gemm, path, n)
+        self.x_pass = not peer and x_parts_pass(gemm, path, n, m)
         self.w_reads = 2 * self.mk if self.w_pass else self.w
+        self.x_reads = 2 * self.nk if self.x_pass else self.x
         # Row tiles of the GEMM (and of its statistics partials).
         self.tiles = -(-n // tile_rows(n, m, gemm))
 
@@ -249,7 +252,7 @@ class _Builder:
     def gemm_bias(self, name: str = "GEMM + bias", out: float | None = None) -> None:
         """The engine's GEMM with the bias epilogue: reads X, W and b, writes Z (or ``out``
         elements: Y where the GEMM's output is the module's)."""
-        self.add(name, self.x + self.w_reads + self.m, self.z if out is None else out,
+        self.add(name, self.x_reads + self.w_reads + self.m, self.z if out is None else out,
                  2 * self.nk * self.m + self.nm)
 
     def cublas_gemm_bias(self, name: str) -> None:
@@ -347,7 +350,7 @@ def _sums(b: _Builder) -> None:
         return
     m, s, tiles = b.m, b.s, b.tiles
     partials = 2 * tiles * m
-    b.add("GEMM + statistics epilogue", b.x + b.w_reads, b.z + partials, 2 * b.nk * m + 4 * b.nm)
+    b.add("GEMM + statistics epilogue", b.x_reads + b.w_reads, b.z + partials, 2 * b.nk * m + 4 * b.nm)
     b.add("finalize (Chan merge, coefficients, running buffers)", partials + 5 * m + s, 4 * m,
           8 * tiles * m + 10 * m)
     if b.kind == "84":
@@ -374,7 +377,7 @@ def _fused(b: _Builder) -> None:
         return
     m, s, tiles = b.m, b.s, b.tiles
     partials = 2 * tiles * m
-    b.add("GEMM + statistics epilogue + last-block merge", b.x + b.w_reads + partials + 5 * m + s,
+    b.add("GEMM + statistics epilogue + last-block merge", b.x_reads + b.w_reads + partials + 5 * m + s,
           b.z + partials + 4 * m, 2 * b.nk * m + 4 * b.nm + 8 * tiles * m + 10 * m)
     if b.kind == "84":
         b.online_softmax("V = a∘Z' + c, online row softmax", affine=True)
@@ -434,7 +437,8 @@ def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", prec
             module and its input in that dtype). Stages: the GEMM's row tiles (hence the
             statistics partials of sums and fused; bf16/fp16 at :func:`stage_precision`'s,
             tf32); the bytes are the same at every float32 precision (3xtf32 splits X and W
-            on the chip) but for 3xtf32's pass over W (:func:`fusedlib.engine.w_parts_pass`).
+            on the chip) but for 3xtf32's pass over W or over X (:func:`fusedlib.engine.w_parts_pass`,
+            :func:`fusedlib.engine.x_parts_pass`).
             Peers: unchanged at fp32, tf32 and 3xtf32 (cuBLAS reads X and W once at any
             precision; PyTorch has no 3xtf32). bf16/fp16: X, W and Y at 2 bytes an element
             in every implementation, the peers' intermediate N×M tensors too (the module
@@ -463,6 +467,8 @@ def cost(kind: str, impl: str, n: int, k: int, m: int, mode: str = "train", prec
     b = _Builder(kind, n, k, m, mode == "train", precision, path, peer=impl not in STAGES)
     if b.w_pass and impl in STAGES:
         b.add("W's TF32 parts (3xtf32 pass)", b.mk, 2 * b.mk, 0)
+    if b.x_pass:
+        b.add("X's TF32 parts (3xtf32 pass)", b.nk, 2 * b.nk, 0)
     if impl == "gemm_only":
         b.cublas_gemm_bias("GEMM + bias (cuBLAS)")
     elif impl == "naive":
