@@ -110,10 +110,11 @@ CASES += [dict(c, path="wgmma-wsmem") for c in check.iter_cases(
 # The swapped 3xTF32 GEMM (Zᵀ = W Xᵀ, X's parts from a pass: gemm_wgmma.cuh wg_swap), the default at
 # 84's and 33's KernelBench shapes: forced ($FUSEDLIB_WGMMA_WSPLIT=swap) at odd shapes (a last tile
 # of Z's rows with 1 or 2 of 128, a last block of columns part-filled, one tile, v0 without its
-# split-K), and the unswapped GEMM forced at the KernelBench shapes.
+# split-K), with offset inputs among them (the first-row shift, which the X-parts pass applies),
+# and the unswapped GEMM forced at the KernelBench shapes.
 CASES += [dict(c, path="wgmma-swap") for c in check.iter_cases(
     [p for p in ("84", "33") if p in PROBLEMS], algebra.STAGES, ("train", "eval"), ("3xtf32",),
-    ["257x1000->999", "v0", "130x64->4000", "2x64->3"], seeds=2, device="cuda")] if _default_path("tf32") == "wgmma" else []
+    ["257x1000->999", "v0", "130x64->4000", "2x64->3"], seeds=3, device="cuda")] if _default_path("tf32") == "wgmma" else []
 CASES += [dict(c, path="wgmma-wsmem") for p in ("84", "33") if p in PROBLEMS for c in check.iter_cases(
     [p], algebra.STAGES, ("train",), ("3xtf32",), [p], seeds=1, device="cuda")] if _default_path("tf32") == "wgmma" else []
 # Split-K of the SIMT GEMM (fp32 on the 32×32 tile): v0 splits on its own (8 splits of 8 K
