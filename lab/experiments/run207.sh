@@ -17,11 +17,7 @@
 # Returns at most 8 files: run207.log, run204.csv, forward-logs.tgz, flcache.part-* (about 4).
 LOG=run207.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
-. lab/experiments/start_builds.sh  # the stages and the backward, in the background
-wait
-say "built in $(( $(date +%s) - t0 )) s"
-grep -il "error" /tmp/build-*.log && tail -40 /tmp/build-*.log | tee -a $OUT/run207.log
-tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
+. lab/experiments/build_all.sh  # every stage and the backward; the build cache back in parts
 timeout 300 python lab/experiments/run204-epilogues.py > /tmp/run204.out 2>&1
 say "run204-epilogues: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 12 /tmp/run204.out | tee -a $OUT/run207.log
 timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -k "persistent_grid_sizes or reruns_are_bit_identical" -p no:cacheprovider > /tmp/t1.log 2>&1

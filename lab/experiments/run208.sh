@@ -8,11 +8,7 @@
 # Returns run208.log, run208-swap.csv, run208-kernels.csv, flcache.part-* (about 5).
 LOG=run208.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
-. lab/experiments/start_builds.sh  # the stages and the backward, in the background
-wait
-say "built in $(( $(date +%s) - t0 )) s"
-grep -il "error" /tmp/build-*.log && tail -40 /tmp/build-*.log | tee -a $OUT/run208.log
-tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
+. lab/experiments/build_all.sh  # every stage and the backward; the build cache back in parts
 timeout 300 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -x \
   -k "wgmma-swap or wgmma-wsmem or (3xtf32 and 1024x8192) or reruns_are_bit_identical" > /tmp/t1.log 2>&1
 say "swap tests: rc=$? $(tail -n 1 /tmp/t1.log) ($(( $(date +%s) - t0 )) s)"; grep -B5 -A30 "^E " /tmp/t1.log | head -80 >> $OUT/run208.log
