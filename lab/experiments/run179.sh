@@ -17,6 +17,9 @@
 #   PART=peers     the peers once more into results/<gpu>/peers/ (make results)
 #   PART=sync1     the data-parallel GPU cases at world sizes 2 and 4 over gloo on this one GPU
 #                  (tests/test_sync_gpu.py, FUSEDLIB_SYNC_BACKEND=gloo): sync_validation.json
+#   PART=forward   the suite's forward parts of 84 and 33 again (FPARTS: others), joined into the
+#                  committed validation.json (--append: cases added to the suite since it ran)
+#   PART=sweeps    the size sweeps; with SIXTEEN=1 also make results-16bit's in_features sweep
 set -u
 G=$(python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
 echo "results/$G"
@@ -32,10 +35,15 @@ sixteen() {  # the 16-bit tables of make results-16bit for problems $1, appended
     > $OUT/bench16.log 2>&1
   echo "bench $1 16bit: rc=$? ($(( $(date +%s) - t0 )) s)"
 }
-sweeps() {  # the size sweeps, appended to bench.csv (make results)
+sweeps() {  # the size sweeps, appended to bench.csv (make results; SIXTEEN=1: make results-16bit's too)
   python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
     --impl stages,eager,compile,gemm_only > $OUT/sweeps.log 2>&1
   echo "sweeps: rc=$? ($(( $(date +%s) - t0 )) s)"
+  if [ -n "${SIXTEEN:-}" ]; then
+    python -m fusedlib bench --append --profile --problem 84 --mode train --precision bf16,tf32 \
+      --sweep in_features --impl naive,sums,fused,gemm_only >> $OUT/sweeps.log 2>&1
+    echo "in_features sweep: rc=$? ($(( $(date +%s) - t0 )) s)"
+  fi
 }
 case $PART in
   b16) sixteen ${P16:-84,33,39}; cp results/$G/bench.csv results/$G/sources.json results/$G/profile.csv $OUT/ ;;
@@ -70,7 +78,12 @@ case $PART in
       echo "bench 33,39: rc=$? ($(( $(date +%s) - t0 )) s)"
       if [ -n "${SIXTEEN:-}" ]; then sixteen 33,39; fi
       if [ -n "${SWEEPS-1}" ]; then sweeps; fi ;;
-  sweeps) sweeps; cp results/$G/bench.csv results/$G/sources.json $OUT/ ;;
+  sweeps) sweeps; cp results/$G/bench.csv results/$G/sources.json results/$G/profile.csv $OUT/ ;;
+  forward) timeout 560 python tests/run_gpu_suite.py --parts ${FPARTS:-forward-84a,forward-84b,forward-33a,forward-33b} \
+             --append --out build/gpu-suite 2>&1 | tee $OUT/forward-suite.log
+           tail -n 3 build/gpu-suite/forward-*.log > $OUT/forward-tails.log
+           grep -h "^FAILED" build/gpu-suite/forward-*.log | head -10
+           cp results/$G/validation.json $OUT/ ;;
   train) python -m fusedlib train-step --fresh > $OUT/train_step.log 2>&1
           echo "train-step: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 22 $OUT/train_step.log
           if [ -n "${SIXTEEN:-}" ]; then  # bf16, fp16 and autocast-bf16 rows, appended (make results-16bit)
