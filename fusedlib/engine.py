@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-__all__ = ["PATHS", "PATH_CODE", "ENV_VAR", "W_PASS_ROW_TILES", "W_SPLIT_VAR", "UnsupportedPrecision",
+__all__ = ["PATHS", "PATH_CODE", "ENV_VAR", "W_PASS_ROW_TILES", "SWAP_MIN_TILES", "W_SPLIT_VAR", "UnsupportedPrecision",
            "cublas_precision", "forced_path", "select_path", "sixteen_bit_kernels", "w_parts_pass", "x_parts_pass"]
 
 #: Hardware paths (mainloops), in the order of the codes the kernels use (``fl::GemmPath``).
