@@ -9,18 +9,7 @@ set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 . lab/experiments/restore_cache.sh
 python -c "from fusedlib.build import load_stage; load_stage('sums')" > /tmp/build.log 2>&1 || tail -30 /tmp/build.log
-cat > /tmp/one_forward.py <<'PY'
-import torch
-from fusedlib.modules import from_reference
-from fusedlib.reference import make_reference
-m = from_reference(make_reference("84", 8192, 8192, seed=0), stage="sums", precision="tf32")
-m = m.to(torch.bfloat16).cuda().train()
-x = torch.randn(1024, 8192, device="cuda", dtype=torch.bfloat16)
-with torch.no_grad():
-    for _ in range(3):
-        m(x)
-torch.cuda.synchronize()
-PY
+cp lab/experiments/ncu_sums_bf16.py /tmp/one_forward.py  # the profiled forwards
 S="--section SpeedOfLight --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis"
 for c in 0 1; do
   FUSEDLIB_WGMMA_CLUSTER=$c timeout 200 ncu --clock-control none $S -k "regex:wgmma_gemm_kernel" --launch-skip 2 \

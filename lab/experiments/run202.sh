@@ -14,18 +14,7 @@ timeout 400 python -m fusedlib bench --append --problem 84,33 --mode train --swe
   --impl stages,eager,compile,gemm_only > $OUT/sweeps.log 2>&1
 say "sweeps: rc=$? ($(( $(date +%s) - t0 )) s)"
 cp results/$G/bench.csv results/$G/sources.json $OUT/
-cat > /tmp/ours.py <<'PY'
-import torch
-from fusedlib.modules import from_reference
-from fusedlib.reference import make_reference
-m = from_reference(make_reference("84", 8192, 8192, seed=0), stage="sums", precision="tf32")
-m = m.to(torch.bfloat16).cuda().train()
-x = torch.randn(1024, 8192, device="cuda", dtype=torch.bfloat16)
-with torch.no_grad():
-    for _ in range(3):
-        m(x)
-torch.cuda.synchronize()
-PY
+cp lab/experiments/ncu_sums_bf16.py /tmp/ours.py  # the profiled forwards
 cat > /tmp/cublas.py <<'PY'
 import torch
 x = torch.randn(1024, 8192, device="cuda", dtype=torch.bfloat16)
