@@ -489,8 +489,12 @@ def test_the_passes_weigh_more_in_bf16_at_every_shape():
         for impl in ("naive", "fused"):
             assert bf16[f"{impl} passes %"] > tf32[f"{impl} passes %"], (problem, impl)
         assert bf16["fused: % saved vs naive"] > tf32["fused: % saved vs naive"] > 0
-        # eager stores Z in bf16: its passes halve with its GEMM, its share barely moves
-        assert bf16["eager passes %"] == pytest.approx(tf32["eager passes %"], abs=1.0)
+        # eager stores Z in bf16: its passes halve with their bytes, so its share moves only as far as
+        # the GEMM's bf16 rate differs from twice its tf32 rate (the measured ceilings), less than
+        # the share of the stages whose passes stay over float32 Z
+        assert bf16["eager passes ms"] == pytest.approx(tf32["eager passes ms"] / 2, rel=0.01)
+        for impl in ("naive", "fused"):
+            assert abs(bf16["eager passes %"] - tf32["eager passes %"]) < bf16[f"{impl} passes %"] - tf32[f"{impl} passes %"]
     text = course.pass_share_md()
     assert text.count("grows at every shape") == 2 and "bf16" in text
     with pytest.raises(ValueError, match="two"):
