@@ -20,6 +20,8 @@
 #   PART=forward   the suite's forward parts of 84 and 33 again (FPARTS: others), joined into the
 #                  committed validation.json (--append: cases added to the suite since it ran)
 #   PART=sweeps    the size sweeps; with SIXTEEN=1 also make results-16bit's in_features sweep
+# The timed parts (84, 33, sweeps, train, b16) also return clocks.csv: nvidia-smi's SM clock, power
+# and temperature every 200 ms, to read beside the rows' timestamps.
 set -u
 G=$(python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
 echo "results/$G"
@@ -30,6 +32,12 @@ t0=$(date +%s)
 wait
 echo "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log && cat /tmp/build-*.log | tail -30
 mkdir -p build/gpu-suite
+case $PART in  # the timed parts: the SM clock and the board's power every 200 ms beside them (the
+  84|33|sweeps|train|b16)  # bench's rows carry their timestamps), for the time a table's kernels ran at
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+      --format=csv,nounits -lms 200 > $OUT/clocks.csv 2> /dev/null &
+    SMI=$!; trap 'kill $SMI 2> /dev/null' EXIT ;;
+esac
 sixteen() {  # the 16-bit tables of make results-16bit for problems $1, appended to bench.csv (SIXTEEN=1)
   python -m fusedlib bench --append --profile --problem $1 --precision 16bit --impl stages,eager,compile,gemm_only \
     > $OUT/bench16.log 2>&1
