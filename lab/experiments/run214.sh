@@ -3,7 +3,7 @@
 # kernels whose fused stage stores Z′ in the 16-bit dtype and whose row pass reads it; forward only).
 # Builds the package's fused stage (from a carried cache) and the copy's, then times both and checks
 # the copy's bits (Z′ unchanged: as the package's) and its error (Z′ 16-bit: against 2 × eager's).
-# Returns run214.log and run214-z16.csv. About 4 minutes.
+# Returns run214.log, run214-z16.csv and run214-kernelbench.csv. About 5 minutes.
 LOG=run214.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
 python lab/experiments/run214-z16.py copy
@@ -12,5 +12,5 @@ python -c "from pathlib import Path; from fusedlib.build import load_stage; load
   > /tmp/build-z16.log 2>&1
 wait
 say "built in $(( $(date +%s) - t0 )) s"; grep -i "error" /tmp/build-*.log | head -20 | tee -a $OUT/run214.log
-timeout 240 python lab/experiments/run214-z16.py > /tmp/run214.out 2>&1
-say "run214-z16: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 12 /tmp/run214.out | tee -a $OUT/run214.log
+timeout 300 python lab/experiments/run214-z16.py > /tmp/run214.out 2>&1
+say "run214-z16: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 24 /tmp/run214.out | tee -a $OUT/run214.log
