@@ -23,6 +23,8 @@ from fusedlib.lab.profiling import profile_kernels
 from fusedlib.modules import from_reference
 from fusedlib.reference import make_reference
 
+from ab import eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
+
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run211-rows")
 
@@ -151,21 +153,14 @@ def main() -> None:
         if dtype != torch.float32:
             mod = mod.to(dtype)
         x = x32.to(dtype)
-        t = mod._tensors()
-        bn = mod.bn
-
-        def call(x):  # (the running buffers move at each call; the bits are compared on fresh copies)
-            return ext.eager_forward(x, *t, mod._kind, "tf32", True, bn.eps, bn.momentum)
+        call = eager_call(ext, mod, "tf32")
         want = None
         for label, grid, hoist in variants(sms):
             os.environ.pop("FUSEDLIB_ROWS_GRID", None)
             if grid:
                 os.environ["FUSEDLIB_ROWS_GRID"], os.environ["FUSEDLIB_ROWS_HOIST"] = grid, hoist
-            saved = [b.clone() for b in (bn.running_mean, bn.running_var)]
             with torch.no_grad():
-                y = call(x)
-                for b, s in zip((bn.running_mean, bn.running_var), saved):
-                    b.copy_(s)
+                y = forward_keeping_buffers(call, x, mod.bn)[0]
                 want = y if want is None else want
                 same = torch.equal(y, want)
                 ker = profile_kernels(call, x, calls=10)

@@ -33,6 +33,8 @@ from fusedlib.lab.profiling import profile_kernels
 from fusedlib.modules import from_reference
 from fusedlib.reference import make_reference
 
+from ab import eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
+
 OUT = Path(os.environ.get("OUT", "/tmp"))
 BEFORE = Path("build/run213-before")
 PATCH = Path(__file__).with_name("run213-before.patch")
@@ -44,7 +46,9 @@ def before_kernels() -> Path:
     """A copy of the kernels with main's epilogue.cuh."""
     copy_kernels(BEFORE)
     with PATCH.open() as patch:
-        subprocess.run(["patch", "-p3", "-s", "-d", str(BEFORE)], stdin=patch, check=True)
+        done = subprocess.run(["patch", "-p3", "-s", "--forward", "-d", str(BEFORE)], stdin=patch)
+    if done.returncode:
+        raise SystemExit("run213-before.patch does not apply: run213 runs on branch fence-first")
     return BEFORE
 
 
@@ -59,26 +63,15 @@ def main() -> None:
             mod = from_reference(ref, stage="fused", precision="tf32" if bf16 else precision).cuda().train()
             if bf16:
                 mod = mod.to(torch.bfloat16)
-            t, bn, kind = mod._tensors(), mod.bn, mod._kind
-            x = torch.randn(n, k, device="cuda", dtype=t[0].dtype)
-            prec = "tf32" if bf16 else precision
-            buffers = (bn.running_mean, bn.running_var, bn.num_batches_tracked)
+            x = torch.randn(n, k, device="cuda", dtype=mod._tensors()[0].dtype)
             row = dict(problem=problem, precision=precision)
             with torch.no_grad():
                 for stage in ("sums", "fused"):
-                    out = {}
-                    for when in ("before", "after"):
-                        saved = [b.clone() for b in buffers]
-                        y = ext[stage, when].eager_forward(x, *t, kind, prec, True, bn.eps, bn.momentum)
-                        out[when] = (y.clone(), *(b.clone() for b in buffers))
-                        for b, s in zip(buffers, saved):
-                            b.copy_(s)
+                    calls = {when: eager_call(ext[stage, when], mod, "tf32" if bf16 else precision)
+                             for when in ("before", "after")}
+                    out = {when: forward_keeping_buffers(call, x, mod.bn) for when, call in calls.items()}
                     row[f"{stage}_bit_identical"] = all(torch.equal(a, b) for a, b in zip(out["before"], out["after"]))
-                    for when in ("before", "after"):
-                        e = ext[stage, when]
-
-                        def call(x, e=e):
-                            return e.eager_forward(x, *t, kind, prec, True, bn.eps, bn.momentum)
+                    for when, call in calls.items():
                         ker = profile_kernels(call, x, calls=3 if precision == "fp32" and problem == 39 else 10)
                         row[f"{stage}_gemm_{when}"] = sum(us for name, _, us in ker if "gemm" in name)
                         row[f"{stage}_finalize_{when}"] = sum(us for name, _, us in ker if "finalize" in name)

@@ -34,6 +34,8 @@ from fusedlib.lab.profiling import profile_kernels
 from fusedlib.modules import from_reference
 from fusedlib.reference import make_reference
 
+from ab import eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
+
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run214-z16")
 
@@ -171,8 +173,6 @@ def timings(package, copy) -> pd.DataFrame:
         ref = make_reference(problem, 8192, 8192, seed=0)
         for dtype in (torch.bfloat16, torch.float16):
             mod = from_reference(ref, stage="fused", precision="tf32").cuda().train().to(dtype)
-            t, bn = mod._tensors(), mod.bn
-            buffers = (bn.running_mean, bn.running_var, bn.num_batches_tracked)
             x = x32.to(dtype)
             eager = copying.deepcopy(ref).to(x.device, dtype).train()
             with torch.no_grad():
@@ -182,13 +182,8 @@ def timings(package, copy) -> pd.DataFrame:
                 for label, ext, z16 in (("package", package, "0"), ("copy", copy, "0"),
                                         ("copy, Z′ 16-bit", copy, "1")):
                     os.environ["FUSEDLIB_Z16"] = z16
-
-                    def call(x, ext=ext):
-                        return ext.eager_forward(x, *t, mod._kind, "tf32", True, bn.eps, bn.momentum)
-                    saved = [b.clone() for b in buffers]
-                    ys[label] = call(x).clone()
-                    for b, s in zip(buffers, saved):
-                        b.copy_(s)
+                    call = eager_call(ext, mod, "tf32")
+                    ys[label] = forward_keeping_buffers(call, x, mod.bn)[0]
                     ker = profile_kernels(call, x, calls=10)
                     row = dict(problem=problem, dtype=str(dtype).split(".")[1], variant=label,
                                rel_err=rel(ys[label], exact), eager_rel_err=eager_err,
