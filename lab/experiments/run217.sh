@@ -5,6 +5,7 @@
 # run217-ab.log, clocks.csv. About 3 minutes.
 LOG=run217.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
+python lab/experiments/run213-gap.py copy  # the "before" copy (its build in the carried cache)
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
   --format=csv,nounits -lms 200 > $OUT/clocks.csv 2> /dev/null &
 SMI=$!; trap 'kill $SMI 2> /dev/null' EXIT
