@@ -8,6 +8,8 @@ of the same model, not only against fusedlib:
   most accurate bf16 Linear there is);
 * ``eager's rounding points``: Z and Z∘s rounded to bf16, BatchNorm in float32 over the rounded
   Z∘s, Y rounded (how eager rounds, without its kernels);
+* ``torch.compile``: the same model in bf16 through PyTorch's compiler (Inductor fuses the scale
+  and BatchNorm into its own kernels, rounding where it chooses);
 * ``fusedlib fused``: the fused module in bf16 (docs/design.md §15: Z' rounded once, Z∘s and
   BatchNorm in float32).
 
@@ -46,6 +48,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shape or ["64x48x32", "1024x512x256", "8192x256x1024"]]
     dev, dt = torch.device(args.device), torch.bfloat16
+
+    def model(x, w, b, s, gamma, beta):  # the reference's train forward, its modules as functions
+        return torch.nn.functional.batch_norm(torch.nn.functional.linear(x, w, b) * s, None, None, gamma, beta,
+                                              training=True, eps=1e-5)
+    compiled = torch.compile(model)
     for k, m, n in shapes:
         fails, worst = {}, {}
         for seed in range(args.seeds):
@@ -61,7 +68,9 @@ def main(argv=None) -> int:
                 z_split = (xf[:, :h] @ w[:, :h].T + xf[:, h:] @ w[:, h:].T + b).to(dt)
                 z_exact = (x.double() @ ref.gemm.weight.double().T + ref.gemm.bias.double()).to(dt)
                 outs = {"split-K eager": ref.bn(z_split * ref.scale), "correctly rounded eager": ref.bn(z_exact * ref.scale),
-                        "eager's rounding points": emulate(ref, x), "fusedlib fused": new(x)}
+                        "eager's rounding points": emulate(ref, x),
+                        "torch.compile": compiled(x, ref.gemm.weight, ref.gemm.bias, ref.scale, ref.bn.weight, ref.bn.bias),
+                        "fusedlib fused": new(x)}
             for key, out in outs.items():
                 d = (out.float() - want).abs().max().item()
                 worst[key] = max(worst.get(key, 0.0), d)
