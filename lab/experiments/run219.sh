@@ -6,7 +6,7 @@ LOG=run219.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
 python -c "from fusedlib.build import load_stage, load_backward; load_stage('fused'); load_backward()" > /tmp/build.log 2>&1
 say "built in $(( $(date +%s) - t0 )) s"
-timeout 300 ncu --clock-control none -k 'regex:backward_(partials|dz)|row_dot' --launch-skip 3 --launch-count 5 \
+timeout 300 ncu --clock-control none -k 'regex:backward_(partials|dz)|row_dot' --launch-skip 2 --launch-count 8 \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
   --section LaunchStats python lab/experiments/run219-bwd.py > $OUT/ncu-bwd.txt 2>&1
 say "ncu: rc=$? ($(( $(date +%s) - t0 )) s)"
