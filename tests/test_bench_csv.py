@@ -437,14 +437,16 @@ def test_round_robin_interleaves_every_impl_in_blocks_per_round():
     assert all(len(t) == 4 and t[1] <= t[0] <= t[2] and t[1] >= 0 and t[3] >= 0 for t in times.values())
     assert {name: log.count(name) for name in fns} == {"a": 8, "b": 8, "c": 8}       # warmup + iters each
     assert log[:6] == ["a", "a", "b", "b", "c", "c"]                                   # warm-ups first
-    assert log[6:] == ["a", "a", "b", "b", "c", "c"] * 3                               # then 3 rounds of 2
+    assert log[6:] == ["a", "a", "b", "b", "c", "c",                                   # then 3 rounds of 2,
+                       "b", "b", "c", "c", "a", "a",                                   # round r from impl r
+                       "c", "c", "a", "a", "b", "b"]
 
 
 def test_round_robin_spreads_the_remainder_over_the_first_rounds():
     log = []
     fns = {name: (_recorder(log, name), None) for name in ("a", "b")}
     bench.time_round_robin(fns, torch.zeros(2), warmup=0, iters=7, rounds=3)
-    assert log == ["a"] * 3 + ["b"] * 3 + ["a"] * 2 + ["b"] * 2 + ["a"] * 2 + ["b"] * 2
+    assert log == ["a"] * 3 + ["b"] * 3 + ["b"] * 2 + ["a"] * 2 + ["a"] * 2 + ["b"] * 2
     assert bench.round_calls(7, 3) == [3, 2, 2] and bench.round_calls(50, 5) == [10] * 5
     assert bench.round_calls(5, 5) == [1] * 5 and sum(bench.round_calls(53, 5)) == 53
 

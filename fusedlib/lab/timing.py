@@ -148,13 +148,17 @@ def time_round_robin(fns: dict, x, warmup: int = MIN_WARMUP, iters: int = MIN_IT
         iters: timed calls of each impl, spread over the rounds (:func:`round_calls`).
         rounds: each round times every impl in turn, for its share of ``iters`` calls in a
             row; the impl's precision context is entered and left around each such block.
+            Round r starts at the r-th impl (the order rotated by one a round), so that over
+            the rounds each impl takes each place in the round alike.
         flush_mb: the L2 flush before each timed call (0: none).
 
     Each timed call follows :func:`time_cuda`'s protocol (:func:`_timed_call`): on a CUDA
     tensor an L2 flush, CUDA events and a synchronize; on a CPU tensor the host clock, no
     flush. Timed one after the other, an implementation later in a table runs after the GPU's
     clocks and temperature have drifted (on the H100 an equal implementation looked 2-3 %
-    slower there); in rounds, the drift falls on every implementation alike.
+    slower there); in rounds, the drift falls on every implementation alike. The order within a
+    round is rotated, so that no implementation always runs first, or always right after the
+    same other one: at its power limit a GPU's clock depends on what ran just before.
 
     Raises:
         ValueError: ``rounds`` < 1 or ``iters`` < ``rounds``.
@@ -181,9 +185,10 @@ def time_round_robin(fns: dict, x, warmup: int = MIN_WARMUP, iters: int = MIN_IT
     if x.is_cuda:
         torch.cuda.synchronize(x.device)
     times = {name: [] for name in fns}
-    for n in counts:
-        for name, (fn, _) in fns.items():
-            times[name] += calls(name, fn, n, timed=True, flush=flush)
+    names = list(fns)
+    for r, n in enumerate(counts):
+        for name in names[r % len(names):] + names[:r % len(names)]:  # round r starts at impl r
+            times[name] += calls(name, fns[name][0], n, timed=True, flush=flush)
     return {name: (*_summary([ms for ms, _ in t]), _summary([us for _, us in t])[0]) for name, t in times.items()}
 
 
