@@ -34,7 +34,7 @@ echo "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log && 
 mkdir -p build/gpu-suite
 case $PART in  # the timed parts: the SM clock and the board's power every 200 ms beside them (the
   84|33|sweeps|train|b16)  # bench's rows carry their timestamps), for the time a table's kernels ran at
-    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+    nvidia-smi --id=${CUDA_VISIBLE_DEVICES:-0} --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
       --format=csv,nounits -lms 200 > $OUT/clocks.csv 2> /dev/null &
     SMI=$!; trap 'kill $SMI 2> /dev/null' EXIT ;;
 esac

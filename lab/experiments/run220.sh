@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# run220 (two GPUs of one host, nvidia-h200-x2): two parts of run179.sh side by side, one a GPU, so
+# that a landing's records (timed, on GPU 0) and its GPU suite (on GPU 1) fit one session:
+#   bash lab/experiments/run220.sh "PART=84 SIXTEEN=1" "PART=large"
+#   bash lab/experiments/run220.sh "PART=33 SIXTEEN=1 SWEEPS=" "PART=suite"   (then PART=train on GPU 0 after)
+# The build first, once (every stage and the backward; without a carried .cache its parts come
+# back as flcache.part-*), then each part with its GPU (CUDA_VISIBLE_DEVICES) and half the host's
+# cores (taskset: the suite's CPU work off the bench's cores), each part's $OUT packed into
+# g0.tgz / g1.tgz (its flcache parts left out). A GPU's clock and power depend on its own load
+# alone; the host's cores, memory and PCIe are what the two parts share.
+# Optional third argument: a part run on GPU 0 after the first (e.g. "PART=train SIXTEEN=1 PEERS=").
+LOG=run220.log
+. lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
+ls .cache/flcache.part-* > /dev/null 2>&1; CARRIED=$?
+. lab/experiments/start_builds.sh
+wait
+say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | tee -a $OUT/$LOG
+[ $CARRIED -eq 0 ] || tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
+export FUSEDLIB_CACHE_RESTORED=1  # (restore_cache.sh: the parts' run179.sh leave build/flcache as it is)
+N=$(nproc); H=$(( N / 2 ))
+part() {  # name, GPU, cores, assignments...: one run179.sh part, its output packed as $OUT/<name>.tgz
+  local name=$1 gpu=$2 cores=$3; shift 3
+  mkdir -p /tmp/$name
+  ( export CUDA_VISIBLE_DEVICES=$gpu OUT=/tmp/$name "$@"; taskset -c $cores bash lab/experiments/run179.sh ) \
+    > /tmp/$name/run179.out 2>&1
+  say "$name ($*): rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 8 /tmp/$name/run179.out | tee -a $OUT/$LOG
+}
+gpu0() {
+  part g0 0 0-$(( H - 1 )) $1
+  if [ -n "${2:-}" ]; then part g0b 0 0-$(( H - 1 )) $2; fi
+}
+gpu0 "$1" "${3:-}" &
+if [ -n "${2:-}" ]; then part g1 1 $H-$(( N - 1 )) $2 & fi
+wait
+for d in /tmp/g0 /tmp/g0b /tmp/g1; do
+  [ -d $d ] && tar czf $OUT/$(basename $d).tgz --exclude='flcache.part-*' -C /tmp $(basename $d)
+done
+say "done ($(( $(date +%s) - t0 )) s)"
