@@ -5,8 +5,10 @@
 # dated back: the cache stays right by construction, since each extension's folder is named by
 # the SHA-256 of the sources' content (fusedlib.build._load), not by their times. A call killed
 # while building leaves torch's lock file in its folder, on which the next build would wait.
-# FUSEDLIB_CACHE_RESTORED=1 (run220.sh, whose parts run side by side): already restored, left alone.
-if [ -z "${FUSEDLIB_CACHE_RESTORED:-}" ] && ls .cache/flcache.part-* > /dev/null 2>&1; then
+# FUSEDLIB_CACHE_RESTORED=1 (run220.sh, whose parts run side by side): already restored, and a
+# lock file may be the other part's: all left alone.
+[ -n "${FUSEDLIB_CACHE_RESTORED:-}" ] && return 0
+if ls .cache/flcache.part-* > /dev/null 2>&1; then
   cat .cache/flcache.part-* | tar xzf -
   find fusedlib/kernels -type f -exec touch -d 2001-01-01 {} +
 fi
