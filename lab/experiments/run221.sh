@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# run221 (one H200 or H100; issues 32 and 36), on the bundle (`git apply lab/experiments/bundle.patch`: revised fence-first; autocast's
-# master weight): every stage and the backward built (their cache back in parts: carry them as
-# .cache for the suite), then
+# run221 (one H200 or H100; issues 32 and 36), on the bundle (`git apply lab/experiments/bundle.patch`:
+# revised fence-first; autocast's master weight): every stage and the backward built (their cache
+# back in parts: carry them as .cache for the suite), then
 #   the GPU tests of mixed precision (tests/test_mixed_precision.py: autocast's master weight on
 #     both routes, the bits of the module's and the operator's routes, 2 × eager's error) and the
 #     bit-identity tests of grid sizes and reruns with the fused stage's train cases (run213's)
