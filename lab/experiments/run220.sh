@@ -21,7 +21,7 @@ N=$(nproc); H=$(( N / 2 ))
 part() {  # name, GPU, cores, assignments...: one run179.sh part, its output packed as $OUT/<name>.tgz
   local name=$1 gpu=$2 cores=$3; shift 3
   mkdir -p /tmp/$name
-  ( export CUDA_VISIBLE_DEVICES=$gpu OUT=/tmp/$name "$@"; taskset -c $cores bash lab/experiments/run179.sh ) \
+  ( export CUDA_VISIBLE_DEVICES=$gpu OUT=/tmp/$name "$@"; taskset -c $cores bash ${R179:-lab/experiments/run179.sh} ) \
     > /tmp/$name/run179.out 2>&1
   say "$name ($*): rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 8 /tmp/$name/run179.out | tee -a $OUT/$LOG
 }
