@@ -792,7 +792,8 @@ def train_backward_fused(kind: str, dy: torch.Tensor, y: torch.Tensor, zc: torch
       a₁ = sγ/σ̂, a₀ = −sγ·S1/(Nσ̂), a₂ = −s³γ·S2/(Nσ̂³).
 
     So the backward reads Z' (and Y for 84) twice and dY twice, and writes dZ' once, before
-    the GEMMs; what it saves from the forward is Z' (33) or Z' and Y (84).
+    the GEMMs (the CUDA kernels read Y and dY once more for 84: r's row pass first); what it
+    saves from the forward is Z' (33) or Z' and Y (84).
 
     dW = dZ'ᵀ(X − x̄), x̄ the column mean of X: equal to dZ'ᵀX since Σ_i dZ' = 0 (every column
     of dZ' sums to zero in train mode), but without the cancellation of dZ'ᵀX when X's

@@ -21,11 +21,14 @@ tile rows depend on the precision and the shape only (:func:`fusedlib.algebra.ti
 Precision barely changes the GEMM's DRAM traffic: every precision reads X and W once. 3xtf32
 splits both into their TF32 parts at every call, on the chip (the Hopper path splits X in the
 consumers' registers and W in shared memory after each tile lands; the mma.sync path splits
-both in registers): more instructions, no extra bytes. The exception is the Hopper path with
-many row tiles (``path="wgmma"``, at least :data:`fusedlib.engine.W_PASS_ROW_TILES` of 128),
-where every CTA of a column would split the same W tile again: there one pass makes W's parts
-(read M·K, write 2·M·K floats) and the GEMM reads both parts instead of W. The peers run cuBLAS, whatever the
-precision (they have no 3xtf32).
+both in registers): more instructions, no extra bytes. The Hopper path has two exceptions,
+each one pass that makes an operand's parts (read it, write twice its floats) before the GEMM,
+which then reads both parts instead of the operand: with many row tiles (at least
+:data:`fusedlib.engine.W_PASS_ROW_TILES` of 128), where every CTA of a column would split the
+same W tile again, W's parts (:func:`fusedlib.engine.w_parts_pass`); with a batch small beside
+out_features, where the GEMM computes Zᵀ = W Xᵀ and splits W in its registers, X's parts
+(:func:`fusedlib.engine.x_parts_pass`). The peers run cuBLAS, whatever the precision (they have
+no 3xtf32).
 At small shapes (KernelBench v0: wgmma tiles for fewer than half the SMs, SIMT 32×32 tiles
 fewer than 132) the wgmma and SIMT GEMMs split K (split-K): each split's partial tile is written
 and re-read by the same kernel, from L2; like the in-kernel re-reads below, it is not charged.

@@ -992,7 +992,8 @@ def step_md(stage: str, precisions=("fp32", "tf32", "3xtf32"), mode: str = "trai
 def fused_versus_sums(mode: str = "train", gpu: str = RESULTS_GPU):
     """What ``fused`` changes over ``sums``, kernel by kernel, at the KernelBench shapes: one
     row per problem and precision with the device time per call (µs, profile.csv) of sums'
-    GEMM (ColumnStats epilogue), its finalize kernel and its row pass, fused's GEMM
+    GEMM (ColumnStats epilogue), its finalize kernel and its row pass (3xTF32's operand-parts
+    pass, the same in both stages, left out), fused's GEMM
     (ColumnStatsMerge epilogue: the merge inside the GEMM) and its row pass; ``merge cost µs``
     = fused GEMM − sums GEMM (what the merge adds to the GEMM), ``launch saved µs`` = sums'
     finalize; and both stages' medians (ms, bench.csv) with ``fused − sums µs``. None without
@@ -1010,10 +1011,10 @@ def fused_versus_sums(mode: str = "train", gpu: str = RESULTS_GPU):
             sel = prof[(prof.problem == problem) & (prof["shape"] == str(PRESETS[problem])) & (prof["mode"] == mode)
                        & (prof.precision == precision)].drop_duplicates(["impl", "kernel"], keep="last")
 
-            def us(impl: str, gemm: bool) -> float:
-                k = sel[(sel.impl == impl) & (sel.kernel.str.contains("gemm") == gemm)]
+            def us(impl: str, gemm: bool) -> float:  # the GEMM, or the row pass (not finalize, not
+                k = sel[(sel.impl == impl) & (sel.kernel.str.contains("gemm") == gemm)]  # 3xTF32's parts pass)
                 if not gemm:
-                    k = k[~k.kernel.str.contains("finalize")]
+                    k = k[~k.kernel.str.contains("finalize|parts_kernel")]
                 return float(k.cuda_time_us_per_call.sum()) if len(k) else float("nan")
 
             fin = sel[(sel.impl == "sums") & sel.kernel.str.contains("finalize")].cuda_time_us_per_call.sum()

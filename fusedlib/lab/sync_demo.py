@@ -131,8 +131,9 @@ def one_process(kind: str, stage: str, n: int) -> dict:
 
 def compare(ranks: list[dict], one: dict) -> dict:
     """The ranks against one process: the largest absolute difference of Y and dX (the ranks'
-    rows concatenated), of each parameter's gradient (the ranks' parts summed, as
-    DistributedDataParallel sums them) and of the running buffers (rank 0's), and whether
+    rows concatenated), of each parameter's gradient (the ranks' parts summed: each rank's
+    loss is a sum over its rows, so the sum is the whole batch's gradient; DistributedDataParallel
+    divides that sum by the number of ranks, for a mean loss) and of the running buffers (rank 0's), and whether
     every rank holds the same buffers bit for bit."""
     diff = {"Y": (torch.cat([r["y"] for r in ranks]) - one["y"]).abs().max().item(),
             "dX": (torch.cat([r["dx"] for r in ranks]) - one["dx"]).abs().max().item()}

@@ -3,9 +3,10 @@
 * ``online_softmax``: one sweep over a row keeps a running maximum m and a running sum ℓ of
   exp(v − m); whenever m rises, ℓ is rescaled by exp(m_old − m_new) (identity 7 of
   notebook 01, after Milakov & Gimelshein 2018, "Online normalizer calculation for softmax").
-* ``persistent_schedule``: the Hopper GEMM's persistent schedule: a producer warp issues TMA
-  loads into a ring of shared-memory stages, two consumer warpgroups multiply from it, and a
-  tile's epilogue runs while the producer already loads the next tile's first stages.
+* ``persistent_schedule``: the Hopper GEMM's persistent schedule: a producer warpgroup (its
+  warp 0) issues TMA loads into a ring of shared-memory stages, two consumer warpgroups multiply
+  from it, and a tile's epilogue runs while the producer already loads the next tile's first
+  stages.
 
 The functions build :class:`matplotlib.figure.Figure` objects without pyplot (the notebook's
 backend is left alone). Both are schematic (no measured value is drawn); the ring depth and tile sizes follow
@@ -84,7 +85,7 @@ def online_softmax():
 
 
 def persistent_schedule():
-    """Left: the CTA's parts (producer warp, ring of four shared-memory stages with their full
+    """Left: the CTA's parts (producer warpgroup, ring of four shared-memory stages with their full
     and empty mbarriers, two consumer warpgroups, the epilogue). Right: a timeline of two
     tiles, the producer running ahead by the ring's depth and the epilogue of tile 0
     overlapping the loads of tile 1."""
@@ -107,7 +108,7 @@ def persistent_schedule():
             ax.text((a[0] + b[0]) / 2 + 0.15, (a[1] + b[1]) / 2, text, fontsize=9, color=color, va="center")
 
     box(left, 0.2, 8.6, 9.6, 1.1, "global memory (X, W in L2 / DRAM)", "#eeeeee")
-    box(left, 0.2, 6.3, 3.0, 1.2, "producer warp\n(TMA loads)", "#fdd0a2")
+    box(left, 0.2, 6.3, 3.0, 1.2, "producer warpgroup\n(warp 0: TMA loads)", "#fdd0a2")
     for s in range(4):
         box(left, 3.9 + s * 1.45, 6.0, 1.3, 1.8, f"stage {s}\nX, W", "#c6dbef", fontsize=9)
     left.text(6.75, 8.0, "ring of stages in shared memory", ha="center", fontsize=9)
@@ -126,15 +127,15 @@ def persistent_schedule():
     arrow(left, (7.2, 2.6), (6.0, 1.7), "")
     # --- the timeline of two tiles
     k_steps, ahead = 6, 2
-    lanes = {"producer warp (TMA)": 2.0, "consumer warpgroups (wgmma)": 1.0, "epilogue": 0.0}
+    lanes = {"producer (TMA)": 2.0, "consumer warpgroups (wgmma)": 1.0, "epilogue": 0.0}
     colors = ("#6baed6", "#fd8d3c")
     for tile in range(2):
         start = tile * (k_steps + 1)             # the consumers: one K step a unit of time, then the epilogue
         for k in range(k_steps):
             t_load = start + k - ahead             # the producer runs `ahead` K steps before the consumers
-            right.add_patch(Rectangle((t_load, lanes["producer warp (TMA)"] - 0.35), 0.9, 0.7,
+            right.add_patch(Rectangle((t_load, lanes["producer (TMA)"] - 0.35), 0.9, 0.7,
                                       facecolor=colors[tile], edgecolor="black", lw=0.6))
-            right.text(t_load + 0.45, lanes["producer warp (TMA)"], f"k{k}", ha="center", va="center", fontsize=8)
+            right.text(t_load + 0.45, lanes["producer (TMA)"], f"k{k}", ha="center", va="center", fontsize=8)
             right.add_patch(Rectangle((start + k, lanes["consumer warpgroups (wgmma)"] - 0.35), 0.9, 0.7,
                                       facecolor=colors[tile], edgecolor="black", lw=0.6))
             right.text(start + k + 0.45, lanes["consumer warpgroups (wgmma)"], f"k{k}", ha="center",
