@@ -56,7 +56,7 @@ TERMS: dict[str, Term] = {
     "tile": Term("A rectangular block of a matrix that one thread block loads or computes at a time (128×128 "
                  "elements of Z, for instance).", "00", r"(?i)\btiles?\b"),
     "CTA": Term("Cooperative thread array: NVIDIA's name for a CUDA thread block, the unit that runs on one SM and "
-                "computes one tile.", "00", r"\bCTAs?\b"),
+                "computes one tile at a time.", "00", r"\bCTAs?\b"),
     "warp": Term("32 threads of a block that execute each instruction together; a block of 256 threads is 8 "
                  "warps.", "00", r"(?i)\bwarps?\b"),
     "mainloop": Term("The loop over K in which a GEMM's thread block loads tiles of X and W and multiply-adds them "
@@ -117,6 +117,20 @@ TERMS: dict[str, Term] = {
     "fp16": Term("IEEE half precision, a 16-bit float with 5 exponent bits and 10 mantissa bits: about three "
                  "significant decimal digits, but nothing beyond 65504 and a narrow range near zero.", "05",
                  r"\b(?:fp16|FP16|float16)\b"),
+    # ------------------------------------------------------------------ more terms, by notebook
+    "shared memory": Term("On-chip memory inside each SM, shared by the threads of one block: much faster than L2, "
+                          "and where a block stages the tiles it works on.", "00", r"(?i)\bshared[- ]memory\b"),
+    "FFMA": Term("The fp32 fused multiply-add instruction, a·b + c rounded once: the SIMT GEMM's unit of work.",
+                 "02", r"\bFFMAs?\b"),
+    "coalesced": Term("A warp's 32 memory accesses falling on consecutive addresses, so that a few wide "
+                      "transactions serve them all.", "02", r"(?i)\bcoalesc(?:ed|ing|es|e)\b"),
+    "lane": Term("A thread's index (0–31) within its warp.", "04", r"(?i)\blanes?\b"),
+    "shuffle": Term("An instruction by which a thread reads another lane's register directly "
+                    "(``__shfl_xor_sync``), without shared memory.", "04", r"(?i)\bshuffles?\b"),
+    "cluster": Term("A group of CTAs that Hopper runs at the same time on nearby SMs, which can read and write "
+                    "each other's shared memory.", "05", r"(?i)\bclusters?\b"),
+    "autocast": Term("``torch.autocast``: a context in which PyTorch runs chosen operators, such as nn.Linear, in a "
+                     "lower precision (bf16 here) while the parameters stay float32.", "08", r"(?i)\bautocast\b"),
 }
 
 

@@ -1,6 +1,7 @@
-"""The naive stage (notebook 02) in a picture: its kernels in launch order, the tensors each
-reads and writes, and the DRAM traffic of each drawn to scale (from the cost model,
-:func:`fusedlib.lab.costmodel.cost`, train mode at the problem's KernelBench shape).
+"""The naive stage (notebook 02) in a picture: its kernels (in the cost model's order of
+passes), the tensors each reads and writes, and the DRAM traffic of each drawn to scale (from
+the cost model, :func:`fusedlib.lab.costmodel.cost`, train mode at the problem's KernelBench
+shape).
 """
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ READ, WRITE = "#4477aa", "#ee7733"
 
 
 def naive_stage(problem: str = "84") -> Figure:
-    """One row per kernel of the naive stage's train-mode forward, top to bottom in launch
-    order: the kernel, what it reads → what it writes, and two bars, MB read (blue) and MB
+    """One row per kernel of the naive stage's train-mode forward, top to bottom in the cost
+    model's order of passes (the running buffers' update, launched right after the statistics,
+    drawn last): the kernel, what it reads → what it writes, and two bars, MB read (blue) and MB
     written (orange), to one scale. ``problem``: "84", "33" or "39" at its KernelBench shape.
 
     Raises:
