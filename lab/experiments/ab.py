@@ -1,7 +1,8 @@
 """Shared by the experiments that load a copy of the kernels beside the package's (run211,
 run213, run214): a module's train forward through one extension's eager_forward (not the
 dispatcher, where the extension loaded last answers for every copy), and one forward that leaves
-the running buffers as it found them, so that every variant starts from the same state."""
+the running buffers as it found them, so that every variant starts from the same state; and by
+those that time the autocast train step (run215, run221): its steps as the harness builds them."""
 
 
 def eager_call(ext, module, precision: str):
@@ -23,3 +24,24 @@ def forward_keeping_buffers(call, x, bn) -> tuple:
     for b, s in zip(buffers, saved):
         b.copy_(s)
     return out
+
+
+def autocast_steps(problem: str, impls=("fused", "sums", "eager")) -> tuple:
+    """(x, {impl: (step, context)}): the autocast-bf16 train step of each impl at ``problem``'s
+    KernelBench shape, as ``python -m fusedlib train-step --precision autocast-bf16`` builds and
+    runs it (fusedlib.lab.trainstep; run215, run221): ``step(x)`` one step, ``context()`` the
+    autocast context it runs in."""
+    import torch
+
+    from fusedlib.lab import bench
+    from fusedlib.lab.trainstep import build_precision, step_context, train_step
+    from fusedlib.reference import PRESETS, make_reference
+    precision, shape = "autocast-bf16", PRESETS[problem]
+    ref = make_reference(problem, shape.in_features, shape.out_features, seed=0).cuda().train()
+    x = bench.bench_input(shape, 0).cuda()
+    dy = torch.randn(shape.batch, shape.out_features, generator=torch.Generator().manual_seed(2000)).cuda()
+    steps = {}
+    for impl in impls:
+        model, module = bench.build_impl(impl, ref, build_precision(precision))
+        steps[impl] = (train_step(model, dy, module), step_context(precision, impl))
+    return x, steps

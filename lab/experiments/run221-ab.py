@@ -8,28 +8,18 @@ import os
 from pathlib import Path
 
 import pandas as pd
-import torch
 
-from fusedlib.lab import bench
 from fusedlib.lab.timing import time_round_robin
-from fusedlib.lab.trainstep import build_precision, step_context, train_step
-from fusedlib.reference import PRESETS, make_reference
+
+from ab import autocast_steps  # (lab/experiments, the script's folder)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
-PRECISION = "autocast-bf16"
 
 
 def main() -> None:
     rows = []
     for problem in ("33", "84"):
-        shape = PRESETS[problem]
-        ref = make_reference(problem, shape.in_features, shape.out_features, seed=0).cuda().train()
-        x = bench.bench_input(shape, 0).cuda()
-        dy = torch.randn(shape.batch, shape.out_features, generator=torch.Generator().manual_seed(2000)).cuda()
-        fns = {}
-        for impl in ("fused", "sums", "eager"):
-            model, module = bench.build_impl(impl, ref, build_precision(PRECISION))
-            fns[impl] = (train_step(model, dy, module), step_context(PRECISION, impl))
+        x, fns = autocast_steps(problem)
         t = time_round_robin(fns, x, warmup=5, iters=200, rounds=20)
         row = dict(problem=problem, **{impl: v[0] for impl, v in t.items()})
         row.update({f"{impl}/eager": row[impl] / row["eager"] for impl in ("fused", "sums")})
