@@ -346,10 +346,10 @@ def test_readme_ladder_check(tmp_path):
         bench.append_row(path, bench.make_row("84", shape, "train", "tf32", impl, (ms,) * 3, 50, 1e-4, ENV))
     df = pd.read_csv(path, dtype={"problem": str})
     text = report.ladder_check(df)
-    assert "in 5 of 6 stage pairs; over it: 84 train tf32 fused against sums +5.0 %." in text
+    assert "in 5 of 6 stage pairs; slower by more: 84 train tf32 fused against sums +5.0 %." in text
     assert text.endswith("84 tf32 fused / naive: train 0.84.")
     assert text in report.results_table(df)
-    assert "within 6 % of an earlier one in 6 of 6 stage pairs." in report.ladder_check(df, 0.06)
+    assert "at most 6 % slower than an earlier one in 6 of 6 stage pairs." in report.ladder_check(df, 0.06)
     assert report.ladder_check(df[df.impl != "fold"]) == ""
 
 

@@ -165,7 +165,8 @@ def host_time_section(bench) -> str:
         sentences.append(f"{label}: at the KernelBench shapes {at_kb}; at v0 {at_v0}{row_by_row}.")
     return ("Host time per forward (the bench's `host_us` column, the CPU time to enqueue one call; median\n"
             "over the rows, then the range):\n" + "".join(f"- {line}\n" for line in sentences) + "\n"
-            "This machine's host is slow and noisy: compare only within one run.")
+            "The benchmark machine's host CPU (results/<gpu>/env.json) is slow and noisy: compare host times "
+            "only within one run.")
 
 
 #: Order of the table's rows.
@@ -257,8 +258,9 @@ def ladder_check(bench, tolerance: float = LADDER_TOLERANCE) -> str:
     if not pairs:
         return ""
     text = (f"Ladder (each problem's KernelBench shape, both modes, every precision): a later stage "
-            f"within {100 * tolerance:.0f} % of an earlier one in {pairs - len(over)} of {pairs} stage pairs")
-    text += ("; over it: " + ", ".join(over) + "." if over else ".")
+            f"at most {100 * tolerance:.0f} % slower than an earlier one in {pairs - len(over)} of {pairs} stage "
+            f"pairs")
+    text += ("; slower by more: " + ", ".join(over) + "." if over else ".")
     if ratios:
         text += " 84 tf32 fused / naive: " + ", ".join(ratios) + "."
     return text
