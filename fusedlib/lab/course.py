@@ -330,8 +330,9 @@ def ladder_md(precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: s
 
 
 def profile_table(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = RESULTS_GPU):
-    """Per-kernel device time of ``stage`` at the KernelBench shapes (µs per call, share of the
-    stage's total), from the committed profile.csv; None when absent or without rows."""
+    """Per-kernel device time of ``stage`` at the KernelBench shapes (its launches in one forward
+    and their µs in one forward, share of the stage's total), from the committed profile.csv;
+    None when absent or without rows."""
     prof = profile(gpu)
     if prof is None:
         return None
@@ -346,7 +347,7 @@ def profile_table(stage: str, precisions=("fp32",), mode: str = "train", gpu: st
             total = grp.cuda_time_us_per_call.sum()
             for k in grp.itertuples(index=False):
                 rows.append({"problem": problem, "precision": precision, "kernel": kernel_base(k.kernel),
-                             "calls": k.calls, "µs per call": k.cuda_time_us_per_call,
+                             "launches per forward": k.calls, "µs per forward": k.cuda_time_us_per_call,
                              "share": f"{k.cuda_time_us_per_call / total:.0%}" if total else "–"})
     if not rows:
         return None
@@ -900,8 +901,8 @@ def gemm_share(stage: str, precisions=("fp32",), mode: str = "train", gpu: str =
     if table is None:
         return None
     is_gemm = table.kernel.str.contains("gemm")
-    gemm = table[is_gemm].groupby(["problem", "precision"], sort=False)["µs per call"].sum()
-    rest = table[~is_gemm].groupby(["problem", "precision"], sort=False)["µs per call"].sum()
+    gemm = table[is_gemm].groupby(["problem", "precision"], sort=False)["µs per forward"].sum()
+    rest = table[~is_gemm].groupby(["problem", "precision"], sort=False)["µs per forward"].sum()
     out = pd.DataFrame({"GEMM µs": gemm, "other kernels µs": rest}).fillna(0.0)
     out["% outside the GEMM"] = 100 * out["other kernels µs"] / (out["GEMM µs"] + out["other kernels µs"])
     return out.reset_index()
@@ -1627,5 +1628,5 @@ def train_step_md(gpu: str = RESULTS_GPU) -> str:
         "- **Peak memory**, fused minus eager, in N×M tensors of each problem (84, 33, 39): "
         + "; ".join(f"{p}: {extra_txt[p]}" for p in by) + ". The fused forward saves only Z′ (and Y for 84), "
         "but while dW's GEMM runs it also holds dZ′ in two layouts and X − x̄ (in 3xTF32 each as two TF32 "
-        f"parts); that count (`course.backward_memory`) predicts every fused peak within {off:.1f} MiB.",
+        f"parts); that count (`course.backward_memory`) predicts every fused peak within {off:.2f} MiB.",
     ])
