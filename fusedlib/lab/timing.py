@@ -157,8 +157,8 @@ def time_round_robin(fns: dict, x, warmup: int = MIN_WARMUP, iters: int = MIN_IT
     flush. Timed one after the other, an implementation later in a table runs after the GPU's
     clocks and temperature have drifted (on the H100 an equal implementation looked 2-3 %
     slower there); in rounds, the drift falls on every implementation alike. The order within a
-    round is rotated, so that no implementation always runs first, or always right after the
-    same other one: at its power limit a GPU's clock depends on what ran just before.
+    round is rotated, so that each implementation takes each place in the round (first,
+    second, …) alike: at its power limit a GPU's clock depends on what ran just before.
 
     Raises:
         ValueError: ``rounds`` < 1 or ``iters`` < ``rounds``.
