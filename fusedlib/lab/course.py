@@ -1012,8 +1012,9 @@ def fused_versus_sums(mode: str = "train", gpu: str = RESULTS_GPU):
             sel = prof[(prof.problem == problem) & (prof["shape"] == str(PRESETS[problem])) & (prof["mode"] == mode)
                        & (prof.precision == precision)].drop_duplicates(["impl", "kernel"], keep="last")
 
-            def us(impl: str, gemm: bool) -> float:  # the GEMM, or the row pass (not finalize, not
-                k = sel[(sel.impl == impl) & (sel.kernel.str.contains("gemm") == gemm)]  # 3xTF32's parts pass)
+            def us(impl: str, gemm: bool) -> float:
+                """The GEMM's µs, or the row pass's (neither the finalize nor 3xTF32's parts pass)."""
+                k = sel[(sel.impl == impl) & (sel.kernel.str.contains("gemm") == gemm)]
                 if not gemm:
                     k = k[~k.kernel.str.contains("finalize|parts_kernel")]
                 return float(k.cuda_time_us_per_call.sum()) if len(k) else float("nan")
