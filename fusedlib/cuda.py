@@ -138,11 +138,15 @@ def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
     once, rounded to the dtype as eager PyTorch's backward has it; then
     dX = dZ'·W and dW = dZ'ᵀ·X on cuBLAS's 16-bit GEMMs (float32 accumulation, dZ'ᵀ a view), dX
     and dW in the dtype, each vector's gradient cast back to its dtype on its own (an
-    operator's returns may not be views of one another);
+    operator's returns may not be views of one another); x 16-bit with a float32 weight (the
+    autocast route's master weight, whose 16-bit copy the forward read): the same call, dW the
+    16-bit GEMM's float32 output (docs/design.md §15);
     other mixes run on float32 values (exact) and return each gradient in its input's dtype
     (docs/design.md §15)."""
     dtypes = (x.dtype, weight.dtype)
-    sixteen = x.dtype in algebra.LOW_PRECISION and weight.dtype == x.dtype and group_name is None
+    # x 16-bit, weight the same dtype or float32 (autocast's master weight: ops.StageFunction)
+    sixteen = (x.dtype in algebra.LOW_PRECISION and weight.dtype in (x.dtype, torch.float32)
+               and group_name is None)
     if not sixteen and (x.dtype in algebra.LOW_PRECISION or weight.dtype in algebra.LOW_PRECISION):
         x, weight = x.float(), weight.float()
     ext = load_backward(z.device.index if z.device.index is not None else torch.cuda.current_device())

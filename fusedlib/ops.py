@@ -267,6 +267,20 @@ def train_backward_call(dy, y, z, x, weight, scale, gamma, beta, kind, precision
     return _cuda_kernel_or(train_backward, _CUDA_TRAIN_BACKWARD, tensors)(*args)
 
 
+def _master_cast(args, saved: bool = False) -> tuple:
+    """The operator's arguments (schema order) for its kernels: a float32 weight beside a 16-bit x
+    on CUDA under autocast (a master weight: :func:`_register_autocast`) rounded to x's dtype, as the
+    16-bit kernels read it (one cast, the one eager autocast makes of ``nn.Linear``'s weight);
+    any other ``args`` as they are. Called below autograd, so that the weight's gradient is
+    computed for the float32 weight itself (:func:`train_backward`: the GEMM's float32 output).
+    ``saved``: the tensors a forward saved, in a backward (autocast off there): the dtypes tell."""
+    x, weight = args[0], args[1]
+    if (x.is_cuda and x.dtype in algebra.LOW_PRECISION and weight.dtype == torch.float32
+            and (saved or torch.is_autocast_enabled("cuda"))):
+        return (x, weight.to(x.dtype), *args[2:])
+    return args
+
+
 class StageFunction(torch.autograd.Function):
     """The stage's forward (its operator, below autograd) with the derived backward.
 
@@ -276,7 +290,8 @@ class StageFunction(torch.autograd.Function):
     :func:`train_backward` (saved: Y (84), Z, x, weight, scale, gamma, beta; nothing derived
     from a parameter). Eval mode: saves Y, x and the parameters and buffers, and the
     backward (:func:`fusedlib.algebra.eval_backward`) recomputes Z = X Wᵀ + b at the forward's
-    precision.
+    precision. A float32 weight beside a 16-bit x (autocast's master weight) reaches the kernels
+    rounded to x's dtype (:func:`_master_cast`) and is saved as it came: its gradient is float32.
     """
 
     @staticmethod
@@ -284,13 +299,14 @@ class StageFunction(torch.autograd.Function):
         kind, precision, training, eps = args[9:13]
         ctx.kind, ctx.precision, ctx.training, ctx.eps = kind, precision, training, eps
         call = _below_autograd(op, (x, weight, bias, scale, gamma, beta, *args[6:9]))
+        w = _master_cast((x, weight))[1]  # the kernels' weight; the saved one stays as it came
         if not training:
-            y = call(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:])
+            y = call(x, w, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:])
             ctx.save_for_backward(y, x, weight, bias, scale, gamma, beta, args[6], args[7])
             return y
         # Z' as the stage keeps it: float32 on CUDA (the 16-bit kernels' epilogue too), x's dtype on the CPU (§15)
         z = x.new_empty(x.shape[0], weight.shape[0], dtype=torch.float32 if x.is_cuda else x.dtype)
-        y = call(x, weight, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:], z_out=z)
+        y = call(x, w, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:], z_out=z)
         ctx.save_for_backward(y if kind == "84" else None, z, x, weight, scale, gamma, beta)
         return y
 
@@ -314,8 +330,9 @@ class StageFunction(torch.autograd.Function):
                 dtypes = [t.dtype for t in (x, weight, bias, scale, gamma, beta)]
                 precision = ctx.precision
                 if x.dtype in algebra.LOW_PRECISION:  # in float32, the gradients in each input's dtype (§15)
+                    # (a master weight as the forward's kernels read it: rounded to x's dtype)
                     dy, y, x, weight, bias, scale, gamma, beta, running_mean, running_var = (
-                        t.float() for t in (dy, *saved))
+                        t.float() for t in (dy, y, *_master_cast((x, weight), saved=True), *saved[3:]))
                     # fp32, not the module's TF32: 16-bit X and W are exact in either, and dZ' @ W
                     # then depends on no global switch (a compiled backward's GEMMs run at the
                     # switch's state when they run, not at the one set around the tracing)
@@ -354,7 +371,8 @@ def _differentiable_backward(ctx, dy: torch.Tensor) -> tuple:
     low = x.dtype in algebra.LOW_PRECISION
     f32 = (lambda t: t.float() if low and t is not None else t)
     with torch.enable_grad(), engine.cublas_precision(ctx.precision):
-        y = functional_forward(ctx.kind, *(f32(t) for t in (x, weight, bias, scale, gamma, beta, running_mean,
+        w = _master_cast((x, weight), saved=True)[1]  # a master weight as the kernels read it (differentiably)
+        y = functional_forward(ctx.kind, *(f32(t) for t in (x, w, bias, scale, gamma, beta, running_mean,
                                                               running_var)), ctx.training, ctx.eps)
         found = torch.autograd.grad(y, [inputs[i] for i in wanted], f32(dy), create_graph=True, allow_unused=True)
     grads = [None] * 6
@@ -388,7 +406,7 @@ def _define(stage: str):
     def autograd_kernel(keyset, *args):
         if needs_grad(args):
             return StageFunction.apply(op, args, *args[:_DIFFERENTIABLE])
-        return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+        return op.redispatch(keyset & torch._C._after_autograd_keyset, *_master_cast(args))
 
     _LIB.impl(stage, cpu, "CPU")
     torch.library.register_fake(f"fusedlib::{stage}", fake, lib=_LIB)
@@ -403,26 +421,30 @@ def _register_autocast(name: str, op, sixteen_bit: bool = False) -> None:
     BatchNorm's parameters and buffers stay as they are (the buffers are updated in place). On
     the CPU the operator takes the 16-bit tensors. On CUDA, with ``sixteen_bit`` (the stages'
     operators) and where the 16-bit kernels run (:func:`fusedlib.engine.sixteen_bit_kernels`),
-    x and W as 16-bit tensors and b converted back to float32, and a ``gemm_path`` argument
-    (chosen for float32 operands) replaced by the 16-bit kernels' path; otherwise all three
+    x as a 16-bit tensor, W as it is when float32 (a master weight: :func:`_master_cast` rounds
+    it below autograd, so that its gradient comes back from the GEMM in float32, with no 16-bit
+    dW cast back to it; any other W in the autocast dtype), b converted back to float32, and a
+    ``gemm_path`` argument (chosen for float32 operands) replaced by the 16-bit kernels' path; otherwise all three
     rounded to the autocast dtype and converted back to float32, which is exact (a bf16 or fp16
     value is a TF32 value): the products 16-bit tensor cores form either way."""
     def rule(device: str, key):
         def autocast(*args):
             dtype = torch.get_autocast_dtype(device)
             with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
-                cast = [t.to(dtype) if t.is_floating_point() else t for t in args[:3]]
+                x, weight = args[0], args[1]
+                sixteen = (device == "cuda" and sixteen_bit and x.is_floating_point() and weight.is_floating_point()
+                           and engine.sixteen_bit_kernels(torch.cuda.get_device_capability(x.device), x.shape[1]))
+                master = sixteen and weight.dtype == torch.float32  # cast below autograd (StageFunction)
+                cast = [t if i == 1 and master else t.to(dtype) if t.is_floating_point() else t
+                        for i, t in enumerate(args[:3])]
                 rest = list(args[3:])
-                if device == "cuda":
-                    x = cast[0]
-                    cap = torch.cuda.get_device_capability(x.device)
-                    if sixteen_bit and cast[1].dtype == x.dtype and engine.sixteen_bit_kernels(cap, x.shape[1]):
-                        cast[2] = cast[2].float()
-                        if len(args) > _GEMM_PATH and args[_GEMM_PATH] is not None:
-                            rest[_GEMM_PATH - 3] = engine.select_path(args[_PRECISION], cap, x.shape[1],
-                                                                      sixteen_bit=True)
-                    else:
-                        cast = [t.float() for t in cast]
+                if sixteen:
+                    cast[2] = cast[2].float()
+                    if len(args) > _GEMM_PATH and args[_GEMM_PATH] is not None:
+                        cap = torch.cuda.get_device_capability(x.device)
+                        rest[_GEMM_PATH - 3] = engine.select_path(args[_PRECISION], cap, x.shape[1], sixteen_bit=True)
+                elif device == "cuda":
+                    cast = [t.float() for t in cast]
                 return op(*cast, *rest)
         return autocast
 

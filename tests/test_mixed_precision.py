@@ -413,6 +413,28 @@ def test_autocast_takes_the_eager_call_with_the_rules_bits(stage, kind, training
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("kind", ["84", "33"])
+def test_autocast_keeps_the_master_weights_gradient_in_float32(kind, training, dtype):
+    """Under torch.autocast the float32 weight is a master weight: the kernels read it rounded to
+    the autocast dtype (ops._master_cast; SixteenBitTrain inside its node) and its gradient is
+    float32 from the GEMM itself, not a 16-bit dW cast back (eager autocast's). On both routes (the
+    module's eager call, the operator), with and without dX: W's gradient is float32, some of its
+    elements are not values of the 16-bit dtype, and x's and the other gradients are as eager
+    autocast's dtypes have them; test_autocast_computes_what_eager_autocast_computes bounds the
+    values."""
+    ref, x, dy, _ = _case(kind, training, shape=(200, 64, 96))
+    calls = ((True, False, True), (False, False, True))
+    _, records = _module_and_operator(ref, "fused", torch.float32, training, x.cuda(), dy.cuda(), calls,
+                                      autocast=dtype)
+    for call in range(len(calls)):
+        xg, wg = records[10 * call + 4], records[10 * call + 5]  # (Y, 3 buffers, then x, W, b, scale, γ, β)
+        assert wg.dtype == torch.float32 and not torch.equal(wg, wg.to(dtype).float()), call
+        assert xg.dtype == torch.float32 if call == 0 else torch.equal(xg, torch.full((1,), -1.0)), call
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("kind", ["84", "33"])
 @pytest.mark.parametrize("stage", fusedlib.STAGES)
 def test_the_last_pass_writes_a_sixteen_bit_y(stage, kind, training, dtype, monkeypatch):
     """A bf16/fp16 module's Y comes from the stage's last pass in the dtype: bit for bit the same

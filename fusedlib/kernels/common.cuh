@@ -248,7 +248,7 @@ __device__ __forceinline__ Moments chan_merge(Moments a, Moments b) {
 // [lo + ⌊gQ/G⌋, lo + ⌊(g+1)Q/G⌋)); each chain cut into runs of kMergeRun tiles from its start,
 // each run merged in tile order and a chain's runs in order (blocked, as merge_blocked: a chain
 // of thousands of tiles otherwise adds each tile's small M2 to a large one thousands of times,
-// which at 33.6M rows biased the variance by 4e-6), a quarter's chains in chain order, then the
+// which biases the variance at tens of millions of rows), a quarter's chains in chain order, then the
 // quarters in order. Four threads can merge a column's quarters side by side
 // (the persistent GEMM's merge units, epilogue.cuh merge_slice) and one thread all four in
 // turn (merge_column_partials), with the same bits.
@@ -263,10 +263,8 @@ __device__ __forceinline__ Moments merge_in_order(Moments a, Moments b) {
 // round issues the loads of one tile of each chain (2G floats in flight a thread), then merges
 // them into the chains' current runs, which join their chains every kMergeRun rounds (a chain
 // of at most kMergeRun tiles, e.g. any batch up to 262 144 rows in 128-row tiles, is one run).
-// (One CTA's 256 threads, one a column, merging 39's 128 row tiles in 8 chains of 16: 22–28
-// µs, run108; the persistent tf32 GEMM is compiled to 168 registers a thread and spills at 16
-// chains, run105.) L2-coherent loads (__ldcg): the partials were written by other blocks of
-// this grid.
+// (8 chains: the persistent tf32 GEMM, compiled to 168 registers a thread, spills at 16.)
+// L2-coherent loads (__ldcg): the partials were written by other blocks of this grid.
 __device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) {
   constexpr int G = kMergeChains;
   const int T = ceil_div(p.n, tile_rows), lo = T * q / kMergeQuarters;

@@ -53,7 +53,7 @@ struct SplitK {
 
 // A split's partial tile, as the GEMM's THREADS accumulating threads hold it (NACC floats a
 // thread, thread-major: float i of thread t at [i·THREADS + t]), is stored in p.splitk at unit
-// tile·S + s; the tile's counter counts the splits (fence first, as count_and_merge); the last
+// tile·S + s; the tile's counter counts the splits (fence first, as count_tile); the last
 // one to count resets the counter, adds the S partial tiles in split order 0, 1, … (the same
 // bits whichever split came last) into d and returns true; the others return false. No float
 // atomics. The THREADS threads meet on epilogue_sync.
@@ -153,9 +153,14 @@ struct ColumnStats {
   template <int BM, int BN, int THREADS>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
+    store_tile<BM, BN, THREADS, Store::kPlain>(p, C, out, m0, n0, tid);
+    partials<BM, BN, THREADS>(p, C, scratch, m0, n0, tid);
+  }
+  // The partials alone, from the C tile in shared memory.
+  template <int BM, int BN, int THREADS>
+  __device__ static void partials(const Problem& p, const float* C, float* scratch, int m0, int n0, int tid) {
     constexpr int LDC = BN + 1, R = THREADS / BN;  // threads past R·BN only store
     static_assert(THREADS >= BN, "need a thread per column");
-    store_tile<BM, BN, THREADS, Store::kPlain>(p, C, out, m0, n0, tid);
     const int rows = min(BM, p.n - m0), cols = min(BN, p.m - n0);
     const int c = tid % BN, g = tid / BN;
     const bool active = g < R;
@@ -198,29 +203,36 @@ struct ColumnStats {
   }
 };
 
-// Count a finished tile on its column block's counter (its partials made visible first); the
-// last tile of the block resets the counter to zero for the next call (the host keeps the
-// counters between calls: fusedlib/kernels/torch_op.cuh), merges all row tiles in the merge
-// order (Chan; common.cuh) and finalizes the BatchNorm coefficients and running buffers.
-// DEFER (the persistent GEMM): count only; the block's merge units (merge_slice) wait for the
-// count, merge and reset it. flag: one shared word.
+// Count a finished tile on its column block's counter, its partials made visible first (the
+// fence waits for this thread's outstanding writes: the epilogues write the partials and count
+// before they store Z', so that the fence does not wait for the tile's stores too). The last tile
+// of the block resets the counter to zero for the next call (the host keeps the counters between
+// calls: fusedlib/kernels/torch_op.cuh) and returns true: it then merges (merge_block). DEFER (the
+// persistent GEMM): count only; the block's merge units (merge_slice) wait for the count, merge
+// and reset it. flag: one shared word.
 template <int BM, int BN, int THREADS, bool DEFER = false>
-__device__ __forceinline__ void count_and_merge(const Problem& p, int* flag, int n0, int tid) {
-  const int col_block = n0 / BN, row_tiles = ceil_div(p.n, BM), cols = min(BN, p.m - n0);
+__device__ __forceinline__ bool count_tile(const Problem& p, int* flag, int n0, int tid) {
+  const int col_block = n0 / BN, row_tiles = ceil_div(p.n, BM);
   __threadfence();  // this tile's partials visible device-wide before it is counted
   epilogue_sync<THREADS>();
   if (DEFER) {
     if (tid == 0) atomicAdd(p.counters + col_block, 1u);
-    return;
+    return false;
   }
   if (tid == 0) {
     *flag = atomicAdd(p.counters + col_block, 1u) == (unsigned)row_tiles - 1;
     if (*flag) p.counters[col_block] = 0;  // every tile of the block has counted
   }
   epilogue_sync<THREADS>();
-  if (!*flag) return;
+  return *flag;
+}
+
+// The last tile of a column block (count_tile returned true): all row tiles merged in the merge
+// order (Chan; common.cuh) and the BatchNorm coefficients and running buffers finalized.
+template <int BM, int BN, int THREADS>
+__device__ __forceinline__ void merge_block(const Problem& p, int n0, int tid) {
   __threadfence();
-  for (int cc = tid; cc < cols; cc += THREADS) {
+  for (int cc = tid; cc < min(BN, p.m - n0); cc += THREADS) {
     column_done(p, n0 + cc, merge_column_partials(p, n0 + cc, BM), false);
   }
 }
@@ -273,12 +285,16 @@ __device__ __forceinline__ void merge_slice(const Problem& p, float* smem, int b
 struct ColumnStatsMerge {
   static constexpr Store kStore = Store::kPlain;
   static constexpr bool kStats = true, kMerge = true;
-  // ColumnStats, then count_and_merge.
+  // ColumnStats's partials, the tile counted (count_tile), then Z' stored and, by the last tile
+  // of the column block, the merge: the count's fence waits for the partials alone.
   template <int BM, int BN, int THREADS>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
-    ColumnStats::apply<BM, BN, THREADS>(p, C, scratch, out, m0, n0, tid);
-    count_and_merge<BM, BN, THREADS>(p, reinterpret_cast<int*>(scratch + scratch_floats<THREADS, BN>() - 32), n0, tid);
+    ColumnStats::partials<BM, BN, THREADS>(p, C, scratch, m0, n0, tid);
+    const bool last =
+        count_tile<BM, BN, THREADS>(p, reinterpret_cast<int*>(scratch + scratch_floats<THREADS, BN>() - 32), n0, tid);
+    store_tile<BM, BN, THREADS, Store::kPlain>(p, C, out, m0, n0, tid);
+    if (last) merge_block<BM, BN, THREADS>(p, n0, tid);
   }
 };
 
@@ -326,7 +342,8 @@ __device__ __forceinline__ void store_pair(float* dst, float a, float b, int c, 
 template <int BN, class Epi, bool DEFER = false>
 __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float (&d)[BN / 2], float* smem,
                                                         float* out, int m0, int n0, int tid) {
-  constexpr int THREADS = 256, BM = 128, NV = BN / 4, V = (NV + 7) / 8 * 8, Q = V / 8;
+  constexpr int THREADS = 256, BM = 128, NV = BN / 4, V = (NV + 7) / 8 * 8;
+  constexpr int CH = NV % 32 == 0 ? 32 : V;  // the statistics' values a thread sums at a time
   float* coef = smem;           // [2][BN]
   float* red = smem + 2 * BN;   // [8][BN]
   float* mean = red + 8 * BN;   // [BN]
@@ -342,77 +359,92 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
       d[4 * j + 1] = take_shift_row(p, d[4 * j + 1], 0, n0 + 8 * j + 2 * t + 1);
     }
   }
-  if (Epi::kStore != Store::kPlain) {
-    for (int c = tid; c < BN; c += THREADS) {
-      float a = 1.f, b = 0.f;
-      if (c < cols) {
-        if (Epi::kStore == Store::kBias) {
-          b = p.z0 ? 0.f : p.bias[n0 + c];  // (Z − Z₀ of the first-row shift has none)
-        } else {
-          const Affine ac = eval_affine(p, n0 + c, true);
-          a = ac.a;
-          b = ac.c;
+  // Z' stored (C + bias, the affine, or as it is)
+  const auto store_z = [&] {
+    if (Epi::kStore != Store::kPlain) {
+      for (int c = tid; c < BN; c += THREADS) {
+        float a = 1.f, b = 0.f;
+        if (c < cols) {
+          if (Epi::kStore == Store::kBias) {
+            b = p.z0 ? 0.f : p.bias[n0 + c];  // (Z − Z₀ of the first-row shift has none)
+          } else {
+            const Affine ac = eval_affine(p, n0 + c, true);
+            a = ac.a;
+            b = ac.c;
+          }
         }
+        coef[c] = a;
+        coef[BN + c] = b;
       }
-      coef[c] = a;
-      coef[BN + c] = b;
+      epilogue_sync<THREADS>();
     }
-    epilogue_sync<THREADS>();
-  }
-  float* row0 = out + (size_t)(m0 + r) * p.m + n0;
-  float* row1 = row0 + (size_t)8 * p.m;
-  const bool pairs = (p.m & 1) == 0 && ((uintptr_t)out & 7) == 0;  // 8-byte aligned column pairs
+    float* row0 = out + (size_t)(m0 + r) * p.m + n0;
+    float* row1 = row0 + (size_t)8 * p.m;
+    const bool pairs = (p.m & 1) == 0 && ((uintptr_t)out & 7) == 0;  // 8-byte aligned column pairs
 #pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const int c = 8 * j + 2 * t;
-    float v0 = d[4 * j], v1 = d[4 * j + 1], v2 = d[4 * j + 2], v3 = d[4 * j + 3];
-    if (Epi::kStore == Store::kBias) {  // as store_tile: C + bias
-      v0 += coef[BN + c], v1 += coef[BN + c + 1], v2 += coef[BN + c], v3 += coef[BN + c + 1];
-    } else if (Epi::kStore == Store::kAffine) {
-      v0 = coef[c] * v0 + coef[BN + c], v1 = coef[c + 1] * v1 + coef[BN + c + 1];
-      v2 = coef[c] * v2 + coef[BN + c], v3 = coef[c + 1] * v3 + coef[BN + c + 1];
+    for (int j = 0; j < BN / 8; ++j) {
+      const int c = 8 * j + 2 * t;
+      float v0 = d[4 * j], v1 = d[4 * j + 1], v2 = d[4 * j + 2], v3 = d[4 * j + 3];
+      if (Epi::kStore == Store::kBias) {  // as store_tile: C + bias
+        v0 += coef[BN + c], v1 += coef[BN + c + 1], v2 += coef[BN + c], v3 += coef[BN + c + 1];
+      } else if (Epi::kStore == Store::kAffine) {
+        v0 = coef[c] * v0 + coef[BN + c], v1 = coef[c + 1] * v1 + coef[BN + c + 1];
+        v2 = coef[c] * v2 + coef[BN + c], v3 = coef[c + 1] * v3 + coef[BN + c + 1];
+      }
+      if (ok0) store_pair(row0 + c, v0, v1, c, cols, pairs);
+      if (ok1) store_pair(row1 + c, v2, v3, c, cols, pairs);
     }
-    if (ok0) store_pair(row0 + c, v0, v1, c, cols, pairs);
-    if (ok1) store_pair(row1 + c, v2, v3, c, cols, pairs);
-  }
+  };
+  // The tile's statistics, then its stores of Z' where it merges: the count's fence (count_tile)
+  // then waits for the partials alone, not for the tile's stores as well (nothing in this kernel
+  // reads Z'). Without a merge there is no fence, and the stores go first, draining while the
+  // statistics are taken.
+  if (!Epi::kMerge) store_z();
+  bool last = false;
   if constexpr (Epi::kStats) {
-  float s[V];
 #pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {  // 0: Σz → mean_t; 1: Σ(z − mean_t)² → M2_t
+    for (int pass = 0; pass < 2; ++pass) {  // 0: Σz → mean_t; 1: Σ(z − mean_t)² → M2_t
 #pragma unroll
-    for (int q = 0; q < V; ++q) {  // q = 2j + e: column 8j + 2t + e, rows r and r + 8
-      s[q] = 0.f;
-      if (q < NV) {
-        const float z0 = d[4 * (q / 2) + q % 2], z1 = d[4 * (q / 2) + 2 + q % 2];
-        if (pass == 0) {
-          s[q] = z0 + z1;  // rows past N hold zeros
-        } else {
-          const float mu = mean[8 * (q / 2) + 2 * t + q % 2], e0 = z0 - mu, e1 = z1 - mu;
-          s[q] = (ok0 ? e0 * e0 : 0.f) + (ok1 ? e1 * e1 : 0.f);
+      for (int h = 0; h < V / CH; ++h) {  // CH of the thread's column values at a time (registers)
+        float s[CH];
+#pragma unroll
+        for (int u = 0; u < CH; ++u) {  // q = 2j + e: column 8j + 2t + e, rows r and r + 8
+          const int q = CH * h + u;
+          s[u] = 0.f;
+          if (q < NV) {
+            const float z0 = d[4 * (q / 2) + q % 2], z1 = d[4 * (q / 2) + 2 + q % 2];
+            if (pass == 0) {
+              s[u] = z0 + z1;  // rows past N hold zeros
+            } else {
+              const float mu = mean[8 * (q / 2) + 2 * t + q % 2], e0 = z0 - mu, e1 = z1 - mu;
+              s[u] = (ok0 ? e0 * e0 : 0.f) + (ok1 ? e1 * e1 : 0.f);
+            }
+          }
+        }
+        lane_butterfly(s, lane);  // (the same pairs of lanes whatever CH: the same bits)
+#pragma unroll
+        for (int i = 0; i < CH / 8; ++i) {
+          const int q = CH * h + i + (CH / 8) * g;
+          if (q < NV) red[warp * BN + 8 * (q / 2) + 2 * t + q % 2] = s[i];
         }
       }
+      epilogue_sync<THREADS>();
+      float total = 0.f;
+      if (tid < BN)
+        for (int w = 0; w < 8; ++w) total += red[w * BN + tid];
+      if (pass == 0) {
+        if (tid < BN) mean[tid] = total / (float)rows;
+        epilogue_sync<THREADS>();  // means visible; red free for pass 1
+      } else if (tid < cols) {
+        const int tile = m0 / BM;
+        p.part[(size_t)(2 * tile) * p.m + n0 + tid] = mean[tid];
+        p.part[(size_t)(2 * tile + 1) * p.m + n0 + tid] = total;
+      }
     }
-    lane_butterfly(s, lane);
-#pragma unroll
-    for (int i = 0; i < Q; ++i) {
-      const int q = i + Q * g;
-      if (q < NV) red[warp * BN + 8 * (q / 2) + 2 * t + q % 2] = s[i];
-    }
-    epilogue_sync<THREADS>();
-    float total = 0.f;
-    if (tid < BN)
-      for (int w = 0; w < 8; ++w) total += red[w * BN + tid];
-    if (pass == 0) {
-      if (tid < BN) mean[tid] = total / (float)rows;
-      epilogue_sync<THREADS>();  // means visible; red free for pass 1
-    } else if (tid < cols) {
-      const int tile = m0 / BM;
-      p.part[(size_t)(2 * tile) * p.m + n0 + tid] = mean[tid];
-      p.part[(size_t)(2 * tile + 1) * p.m + n0 + tid] = total;
-    }
+    if (Epi::kMerge) last = count_tile<BM, BN, THREADS, DEFER>(p, flag, n0, tid);
   }
-  if (Epi::kMerge) count_and_merge<BM, BN, THREADS, DEFER>(p, flag, n0, tid);
-  }
+  if (Epi::kMerge) store_z();
+  if (Epi::kMerge && last) merge_block<BM, BN, THREADS>(p, n0, tid);
 }
 
 // The same epilogues from the accumulators of the swapped GEMM (gemm_wgmma.cuh wg_swap), whose
@@ -449,15 +481,19 @@ __device__ __forceinline__ void epilogue_swapped(const Problem& p, float (&d)[BN
       a[h] = ac.a, c[h] = ac.c;
     }
   }
+  const auto store_z = [&] {  // Z' (or Y) stored
 #pragma unroll
-  for (int q = 0; q < BN / 4; ++q) {  // q = 2i + e: row n0 + 8i + 2t + e
-    const int r = 8 * (q / 2) + 2 * t + q % 2;
-    if (r >= rows) continue;
-    float* row = out + (size_t)(n0 + r) * p.m;
-    const float va = d[4 * (q / 2) + q % 2], vb = d[4 * (q / 2) + 2 + q % 2];
-    if (oka) row[ja] = Epi::kStore == Store::kPlain ? va : a[0] * va + c[0];
-    if (okb) row[jb] = Epi::kStore == Store::kPlain ? vb : a[1] * vb + c[1];
-  }
+    for (int q = 0; q < BN / 4; ++q) {  // q = 2i + e: row n0 + 8i + 2t + e
+      const int r = 8 * (q / 2) + 2 * t + q % 2;
+      if (r >= rows) continue;
+      float* row = out + (size_t)(n0 + r) * p.m;
+      const float va = d[4 * (q / 2) + q % 2], vb = d[4 * (q / 2) + 2 + q % 2];
+      if (oka) row[ja] = Epi::kStore == Store::kPlain ? va : a[0] * va + c[0];
+      if (okb) row[jb] = Epi::kStore == Store::kPlain ? vb : a[1] * vb + c[1];
+    }
+  };
+  if (!Epi::kMerge) store_z();  // as epilogue_from_fragments: stores first unless a count's fence follows
+  bool last = false;
   if constexpr (Epi::kStats) {
     float mean[2] = {0.f, 0.f};
 #pragma unroll
@@ -484,8 +520,10 @@ __device__ __forceinline__ void epilogue_swapped(const Problem& p, float (&d)[BN
       }
     }
     // blocks of the tile's 128 columns j0 …, counted by their ⌈N / BN⌉ row tiles of BN rows
-    if (Epi::kMerge) count_and_merge<BN, 128, THREADS>(p, reinterpret_cast<int*>(smem), j0, tid);
+    if (Epi::kMerge) last = count_tile<BN, 128, THREADS>(p, reinterpret_cast<int*>(smem), j0, tid);
   }
+  if (Epi::kMerge) store_z();
+  if (Epi::kMerge && last) merge_block<BN, 128, THREADS>(p, j0, tid);
 }
 
 // Shared memory an epilogue needs beside nothing else: the C tile and the scratch words.

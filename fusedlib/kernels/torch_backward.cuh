@@ -162,7 +162,10 @@ std::vector<at::Tensor> backward_passes(const at::Tensor& dy, const at::Tensor& 
 // in neither float32 nor x's dtype is read in float32 so that dZ' is rounded once, to x's
 // dtype), then dX = dZ'·W (need_dx; else an empty tensor) and dW = dZ'ᵀ·X on cuBLAS's 16-bit
 // GEMMs (float32 accumulation; dZ'ᵀ a view), and the vectors' gradients back in their dtypes
-// (one cast each).
+// (one cast each). A float32 weight (autocast's master weight, the forward having run on its
+// 16-bit copy: fusedlib.ops.StageFunction) takes dW = dZ'ᵀ·X as the 16-bit GEMM's float32 sums
+// (cuBLAS's float32 output: no 16-bit dW and no cast of it back to float32) and, for dX, the
+// weight rounded to x's dtype again, as the forward's GEMM read it.
 // Returns (dX, dW, dbias (zeros: batch statistics cancel the Linear's bias), dscale, dγ, dβ),
 // as the Python route it replaces, whose aten calls it makes in the same order (the same values
 // bit for bit), without their Python calls: the host time of a 16-bit train step.
@@ -171,14 +174,16 @@ std::vector<at::Tensor> backward_sixteen(const at::Tensor& dy_in, const at::Tens
                                          const at::Tensor& gamma, const at::Tensor& beta, c10::string_view kind,
                                          double eps, bool need_dx) {
   const at::ScalarType dtype = x.scalar_type();
-  TORCH_CHECK((dtype == at::kBFloat16 || dtype == at::kHalf) && weight.scalar_type() == dtype,
-              "x, weight: expected both bfloat16 or both float16, got ", dtype, " and ", weight.scalar_type());
+  const bool master = weight.scalar_type() == at::kFloat;  // autocast's float32 weight
+  TORCH_CHECK((dtype == at::kBFloat16 || dtype == at::kHalf) && (weight.scalar_type() == dtype || master),
+              "x, weight: expected x bfloat16 or float16 and weight of the same dtype or float32, got ", dtype,
+              " and ", weight.scalar_type());
   const std::vector<at::Tensor> f32 = fl::cast_vectors({scale, gamma, beta}, {at::kFloat, at::kFloat, at::kFloat});
   const at::Tensor dy = dy_in.scalar_type() == at::kFloat || dy_in.scalar_type() == dtype ? dy_in : dy_in.to(at::kFloat);
   std::vector<at::Tensor> out = backward_passes_impl(dy, y, z, f32[0], f32[1], f32[2], kind, eps, false, nullptr);
   const at::Tensor dz = out[0][0].scalar_type() == dtype ? out[0][0] : out[0][0].to(dtype);
-  const at::Tensor dx = need_dx ? at::mm(dz, weight) : x.new_empty({0});
-  const at::Tensor dweight = at::mm(dz.t(), x.contiguous());
+  const at::Tensor dx = need_dx ? at::mm(dz, master ? weight.to(dtype) : weight) : x.new_empty({0});
+  const at::Tensor dweight = master ? at::mm(dz.t(), x.contiguous(), at::kFloat) : at::mm(dz.t(), x.contiguous());
   const at::Tensor dscale = scale.numel() == 1 ? out[4].sum().reshape(scale.sizes()) : out[4].reshape(scale.sizes());
   // each cast on its own: an operator's returns may not be views of one another (torch.library)
   return {dx, dweight, at::zeros_like(gamma), dscale.to(scale.scalar_type()), out[2].to(gamma.scalar_type()),

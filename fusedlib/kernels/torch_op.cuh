@@ -382,8 +382,9 @@ std::vector<at::Tensor> sync_train(const at::Tensor& x_in, const at::Tensor& wei
 // its CUDA kernel). After the module's forward the host makes no Python call for the step: at the
 // KernelBench shapes a 16-bit step's kernels take less time than its Python calls took. Saves what
 // StageFunction saves (Y for 84, the GEMM's float32 Z, x, W, the scale, γ and β) and gives the same
-// gradients bit for bit (the same kernels and GEMMs). *declined: forward_impl's checks sent the call
-// to the operator's way (nothing was written; the caller returns None).
+// gradients bit for bit (the same kernels and GEMMs; under autocast a float32 W rounded inside, as
+// fusedlib.ops._master_cast rounds it, and its gradient float32). *declined: forward_impl's checks
+// sent the call to the operator's way (nothing was written; the caller returns None).
 struct SixteenBitTrain : public torch::autograd::Function<SixteenBitTrain> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, const at::Tensor& scale, const at::Tensor& gamma,
@@ -393,7 +394,10 @@ struct SixteenBitTrain : public torch::autograd::Function<SixteenBitTrain> {
     *declined = x.dim() != 2 || weight.dim() != 2;
     if (*declined) return at::empty({0}, x.options());
     const at::Tensor z = at::empty({x.size(0), weight.size(0)}, x.options().dtype(at::kFloat));
-    std::optional<at::Tensor> y = forward_impl(x, weight, bias, scale, gamma, beta, running_mean, running_var,
+    // autocast's float32 master weight: the kernels read it rounded to x's dtype (no node: inside
+    // the node's forward); the node saves it as it came, so its gradient comes back in float32
+    const at::Tensor w = weight.scalar_type() == x.scalar_type() ? weight : weight.to(x.scalar_type());
+    std::optional<at::Tensor> y = forward_impl(x, w, bias, scale, gamma, beta, running_mean, running_var,
                                                num_batches_tracked, kind, precision, true, eps, momentum,
                                                std::nullopt, z, true);
     *declined = !y;
@@ -486,21 +490,25 @@ static PyObject* eager_forward(PyObject*, PyObject* const* args, Py_ssize_t narg
   const std::optional<double> momentum_value =
       momentum == Py_None ? std::nullopt : std::optional<double>(PyFloat_AS_DOUBLE(momentum));
   // Under torch.autocast to bf16/fp16: the operators' autocast rule (fusedlib/ops.py,
-  // _register_autocast) applied here, the call then below autocast as the rule's is: x and W in
-  // the autocast dtype, b rounded to it and back to float32 (the vectors and buffers as they are).
+  // _register_autocast) applied here, the call then below autocast as the rule's is: x in the
+  // autocast dtype, W too except a float32 W of a train call with a gradient (a master weight,
+  // which SixteenBitTrain rounds inside its node), b rounded to it and back to float32 (the vectors
+  // and buffers as they are).
   std::optional<c10::impl::ExcludeDispatchKeyGuard> below_autocast;
   if (at::autocast::is_autocast_enabled(at::kCUDA)) {
     const at::ScalarType dtype = at::autocast::get_autocast_dtype(at::kCUDA);
     if (dtype != at::kBFloat16 && dtype != at::kHalf) Py_RETURN_NONE;
     below_autocast.emplace(c10::DispatchKeySet(c10::DispatchKey::AutocastCUDA));
+    const bool master = grad && training == Py_True && t[1].scalar_type() == at::kFloat;
     for (int i = 0; i < 3; ++i)
-      if (t[i].is_floating_point()) t[i] = t[i].to(dtype);
+      if (t[i].is_floating_point() && !(i == 1 && master)) t[i] = t[i].to(dtype);
     t[2] = t[2].to(at::kFloat);
   }
   if (grad) {
     const at::ScalarType dtype = t[0].scalar_type();
-    if (training != Py_True || (dtype != at::kBFloat16 && dtype != at::kHalf) || t[1].scalar_type() != dtype ||
-        !backward_sixteen_ready())
+    const bool master = below_autocast && t[1].scalar_type() == at::kFloat;
+    if (training != Py_True || (dtype != at::kBFloat16 && dtype != at::kHalf) ||
+        (t[1].scalar_type() != dtype && !master) || !backward_sixteen_ready())
       Py_RETURN_NONE;
     bool declined = true;
     at::Tensor y = SixteenBitTrain::apply(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8],
