@@ -20,6 +20,8 @@
 #   PART=forward   the suite's forward parts of 84 and 33 again (FPARTS: others), joined into the
 #                  committed validation.json (--append: cases added to the suite since it ran)
 #   PART=sweeps    the size sweeps; with SIXTEEN=1 also make results-16bit's in_features sweep
+#   PART=autocast  the autocast step's kernels (run215-autocast.py) and its time against eager's in
+#                  rounds (run221-ab.py), logs only
 # The timed parts (84, 33, sweeps, train, b16) also return clocks.csv: nvidia-smi's SM clock, power
 # and temperature every 200 ms, to read beside the rows' timestamps.
 set -u
@@ -86,6 +88,10 @@ case $PART in
       echo "bench 33,39: rc=$? ($(( $(date +%s) - t0 )) s)"
       if [ -n "${SIXTEEN:-}" ]; then sixteen 33,39; fi
       if [ -n "${SWEEPS-1}" ]; then sweeps; fi ;;
+  autocast) timeout 150 python lab/experiments/run215-autocast.py > $OUT/run215-autocast.log 2>&1
+            echo "run215-autocast: rc=$? ($(( $(date +%s) - t0 )) s)"; grep "µs in" $OUT/run215-autocast.log
+            timeout 200 python lab/experiments/run221-ab.py > $OUT/run221-ab.log 2>&1
+            echo "run221-ab: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 3 $OUT/run221-ab.log ;;
   sweeps) sweeps; cp results/$G/bench.csv results/$G/sources.json results/$G/profile.csv $OUT/ ;;
   forward) timeout 560 python tests/run_gpu_suite.py --parts ${FPARTS:-forward-84a,forward-84b,forward-33a,forward-33b} \
              --append --out build/gpu-suite 2>&1 | tee $OUT/forward-suite.log

@@ -8,7 +8,9 @@
 # cores (taskset: the suite's CPU work off the bench's cores), each part's $OUT packed into
 # g0.tgz / g1.tgz (its flcache parts left out). A GPU's clock and power depend on its own load
 # alone; the host's cores, memory and PCIe are what the two parts share.
-# Optional third argument: a part run on GPU 0 after the first (e.g. "PART=train SIXTEEN=1 PEERS=").
+# Optional third and fourth arguments: a part run on GPU 0 (GPU 1) after the first (e.g. "PART=train
+# SIXTEEN=1 PEERS="; "" for none). Every part stops by CALL_LIMIT (590 s) after the start, so that the
+# packing runs inside the call's 600 s; results/<gpu> (as the timed parts left it) comes back in g0.tgz.
 LOG=run220.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
 ls .cache/flcache.part-* > /dev/null 2>&1; CARRIED=$?
@@ -21,7 +23,8 @@ N=$(nproc); H=$(( N / 2 ))
 part() {  # name, GPU, cores, assignments...: one run179.sh part, its output packed as $OUT/<name>.tgz
   local name=$1 gpu=$2 cores=$3; shift 3
   mkdir -p /tmp/$name
-  ( export CUDA_VISIBLE_DEVICES=$gpu OUT=/tmp/$name "$@"; taskset -c $cores bash ${R179:-lab/experiments/run179.sh} ) \
+  local left=$(( ${CALL_LIMIT:-590} - ($(date +%s) - t0) ))
+  ( export CUDA_VISIBLE_DEVICES=$gpu OUT=/tmp/$name "$@"; timeout $left taskset -c $cores bash ${R179:-lab/experiments/run179.sh} ) \
     > /tmp/$name/run179.out 2>&1
   say "$name ($*): rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 8 /tmp/$name/run179.out | tee -a $OUT/$LOG
 }
@@ -29,10 +32,16 @@ gpu0() {
   part g0 0 0-$(( H - 1 )) $1
   if [ -n "${2:-}" ]; then part g0b 0 0-$(( H - 1 )) $2; fi
 }
+gpu1() {
+  part g1 1 $H-$(( N - 1 )) $1
+  if [ -n "${2:-}" ]; then part g1b 1 $H-$(( N - 1 )) $2; fi
+}
 gpu0 "$1" "${3:-}" &
-if [ -n "${2:-}" ]; then part g1 1 $H-$(( N - 1 )) $2 & fi
+if [ -n "${2:-}" ]; then gpu1 "$2" "${4:-}" & fi
 wait
-for d in /tmp/g0 /tmp/g0b /tmp/g1; do
+G=$(python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
+mkdir -p /tmp/g0 && cp -r results/$G /tmp/g0/results
+for d in /tmp/g0 /tmp/g0b /tmp/g1 /tmp/g1b; do
   [ -d $d ] && tar czf $OUT/$(basename $d).tgz --exclude='flcache.part-*' -C /tmp $(basename $d)
 done
 say "done ($(( $(date +%s) - t0 )) s)"
