@@ -267,16 +267,17 @@ def train_backward_call(dy, y, z, x, weight, scale, gamma, beta, kind, precision
     return _cuda_kernel_or(train_backward, _CUDA_TRAIN_BACKWARD, tensors)(*args)
 
 
-def _master_cast(args, saved: bool = False) -> tuple:
+def _master_cast(args) -> tuple:
     """The operator's arguments (schema order) for its kernels: a float32 weight beside a 16-bit x
-    on CUDA under autocast (a master weight: :func:`_register_autocast`) rounded to x's dtype, as the
-    16-bit kernels read it (one cast, the one eager autocast makes of ``nn.Linear``'s weight);
-    any other ``args`` as they are. Called below autograd, so that the weight's gradient is
-    computed for the float32 weight itself (:func:`train_backward`: the GEMM's float32 output).
-    ``saved``: the tensors a forward saved, in a backward (autocast off there): the dtypes tell."""
+    on CUDA (a master weight, as the autocast rule passes it: :func:`_register_autocast`) rounded
+    to x's dtype, as the 16-bit kernels read it (one cast, the one eager autocast makes of
+    ``nn.Linear``'s weight); any other ``args`` as they are. Called below autograd, so that the
+    weight's gradient is computed for the float32 weight itself (:func:`train_backward`: the GEMM's
+    float32 output). The dtypes alone decide, not autocast's state: the rule's own call runs with
+    autocast's dispatch key excluded (``torch.is_autocast_enabled`` is False there), a compiled
+    graph replays the call without autocast, and a backward runs outside it."""
     x, weight = args[0], args[1]
-    if (x.is_cuda and x.dtype in algebra.LOW_PRECISION and weight.dtype == torch.float32
-            and (saved or torch.is_autocast_enabled("cuda"))):
+    if x.is_cuda and x.dtype in algebra.LOW_PRECISION and weight.dtype == torch.float32:
         return (x, weight.to(x.dtype), *args[2:])
     return args
 
@@ -332,7 +333,7 @@ class StageFunction(torch.autograd.Function):
                 if x.dtype in algebra.LOW_PRECISION:  # in float32, the gradients in each input's dtype (§15)
                     # (a master weight as the forward's kernels read it: rounded to x's dtype)
                     dy, y, x, weight, bias, scale, gamma, beta, running_mean, running_var = (
-                        t.float() for t in (dy, y, *_master_cast((x, weight), saved=True), *saved[3:]))
+                        t.float() for t in (dy, y, *_master_cast((x, weight)), *saved[3:]))
                     # fp32, not the module's TF32: 16-bit X and W are exact in either, and dZ' @ W
                     # then depends on no global switch (a compiled backward's GEMMs run at the
                     # switch's state when they run, not at the one set around the tracing)
@@ -371,7 +372,7 @@ def _differentiable_backward(ctx, dy: torch.Tensor) -> tuple:
     low = x.dtype in algebra.LOW_PRECISION
     f32 = (lambda t: t.float() if low and t is not None else t)
     with torch.enable_grad(), engine.cublas_precision(ctx.precision):
-        w = _master_cast((x, weight), saved=True)[1]  # a master weight as the kernels read it (differentiably)
+        w = _master_cast((x, weight))[1]  # a master weight as the kernels read it (differentiably)
         y = functional_forward(ctx.kind, *(f32(t) for t in (x, w, bias, scale, gamma, beta, running_mean,
                                                               running_var)), ctx.training, ctx.eps)
         found = torch.autograd.grad(y, [inputs[i] for i in wanted], f32(dy), create_graph=True, allow_unused=True)

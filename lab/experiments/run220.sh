@@ -20,6 +20,7 @@ say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | te
 [ $CARRIED -eq 0 ] || tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
 export FUSEDLIB_CACHE_RESTORED=1  # (restore_cache.sh: the parts' run179.sh leave build/flcache as it is)
 N=$(nproc); H=$(( N / 2 ))
+rm -rf /tmp/g0 /tmp/g0b /tmp/g1 /tmp/g1b  # (a warm machine keeps the last call's)
 part() {  # name, GPU, cores, assignments...: one run179.sh part, its output packed as $OUT/<name>.tgz
   local name=$1 gpu=$2 cores=$3; shift 3
   mkdir -p /tmp/$name
