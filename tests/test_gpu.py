@@ -152,6 +152,7 @@ def _environment() -> dict:
     try:
         driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                 capture_output=True, text=True).stdout.strip()
+        driver = driver.splitlines()[0] if driver else "unknown"  # one line a GPU; the driver is the host's
     except OSError:
         driver = "unknown"
     cap = torch.cuda.get_device_capability()
