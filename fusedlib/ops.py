@@ -424,7 +424,9 @@ def _register_autocast(name: str, op, sixteen_bit: bool = False) -> None:
     operators) and where the 16-bit kernels run (:func:`fusedlib.engine.sixteen_bit_kernels`),
     x as a 16-bit tensor, W as it is when float32 (a master weight: :func:`_master_cast` rounds
     it below autograd, so that its gradient comes back from the GEMM in float32, with no 16-bit
-    dW cast back to it; any other W in the autocast dtype), b converted back to float32, and a
+    dW cast back to it; any other W in the autocast dtype), b in the autocast dtype (the kernels
+    widen it exactly; a round trip b.to(dtype).float() is what inductor's ``pointless_convert``
+    removes under torch.compile, leaving b unrounded), and a
     ``gemm_path`` argument (chosen for float32 operands) replaced by the 16-bit kernels' path; otherwise all three
     rounded to the autocast dtype and converted back to float32, which is exact (a bf16 or fp16
     value is a TF32 value): the products 16-bit tensor cores form either way."""
@@ -439,8 +441,8 @@ def _register_autocast(name: str, op, sixteen_bit: bool = False) -> None:
                 cast = [t if i == 1 and master else t.to(dtype) if t.is_floating_point() else t
                         for i, t in enumerate(args[:3])]
                 rest = list(args[3:])
-                if sixteen:
-                    cast[2] = cast[2].float()
+                if sixteen:  # b stays in the dtype: the kernels widen it (exact), and no float
+                    # round trip is left for torch.compile's inductor to drop as a pointless convert
                     if len(args) > _GEMM_PATH and args[_GEMM_PATH] is not None:
                         cap = torch.cuda.get_device_capability(x.device)
                         rest[_GEMM_PATH - 3] = engine.select_path(args[_PRECISION], cap, x.shape[1], sixteen_bit=True)

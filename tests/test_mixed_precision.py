@@ -411,6 +411,38 @@ def test_autocast_takes_the_eager_call_with_the_rules_bits(stage, kind, training
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kind,stage", [("84", "fused"), ("33", "sums")])
+def test_a_compiled_float32_module_under_autocast_matches_eager_autocast(kind, stage, dtype):
+    """torch.compile (fullgraph) of a float32 module called under torch.autocast, three train steps
+    and an eval step: the compiled graph replays the operator's call without autocast, with the
+    float32 master weight beside a 16-bit x (ops._master_cast decides by the dtypes alone), so Y
+    and the buffers equal the eager module's under autocast (its C++ call: the operator's bits, test
+    above) and the gradients, float32 as the parameters, agree to the dtype's rounding."""
+    torch._dynamo.reset()  # the other compiled modules of the class in this process: no recompile limit
+    ref = make_reference(kind, 64, 48, seed=3)
+    eager = fusedlib.from_reference(ref, stage=stage).cuda()
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, fullgraph=True)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for step in range(4):
+        if step == 3:
+            eager.eval(), model.eval()
+        x = torch.rand(40, 64, device="cuda", generator=gen)
+        with torch.autocast("cuda", dtype=dtype):
+            y_eager, y_compiled = eager(x), compiled(x)
+        assert y_compiled.dtype == y_eager.dtype == torch.float32 and torch.equal(y_compiled, y_eager), step
+        if step < 3:
+            for y in (y_eager, y_compiled):
+                y.square().sum().backward()
+    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+        assert q.grad.dtype == torch.float32 and torch.allclose(q.grad, p.grad, rtol=UNIT[dtype],
+                                                                atol=UNIT[dtype] * p.grad.abs().max().item()), name
+    for name, buf in eager.named_buffers():
+        assert torch.equal(buf, dict(model.named_buffers())[name]), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("kind", ["84", "33"])
 def test_autocast_keeps_the_master_weights_gradient_in_float32(kind, training, dtype):
