@@ -223,6 +223,12 @@ class _FusedBase(nn.Module):
         if x.is_cuda and not torch.compiler.is_compiling():
             return cuda.stage_forward(self, args)
         # The CPU, and tracing (torch.compile, FakeTensor; on CUDA the device's default GEMM path)
+        device = x.device.type
+        if torch.compiler.is_compiling() and torch.is_autocast_enabled(device) and x.dtype == torch.float32:
+            # x cast here as the operator's autocast rule would, so that the autocast dtype is in the
+            # traced graph: AOTAutograd's cache keys whether autocast is on, not its dtype (torch ≤ 2.11,
+            # pytorch/pytorch#181564), and served a graph traced under bf16 to an fp16 call
+            args = (x.to(torch.get_autocast_dtype(device)), *args[1:])
         return ops.OPS[self._stage](*args)
 
     def extra_repr(self) -> str:
