@@ -11,6 +11,7 @@ gpu``) each such comparison is recorded under "mixed_precision" in results/<gpu>
 of the module's error to its budget."""
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
@@ -418,27 +419,7 @@ def test_a_compiled_float32_module_under_autocast_matches_eager_autocast(kind, s
     float32 master weight beside a 16-bit x (ops._master_cast decides by the dtypes alone), so Y
     and the buffers equal the eager module's under autocast (its C++ call: the operator's bits, test
     above) and the gradients, float32 as the parameters, agree to the dtype's rounding."""
-    torch._dynamo.reset()  # the other compiled modules of the class in this process: no recompile limit
-    ref = make_reference(kind, 64, 48, seed=3)
-    eager = fusedlib.from_reference(ref, stage=stage).cuda()
-    model = copy.deepcopy(eager)
-    compiled = torch.compile(model, fullgraph=True)
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    for step in range(4):
-        if step == 3:
-            eager.eval(), model.eval()
-        x = torch.rand(40, 64, device="cuda", generator=gen)
-        with torch.autocast("cuda", dtype=dtype):
-            y_eager, y_compiled = eager(x), compiled(x)
-        assert y_compiled.dtype == y_eager.dtype == torch.float32 and torch.equal(y_compiled, y_eager), step
-        if step < 3:
-            for y in (y_eager, y_compiled):
-                y.square().sum().backward()
-    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
-        assert q.grad.dtype == torch.float32 and torch.allclose(q.grad, p.grad, rtol=UNIT[dtype],
-                                                                atol=UNIT[dtype] * p.grad.abs().max().item()), name
-    for name, buf in eager.named_buffers():
-        assert torch.equal(buf, dict(model.named_buffers())[name]), name
+    _compiled_against_eager(kind, stage, torch.float32, dtype, autocast=True)
 
 
 @pytest.mark.gpu
@@ -627,6 +608,34 @@ def test_a_misaligned_sixteen_bit_operand_gives_the_same_bits(dtype):
         assert torch.equal(outs[0][name], outs[1][name]), name
 
 
+def _compiled_against_eager(kind, stage, module_dtype, dtype, autocast):
+    """A module in ``module_dtype`` and its torch.compile (fullgraph) copy, three train steps and an
+    eval step on the same inputs (under ``torch.autocast(dtype=dtype)`` with ``autocast``): each
+    step's Y equal and in the module's dtype, the buffers equal, the gradients in the parameters'
+    dtype and within the 16-bit ``dtype``'s rounding of each other."""
+    torch._dynamo.reset()  # the other compiled modules of the class in this process: no recompile limit
+    ref = make_reference(kind, 64, 48, seed=3)
+    eager = fusedlib.from_reference(ref, stage=stage).to(module_dtype).cuda()
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, fullgraph=True)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for step in range(4):
+        if step == 3:
+            eager.eval(), model.eval()
+        x = torch.rand(40, 64, device="cuda", generator=gen).to(module_dtype)
+        with torch.autocast("cuda", dtype=dtype) if autocast else contextlib.nullcontext():
+            y_eager, y_compiled = eager(x), compiled(x)
+        assert y_compiled.dtype == y_eager.dtype == module_dtype and torch.equal(y_compiled, y_eager), step
+        if step < 3:
+            for y in (y_eager, y_compiled):
+                y.float().square().sum().backward()
+    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+        assert q.grad.dtype == module_dtype and torch.allclose(
+            q.grad.float(), p.grad.float(), rtol=UNIT[dtype], atol=UNIT[dtype] * p.grad.abs().max().item()), name
+    for name, buf in eager.named_buffers():
+        assert torch.equal(buf, dict(model.named_buffers())[name]), name
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("kind,stage", [("84", "fused"), ("33", "sums")])
@@ -634,23 +643,4 @@ def test_a_compiled_sixteen_bit_module_matches_eager(kind, stage, dtype):
     """torch.compile (fullgraph) of a bf16/fp16 module over three train steps and an eval step:
     the compiled module takes the 16-bit kernels as eager does (the route reads no address), so
     outputs and buffers equal eager's and gradients agree to the dtype's rounding."""
-    torch._dynamo.reset()  # the other compiled modules of the class in this process: no recompile limit
-    ref = make_reference(kind, 64, 48, seed=3)
-    eager = fusedlib.from_reference(ref, stage=stage).to(dtype).cuda()
-    model = copy.deepcopy(eager)
-    compiled = torch.compile(model, fullgraph=True)
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    for step in range(4):
-        if step == 3:
-            eager.eval(), model.eval()
-        x = torch.rand(40, 64, device="cuda", generator=gen).to(dtype)
-        y_eager, y_compiled = eager(x), compiled(x)
-        assert y_compiled.dtype == dtype and torch.equal(y_compiled, y_eager), step
-        if step < 3:
-            for y in (y_eager, y_compiled):
-                y.float().square().sum().backward()
-    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
-        assert q.grad.dtype == dtype and torch.allclose(q.grad.float(), p.grad.float(), rtol=UNIT[dtype],
-                                                        atol=UNIT[dtype] * p.grad.abs().max().item()), name
-    for name, buf in eager.named_buffers():
-        assert torch.equal(buf, dict(model.named_buffers())[name]), name
+    _compiled_against_eager(kind, stage, dtype, dtype, autocast=False)
