@@ -429,7 +429,9 @@ def _register_autocast(name: str, op, sixteen_bit: bool = False) -> None:
     removes under torch.compile, leaving b unrounded), and a
     ``gemm_path`` argument (chosen for float32 operands) replaced by the 16-bit kernels' path; otherwise all three
     rounded to the autocast dtype and converted back to float32, which is exact (a bf16 or fp16
-    value is a TF32 value): the products 16-bit tensor cores form either way."""
+    value is a TF32 value): the products 16-bit tensor cores form either way. (Under torch.compile
+    inductor removes those round trips, so a compiled call there multiplies the unrounded values:
+    docs/design.md §15.)"""
     def rule(device: str, key):
         def autocast(*args):
             dtype = torch.get_autocast_dtype(device)
