@@ -608,22 +608,22 @@ def test_a_misaligned_sixteen_bit_operand_gives_the_same_bits(dtype):
         assert torch.equal(outs[0][name], outs[1][name]), name
 
 
-def _compiled_against_eager(kind, stage, module_dtype, dtype, autocast):
+def _compiled_against_eager(kind, stage, module_dtype, dtype, autocast, device="cuda"):
     """A module in ``module_dtype`` and its torch.compile (fullgraph) copy, three train steps and an
-    eval step on the same inputs (under ``torch.autocast(dtype=dtype)`` with ``autocast``): each
-    step's Y equal and in the module's dtype, the buffers equal, the gradients in the parameters'
-    dtype and within the 16-bit ``dtype``'s rounding of each other."""
+    eval step on the same inputs (under ``torch.autocast(device, dtype=dtype)`` with ``autocast``):
+    each step's Y equal and in the module's dtype, the buffers equal, the gradients in the
+    parameters' dtype and within the 16-bit ``dtype``'s rounding of each other."""
     torch._dynamo.reset()  # the other compiled modules of the class in this process: no recompile limit
     ref = make_reference(kind, 64, 48, seed=3)
-    eager = fusedlib.from_reference(ref, stage=stage).to(module_dtype).cuda()
+    eager = fusedlib.from_reference(ref, stage=stage).to(device=device, dtype=module_dtype)
     model = copy.deepcopy(eager)
     compiled = torch.compile(model, fullgraph=True)
-    gen = torch.Generator(device="cuda").manual_seed(1)
+    gen = torch.Generator(device=device).manual_seed(1)
     for step in range(4):
         if step == 3:
             eager.eval(), model.eval()
-        x = torch.rand(40, 64, device="cuda", generator=gen).to(module_dtype)
-        with torch.autocast("cuda", dtype=dtype) if autocast else contextlib.nullcontext():
+        x = torch.rand(40, 64, device=device, generator=gen).to(module_dtype)
+        with torch.autocast(device, dtype=dtype) if autocast else contextlib.nullcontext():
             y_eager, y_compiled = eager(x), compiled(x)
         assert y_compiled.dtype == y_eager.dtype == module_dtype and torch.equal(y_compiled, y_eager), step
         if step < 3:
@@ -634,6 +634,15 @@ def _compiled_against_eager(kind, stage, module_dtype, dtype, autocast):
             q.grad.float(), p.grad.float(), rtol=UNIT[dtype], atol=UNIT[dtype] * p.grad.abs().max().item()), name
     for name, buf in eager.named_buffers():
         assert torch.equal(buf, dict(model.named_buffers())[name]), name
+
+
+def test_a_compiled_float32_module_under_cpu_autocast_matches_eager_autocast():
+    """On the CPU: torch.compile (fullgraph, inductor) of a float32 module under torch.autocast in
+    bf16, then in fp16 in the same process (where a cache that keyed autocast's state but not its
+    dtype would serve the bf16 graph: modules._run puts the dtype in the traced graph), each
+    against the eager module under the same autocast (_compiled_against_eager)."""
+    for dtype in DTYPES:
+        _compiled_against_eager("84", "fused", torch.float32, dtype, autocast=True, device="cpu")
 
 
 @pytest.mark.gpu
