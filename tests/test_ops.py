@@ -1,6 +1,6 @@
 """The stage operators (torch.ops.fusedlib.<stage>, fusedlib.ops): torch.library.opcheck
-(schema, fake tensor, AOT dispatch, autograd registration) and torch.compile with
-fullgraph=True through a fused module, on the CPU."""
+(schema, fake tensor, AOT dispatch, autograd registration), torch.compile with
+fullgraph=True and torch.export through a fused module, on the CPU."""
 import copy
 
 import pytest
@@ -90,6 +90,27 @@ def test_torch_compile_inductor():
     model.eval(), twin.eval()
     assert torch.allclose(compiled(x), twin(x), atol=1e-6)
     assert torch.equal(model.bn.running_mean, twin.bn.running_mean)
+
+
+@pytest.mark.parametrize("kind", ["84", "33"])
+def test_torch_export_matches_the_module(kind):
+    """torch.export.export of a fused module (the operator's route, as torch.compile's): in eval
+    mode the exported program gives the module's Y bit for bit, at the traced batch and, with the
+    batch dimension dynamic, at another; in train mode its call updates the running buffers (the
+    operator mutates them in place) to the module's values."""
+    module = fusedlib.from_reference(make_reference(kind, 12, 7, seed=0), stage="fused")
+    x, x17 = torch.rand(9, 12), torch.rand(17, 12)
+    batch = torch.export.Dim("batch", min=2)
+    program = torch.export.export(copy.deepcopy(module).eval(), (x,), dynamic_shapes={"x": {0: batch}}).module()
+    module.eval()
+    assert torch.equal(program(x), module(x)) and torch.equal(program(x17), module(x17))
+    module.train()
+    program = torch.export.export(copy.deepcopy(module), (x,)).module()
+    assert torch.equal(program(x), module(x))
+    exported = dict(program.named_buffers())
+    for name, buf in module.named_buffers():
+        assert torch.equal(exported[name], buf), name
+    assert int(module.bn.num_batches_tracked) == 1
 
 
 def backward_args(kind, device="cpu", precision="fp32", n=9, k=12, m=7):
