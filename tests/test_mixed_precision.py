@@ -638,9 +638,10 @@ def _compiled_against_eager(kind, stage, module_dtype, dtype, autocast, device="
 
 def test_a_compiled_float32_module_under_cpu_autocast_matches_eager_autocast():
     """On the CPU: torch.compile (fullgraph, inductor) of a float32 module under torch.autocast in
-    bf16, then in fp16 in the same process (where a cache that keyed autocast's state but not its
-    dtype would serve the bf16 graph: modules._run puts the dtype in the traced graph), each
-    against the eager module under the same autocast (_compiled_against_eager)."""
+    bf16, then in fp16 in the same process, each against the eager module under the same autocast
+    (_compiled_against_eager): the CPU rule's rounding points survive compilation. (The CUDA
+    cache's serving of the bf16 graph to fp16, which modules._run's cast of x prevents, did not
+    occur on the CPU even without that cast: the GPU test above is that fix's check.)"""
     for dtype in DTYPES:
         _compiled_against_eager("84", "fused", torch.float32, dtype, autocast=True, device="cpu")
 
