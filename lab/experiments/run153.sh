@@ -11,9 +11,11 @@
 #                          the backward's route against the operator, CUDA graphs, opcheck), then
 #                          lab/experiments/run156-hostprof.py (2 GPUs: the host's time piece by piece)
 #   PART=multi             sync, routes, then bench (a 4-GPU machine: world sizes 2 and 4 in one call)
+#   PART=records           sync, then bench (WORLDS), the two records alone (no routes)
 set -u
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 t0=$(date +%s)
+. lab/experiments/restore_cache.sh  # a carried .cache (build cache parts), if any
 for s in naive fold sums fused; do python -c "from fusedlib.build import load_stage; load_stage('$s')" > /tmp/build-$s.log 2>&1 & done
 python -c "from fusedlib.build import load_backward; load_backward()" > /tmp/build-bwd.log 2>&1 &
 wait
@@ -21,6 +23,7 @@ echo "built in $(( $(date +%s) - t0 )) s"
 if grep -il "error" /tmp/build-*.log; then grep -h -B2 -A12 "error" /tmp/build-*.log | head -60; exit 1; fi
 case ${PART:-check} in
   multi) SYNC_TIMEOUT=${SYNC_TIMEOUT:-300} PART=sync bash $0 && PART=routes bash $0 && PART=bench bash $0; exit ;;
+  records) PART=sync bash $0 && PART=bench bash $0; exit ;;
   routes)
     timeout 150 python -m pytest -q -m gpu tests/test_gpu_operator.py -p no:cacheprovider \
       -k "direct_route or opcheck_train_backward or cuda_graph or sgd_steps" > $OUT/routes.log 2>&1

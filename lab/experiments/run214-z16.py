@@ -45,21 +45,22 @@ EDITS = {
         "  int sync_phase;          // 0: one process (the whole forward); 1: up to the moments; 2: from every rank's\n"
         "  int z16 = 0;             // run214: Z′ (p.z) in the operand's 16-bit type\n")],
     "epilogue.cuh": [(
-        """    if (ok0) store_pair(row0 + c, v0, v1, c, cols, pairs);
-    if (ok1) store_pair(row1 + c, v2, v3, c, cols, pairs);""",
-        """    if (p.z16 && out == p.z) {  // run214: Z′ in the operand's 16-bit type, 4-byte pairs
-      const size_t e0 = (size_t)(m0 + r) * p.m + n0 + c, e1 = e0 + (size_t)8 * p.m;
-      if (p.operand == OPERAND_BF16) {
-        if (ok0) store_pair16<OPERAND_BF16>(out, e0, v0, v1, c, cols, pairs);
-        if (ok1) store_pair16<OPERAND_BF16>(out, e1, v2, v3, c, cols, pairs);
-      } else {
-        if (ok0) store_pair16<OPERAND_FP16>(out, e0, v0, v1, c, cols, pairs);
-        if (ok1) store_pair16<OPERAND_FP16>(out, e1, v2, v3, c, cols, pairs);
+        """      if (ok0) store_pair(row0 + c, v0, v1, c, cols, pairs);
+      if (ok1) store_pair(row1 + c, v2, v3, c, cols, pairs);""",
+        """      if (p.z16 == 2 && out == p.z) continue;  // run227: Z′ not stored (the store's cost, for timing)
+      if (p.z16 && out == p.z) {  // run214: Z′ in the operand's 16-bit type, 4-byte pairs
+        const size_t e0 = (size_t)(m0 + r) * p.m + n0 + c, e1 = e0 + (size_t)8 * p.m;
+        if (p.operand == OPERAND_BF16) {
+          if (ok0) store_pair16<OPERAND_BF16>(out, e0, v0, v1, c, cols, pairs);
+          if (ok1) store_pair16<OPERAND_BF16>(out, e1, v2, v3, c, cols, pairs);
+        } else {
+          if (ok0) store_pair16<OPERAND_FP16>(out, e0, v0, v1, c, cols, pairs);
+          if (ok1) store_pair16<OPERAND_FP16>(out, e1, v2, v3, c, cols, pairs);
+        }
+        continue;
       }
-      continue;
-    }
-    if (ok0) store_pair(row0 + c, v0, v1, c, cols, pairs);
-    if (ok1) store_pair(row1 + c, v2, v3, c, cols, pairs);"""), (
+      if (ok0) store_pair(row0 + c, v0, v1, c, cols, pairs);
+      if (ok1) store_pair(row1 + c, v2, v3, c, cols, pairs);"""), (
         "template <int BN, class Epi, bool DEFER = false>\n__device__ __forceinline__ void epilogue_from_fragments(",
         """// run214: elements e, e + 1 of a 16-bit Z′ (e even where pairs: one 4-byte store).
 template <int OP>
