@@ -225,6 +225,7 @@ def kernels(problem, x, variants, rounds=3) -> list[dict]:
     return rows
 
 
+@torch.no_grad()  # (a 16-bit train call that needs a gradient goes through the operator: no direct call)
 def main() -> None:
     package, copy = load_stage("fused"), load_stage("fused", 0, COPY)
     krows, rrows, crows = [], [], []
