@@ -148,7 +148,28 @@ def main() -> None:
     print(rr.round(4).to_string(index=False))
 
 
+@torch.no_grad()
+def smoke() -> None:
+    """Small shapes first (a hang here costs a minute, not the call): the copy's ping-pong sums
+    stage against the package's, bf16 and tf32, train and eval."""
+    package, copy = load_stage("sums"), load_stage("sums", 0, COPY)
+    os.environ["FUSEDLIB_WGMMA_SPLITK"] = "1"  # (the ping-pong kernel runs no split-K)
+    for n, k, m in ((256, 256, 256), (300, 192, 200), (1024, 512, 1024)):
+        for dtype in (torch.bfloat16, torch.float32):
+            ref = make_reference("33", k, m, seed=0)
+            mod = from_reference(ref, stage="sums", precision="tf32").cuda().train().to(dtype)
+            x = torch.randn(n, k, device="cuda", dtype=dtype)
+            for training in (True, False):
+                y0 = keeping_buffers(direct(package, mod, "tf32", training), x, mod.bn)[0]
+                y1 = keeping_buffers(direct(copy, mod, "tf32", training, True), x, mod.bn)[0]
+                torch.cuda.synchronize()
+                print(f"smoke {n}x{k}->{m} {dtype} train={training}: max |diff| / max |y| = "
+                      f"{((y1.float() - y0.float()).abs().max() / y0.float().abs().max()).item():.3g}", flush=True)
+
+
 if __name__ == "__main__":
     pingpong_kernels(COPY)
-    if sys.argv[1:] != ["copy"]:
+    if sys.argv[1:] == ["smoke"]:
+        smoke()
+    elif sys.argv[1:] != ["copy"]:
         main()
