@@ -1,5 +1,5 @@
 """Shared by the experiments that load a copy of the kernels beside the package's (run211,
-run213, run214): a module's train forward through one extension's eager_forward (not the
+run213, run214, run227–run230): the edits that make a copy (each old text found once), a module's train forward through one extension's eager_forward (not the
 dispatcher, where the extension loaded last answers for every copy), and one forward that leaves
 the running buffers as it found them, so that every variant starts from the same state; and by
 those that time the autocast train step (run215, run221): its steps as the harness builds them."""
@@ -45,3 +45,15 @@ def autocast_steps(problem: str, impls=("fused", "sums", "eager")) -> tuple:
         model, module = bench.build_impl(impl, ref, build_precision(precision))
         steps[impl] = (train_step(model, dy, module), step_context(precision, impl))
     return x, steps
+
+
+def apply_edits(dest, edits: dict) -> None:
+    """In the copy of the kernels at ``dest`` (a Path), each file name → [(old, new), …]: every old
+    text found exactly once (else AssertionError naming the file) and replaced."""
+    for name, pairs in edits.items():
+        path = dest / name
+        src = path.read_text()
+        for old, new in pairs:
+            assert src.count(old) == 1, (name, old[:60])
+            src = src.replace(old, new)
+        path.write_text(src)

@@ -34,7 +34,7 @@ from fusedlib.lab.profiling import profile_kernels
 from fusedlib.modules import from_reference
 from fusedlib.reference import make_reference
 
-from ab import eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
+from ab import apply_edits, eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run214-z16")
@@ -152,13 +152,7 @@ LOAD_NEW = """    const float4 none = make_float4(-INFINITY, -INFINITY, -INFINIT
 def z16_kernels(dest: Path) -> Path:
     """A copy of the kernels with Problem::z16 (see the module's docstring)."""
     copy_kernels(dest)
-    for name, edits in {**EDITS, "passes.cuh": EDITS["passes.cuh"] + [(LOAD_OLD, LOAD_NEW)]}.items():
-        path = dest / name
-        src = path.read_text()
-        for old, new in edits:
-            assert src.count(old) == 1, (name, old[:60])
-            src = src.replace(old, new)
-        path.write_text(src)
+    apply_edits(dest, {**EDITS, "passes.cuh": EDITS["passes.cuh"] + [(LOAD_OLD, LOAD_NEW)]})
     return dest
 
 

@@ -35,7 +35,7 @@ from fusedlib.lab.timing import time_round_robin
 from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
-from ab import eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
+from ab import apply_edits, eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run227-overlap")
@@ -151,16 +151,11 @@ ORIGIN = "wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0)"
 def overlap_kernels(dest: Path) -> Path:
     """run214's copy (Z′ in 16 bits) with run227's knobs (see the module's docstring)."""
     run214.z16_kernels(dest)
-    for name, edits in EDITS.items():
-        path = dest / name
-        src = path.read_text()
-        for old, new in edits:
-            assert src.count(old) == 1, (name, old[:60])
-            src = src.replace(old, new)
-        if name == "gemm_wgmma.cuh":
-            assert src.count(ORIGIN) == 3, src.count(ORIGIN)
-            src = src.replace(ORIGIN, "wg_tile_origin_g(p.colgroup, u / S, row_tiles, col_tiles, BN, m0, n0)")
-        path.write_text(src)
+    apply_edits(dest, EDITS)
+    gemm = dest / "gemm_wgmma.cuh"
+    src = gemm.read_text()
+    assert src.count(ORIGIN) == 3, src.count(ORIGIN)
+    gemm.write_text(src.replace(ORIGIN, "wg_tile_origin_g(p.colgroup, u / S, row_tiles, col_tiles, BN, m0, n0)"))
     return dest
 
 

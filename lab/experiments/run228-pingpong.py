@@ -27,6 +27,8 @@ from fusedlib.lab.timing import time_round_robin
 from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
+from ab import apply_edits, forward_keeping_buffers  # (lab/experiments, the script's folder)
+
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run228-pingpong")
 HERE = Path(__file__).parent
@@ -55,13 +57,7 @@ def pingpong_kernels(dest: Path) -> Path:
     """A copy of the kernels with the ping-pong kernel behind $FUSEDLIB_PINGPONG."""
     copy_kernels(dest)
     shutil.copy(HERE / "run228_pingpong.cuh", dest / "run228_pingpong.cuh")
-    for name, edits in EDITS.items():
-        path = dest / name
-        src = path.read_text()
-        for old, new in edits:
-            assert src.count(old) == 1, (name, old[:60])
-            src = src.replace(old, new)
-        path.write_text(src)
+    apply_edits(dest, EDITS)
     return dest
 
 
@@ -76,15 +72,6 @@ def direct(ext, module, precision: str, training: bool, pingpong: bool = False):
         finally:
             os.environ.pop("FUSEDLIB_PINGPONG", None)
     return call
-
-
-def keeping_buffers(call, x, bn):
-    buffers = (bn.running_mean, bn.running_var, bn.num_batches_tracked)
-    saved = [b.clone() for b in buffers]
-    out = (call(x).clone(), *(b.clone() for b in buffers))
-    for b, s in zip(buffers, saved):
-        b.copy_(s)
-    return out
 
 
 def rel(y, ref) -> float:
@@ -112,7 +99,7 @@ def main() -> None:
             "sums eval pp": direct(copy, mod, "tf32", False, True),
             "fused train": direct(package["fused"], mod, "tf32", True),
         }
-        outs = {v: keeping_buffers(fn, x, mod.bn) for v, fn in variants.items()}
+        outs = {v: forward_keeping_buffers(fn, x, mod.bn) for v, fn in variants.items()}
         for v, (y, rm, rv, _) in outs.items():
             base = outs[v.replace(" pp", "")]
             row = dict(problem=problem, dtype=label, variant=v, rel_err=rel(y, exact_eval if "eval" in v else exact),
@@ -160,8 +147,8 @@ def smoke() -> None:
             mod = from_reference(ref, stage="sums", precision="tf32").cuda().train().to(dtype)
             x = torch.randn(n, k, device="cuda", dtype=dtype)
             for training in (True, False):
-                y0 = keeping_buffers(direct(package, mod, "tf32", training), x, mod.bn)[0]
-                y1 = keeping_buffers(direct(copy, mod, "tf32", training, True), x, mod.bn)[0]
+                y0 = forward_keeping_buffers(direct(package, mod, "tf32", training), x, mod.bn)[0]
+                y1 = forward_keeping_buffers(direct(copy, mod, "tf32", training, True), x, mod.bn)[0]
                 torch.cuda.synchronize()
                 print(f"smoke {n}x{k}->{m} {dtype} train={training}: max |diff| / max |y| = "
                       f"{((y1.float() - y0.float()).abs().max() / y0.float().abs().max()).item():.3g}", flush=True)

@@ -24,7 +24,7 @@ from fusedlib.build import load_stage
 from fusedlib.lab.profiling import profile_kernels
 from fusedlib.lab.timing import time_round_robin
 
-from ab import forward_keeping_buffers  # (lab/experiments, the script's folder)
+from ab import apply_edits, forward_keeping_buffers  # (lab/experiments, the script's folder)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run229-z16q")
@@ -109,13 +109,7 @@ __device__ __forceinline__ void epilogue_from_fragments("""), (
 def z16q_kernels(dest: Path) -> Path:
     """run227's copy with ``$FUSEDLIB_Z16=3`` (see the module's docstring)."""
     run227.overlap_kernels(dest)
-    for name, edits in EDITS.items():
-        path = dest / name
-        src = path.read_text()
-        for old, new in edits:
-            assert src.count(old) == 1, (name, old[:60])
-            src = src.replace(old, new)
-        path.write_text(src)
+    apply_edits(dest, EDITS)
     return dest
 
 

@@ -30,7 +30,7 @@ from fusedlib.lab.timing import time_round_robin
 from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
-from ab import eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
+from ab import apply_edits, eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run230-offload")
@@ -69,13 +69,7 @@ def offload_kernels(dest: Path) -> Path:
     shutil.copy(HERE / "run230_offload.cuh", dest / "run230_offload.cuh")
     gemm = dest / "gemm_wgmma.cuh"
     gemm.write_text(gemm.read_text() + '\n#include "run230_offload.cuh"  // run230\n')
-    for name, edits in EDITS.items():
-        path = dest / name
-        src = path.read_text()
-        for old, new in edits:
-            assert src.count(old) == 1, (name, old[:60])
-            src = src.replace(old, new)
-        path.write_text(src)
+    apply_edits(dest, EDITS)
     return dest
 
 
