@@ -8,6 +8,10 @@ only round the tile to bf16 into a staging buffer and go on; warps 1–3 store i
 column statistics from the staged values while the next tile's mainloop runs. A copy of the kernels
 (run214's, with Z′ in 16 bits and its row pass) runs, under ``$FUSEDLIB_OFFLOAD=1``, the fused
 stage's train forward as: this GEMM, the sums stage's finalize, the row pass of the 16-bit Z′.
+With run227's knobs as well: ``$FUSEDLIB_COLGROUP=4`` (the raster by groups of 4 column tiles) and
+``$FUSEDLIB_SIDE=1`` (the epilogue warps also stream a slice of a side buffer after each tile: all
+of it, N·M 16-bit elements read and written, a row pass's traffic over the kernel): can the same
+warps take the epilogue and a row pass under the mainloop? (Y must not change with the knobs.)
 
 First a smoke test on small shapes (a hang costs a minute). Then at 39, 84 and 33 (bf16, train):
 Y and the running buffers against the package's fused stage, each one's error against the float64
@@ -39,6 +43,13 @@ _spec = importlib.util.spec_from_file_location("run214", HERE / "run214-z16.py")
 run214 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(run214)
 
+_spec227 = importlib.util.spec_from_file_location("run227", HERE / "run227-overlap.py")
+run227 = importlib.util.module_from_spec(_spec227)
+_spec227.loader.exec_module(run227)
+
+# run227's Problem fields (colgroup, the side buffer) and its wg_tile_origin_g (with its side_stream,
+# unused here), for the knobs.
+EDITS_227 = {"common.cuh": run227.EDITS["common.cuh"], "gemm_wgmma.cuh": run227.EDITS["gemm_wgmma.cuh"][:1]}
 EDITS = {"04_fused.cu": [(
     "inline bool z16_wanted(const Problem& p) {",
     """// run230: $FUSEDLIB_OFFLOAD=1: a 16-bit module's train forward in one process on the wgmma path, one
@@ -48,11 +59,34 @@ inline bool offload_wanted(const Problem& p) {
   return e && e[0] == '1' && p.operand != OPERAND_FP32 && p.training && p.sync_phase == 0 && p.path == PATH_WGMMA &&
          p.splits <= 1 && !p.z0 && p.m % 8 == 0 && (p.kind != 84 || p.m <= 4 * kMaxRegRowVec * kRegRowThreads);
 }
+// run230: the knobs ($FUSEDLIB_COLGROUP, $FUSEDLIB_SIDE), read at each call; the side buffer once.
+inline int offload_env(const char* name) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::atoi(e) : 0;
+}
+inline void offload_knobs(Problem& q) {
+  q.colgroup = offload_env("FUSEDLIB_COLGROUP");
+  if (offload_env("FUSEDLIB_SIDE")) {
+    static void* buf = nullptr;
+    static size_t bytes = 0;
+    const size_t need = (size_t)q.n * q.m * 2;
+    if (bytes < need) {
+      if (buf) cudaFree(buf);
+      cudaMalloc(&buf, 2 * need);
+      cudaMemset(buf, 0, 2 * need);
+      bytes = need;
+    }
+    q.side_src = buf;
+    q.side_dst = static_cast<char*>(buf) + need;
+    q.side_n = (long long)q.n * q.m;
+  }
+}
 inline bool z16_wanted(const Problem& p) {"""), (
     "  if (z16_wanted(p)) {  // run214: Z′ in the operand's 16-bit type\n",
     """  if (offload_wanted(p)) {  // run230: the epilogue offloaded, then the finalize and the 16-bit row pass
     Problem q = p;
     q.z16 = 1;
+    offload_knobs(q);
     if ((err = q.operand == OPERAND_BF16 ? launch_offload<OPERAND_BF16>(q, st) : launch_offload<OPERAND_FP16>(q, st)))
       return err;
     offload_finalize_kernel<<<ceil_div(q.m, 64), 256, 0, st>>>(q, kWgBM);
@@ -66,6 +100,7 @@ inline bool z16_wanted(const Problem& p) {"""), (
 def offload_kernels(dest: Path) -> Path:
     """run214's copy with run230_offload.cuh behind $FUSEDLIB_OFFLOAD."""
     run214.z16_kernels(dest)
+    apply_edits(dest, EDITS_227)
     shutil.copy(HERE / "run230_offload.cuh", dest / "run230_offload.cuh")
     gemm = dest / "gemm_wgmma.cuh"
     gemm.write_text(gemm.read_text() + '\n#include "run230_offload.cuh"  // run230\n')
@@ -73,13 +108,17 @@ def offload_kernels(dest: Path) -> Path:
     return dest
 
 
-def with_offload(call):
+def with_offload(call, **knobs):
+    """``call`` with $FUSEDLIB_OFFLOAD=1 and the knobs (colgroup=G, side=1) set for its duration."""
+    env = {"FUSEDLIB_OFFLOAD": "1", **{f"FUSEDLIB_{k.upper()}": str(v) for k, v in knobs.items()}}
+
     def fn(x):
-        os.environ["FUSEDLIB_OFFLOAD"] = "1"
+        os.environ.update(env)
         try:
             return call(x)
         finally:
-            os.environ.pop("FUSEDLIB_OFFLOAD", None)
+            for k in env:
+                os.environ.pop(k, None)
     return fn
 
 
@@ -121,11 +160,15 @@ def main() -> None:
         w, b = ref.gemm.weight.cuda().bfloat16(), ref.gemm.bias.cuda().bfloat16()
         variants = {"fused": eager_call(package["fused"], mod, "tf32"), "sums": eager_call(package["sums"], mod, "tf32"),
                     "offload": with_offload(eager_call(copy, mod, "tf32")),
+                    "offload cg4": with_offload(eager_call(copy, mod, "tf32"), colgroup=4),
+                    "offload side": with_offload(eager_call(copy, mod, "tf32"), side=1),
+                    "offload cg4 side": with_offload(eager_call(copy, mod, "tf32"), colgroup=4, side=1),
                     "cuBLAS": lambda x, w=w, b=b: torch.nn.functional.linear(x, w, b)}
-        outs = {v: forward_keeping_buffers(variants[v], x, mod.bn) for v in ("fused", "offload")}
+        outs = {v: forward_keeping_buffers(variants[v], x, mod.bn) for v in ("fused", "offload", "offload cg4 side")}
         row = dict(problem=problem, offload_rel_err=rel(outs["offload"][0], exact), fused_rel_err=rel(outs["fused"][0], exact),
                    eager_rel_err=eager_err, running_mean_rel_diff=rel(outs["offload"][1], outs["fused"][1]),
-                   running_var_rel_diff=rel(outs["offload"][2], outs["fused"][2]))
+                   running_var_rel_diff=rel(outs["offload"][2], outs["fused"][2]),
+                   knobs_bit_identical=torch.equal(outs["offload cg4 side"][0], outs["offload"][0]))
         row["offload_err_over_2_eager"] = row["offload_rel_err"] / (2 * eager_err)
         checks.append(row)
         print(row, flush=True)

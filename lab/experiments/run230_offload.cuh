@@ -3,12 +3,13 @@
 // The consumers (two warpgroups, 64 rows each of a 128 × 256 tile, the cooperative mainloop) end a
 // tile by writing it, rounded to the module's dtype, to a 64 KB staging buffer (four boxes of 128
 // rows × 64 columns, 128-byte swizzle: TMA's layout), and go on to their next tile; warps 1–3 of the
-// producer warpgroup (96 threads, 40 registers) issue the four TMA stores of Z′, take the tile's
+// producer warpgroup (96 threads, 56 registers: the consumers get 224) issue the four TMA stores of Z′, take the tile's
 // column statistics from the staged values (Σz → mean_t, then Σ(z − mean_t)² → M2_t: the sums
 // stage's partials, of the values the row pass normalises), and free the buffer once the stores
 // have read it. The ring has 3 stages of 48 KB (144 + 64 KB). The sums stage's finalize and the row
 // pass of Z′ in 16 bits follow (run214's). Train mode, one process, no split-K, no shift (16-bit
-// operands have none).
+// operands have none). Knobs (run227's, read by the host at each call): $FUSEDLIB_COLGROUP=G, the
+// raster by groups of G column tiles; $FUSEDLIB_SIDE=1, a side stream by the epilogue warps.
 #pragma once
 
 namespace fl {
@@ -67,6 +68,31 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 __device__ __forceinline__ void workers_sync() { asm volatile("bar.sync 4, 96;\n" ::: "memory"); }
 #endif
 
+// The knob FUSEDLIB_SIDE (run227's side stream, here a slice a tile): the epilogue warps stream slice u
+// of the side buffer (N·M 16-bit elements in `units` slices; read, v·1.5 + 0.25, write) after tile u's
+// epilogue, as a row pass over finished column groups would.
+template <int OP>
+__device__ __forceinline__ void side_slice(const Problem& p, int u, int units, int wt) {
+  constexpr int TH = 96, IN = 2;  // (32-bit offsets, two 16-byte loads in flight: within 56 registers)
+  const long long quads = p.side_n / 8, per = (quads + units - 1) / units, q0 = (long long)u * per;
+  const int n = (int)max(0LL, min(quads, q0 + per) - q0);
+  const uint4* src = reinterpret_cast<const uint4*>(p.side_src) + q0;
+  uint4* dst = reinterpret_cast<uint4*>(p.side_dst) + q0;
+  const auto f = [](uint32_t w) {
+    const float2 e = off_unpack2<OP>(w);
+    return off_pack2<OP>(e.x * 1.5f + 0.25f, e.y * 1.5f + 0.25f);
+  };
+  for (int i = wt; i < n; i += IN * TH) {
+    uint4 v[IN];
+#pragma unroll
+    for (int k = 0; k < IN; ++k)
+      if (i + k * TH < n) v[k] = __ldcs(src + i + k * TH);
+#pragma unroll
+    for (int k = 0; k < IN; ++k)
+      if (i + k * TH < n) __stcs(dst + i + k * TH, make_uint4(f(v[k].x), f(v[k].y), f(v[k].z), f(v[k].w)));
+  }
+}
+
 template <int OP>
 __global__ void __launch_bounds__(kWgThreads, 1)
 wgmma_offload_kernel(const Problem p, const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -96,7 +122,7 @@ wgmma_offload_kernel(const Problem p, const __grid_constant__ CUtensorMap map_a,
   }
   __syncthreads();
   if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
     if (threadIdx.x < 32) {  // the producer warp, as the cooperative kernel's (no merge units, no split-K)
       const bool issuer = threadIdx.x == 0;
       int it = 0;
@@ -118,7 +144,7 @@ wgmma_offload_kernel(const Problem p, const __grid_constant__ CUtensorMap map_a,
       for (int f = 0;; ++f) {
         const bool tile = u < units;
         int m0 = 0, n0 = 0, kt = 0;
-        if (tile) wg_tile_origin(u, row_tiles, col_tiles, BN, m0, n0);
+        if (tile) wg_tile_origin_g(p.colgroup, u, row_tiles, col_tiles, BN, m0, n0);
         if (issuer && tile)
           for (const int first = min(KT, ST); kt < first; ++kt) load_step(kt, m0, n0);
         __syncwarp();
@@ -135,7 +161,7 @@ wgmma_offload_kernel(const Problem p, const __grid_constant__ CUtensorMap map_a,
         const int u = *staged_unit;
         if (u < 0) break;
         int m0, n0;
-        wg_tile_origin(u, row_tiles, col_tiles, BN, m0, n0);
+        wg_tile_origin_g(p.colgroup, u, row_tiles, col_tiles, BN, m0, n0);
         if (wt == 0) {
 #pragma unroll
           for (int b = 0; b < 4; ++b) tma_store_2d(&map_z, staging + b * T::kBoxBytes, n0 + 64 * b, m0);
@@ -168,11 +194,12 @@ wgmma_offload_kernel(const Problem p, const __grid_constant__ CUtensorMap map_a,
           bulk_wait_read_all();  // and the stores' reads
           mbar_arrive(freed);
         }
+        if (p.side_n) side_slice<OP>(p, u, units, wt);  // run230's knob: a row pass's traffic, a slice a tile
       }
       if (wt == 0) bulk_wait_all();
     }
   } else {  // consumers: warpgroup 1 → rows 0..63, warpgroup 2 → rows 64..127
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
     const int cw = wg - 1, tid = threadIdx.x - 128, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const bool leader = threadIdx.x % 128 == 0;
     int it = 0, staged_tiles = 0;
