@@ -21,7 +21,6 @@ import pandas as pd
 import torch
 
 from fusedlib.build import load_stage
-from fusedlib.lab.profiling import profile_kernels
 from fusedlib.lab.timing import time_round_robin
 
 from ab import apply_edits, forward_keeping_buffers  # (lab/experiments, the script's folder)
