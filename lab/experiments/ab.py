@@ -57,3 +57,23 @@ def apply_edits(dest, edits: dict) -> None:
             assert src.count(old) == 1, (name, old[:60])
             src = src.replace(old, new)
         path.write_text(src)
+
+
+def add_patch_files(dest, patch) -> None:
+    """Write into the copy at ``dest`` the new files of ``patch`` (a Path to a `git diff` that only
+    adds files, one hunk each, as run228_pingpong.patch and run230_offload.patch; `git apply
+    --directory=<dest>` would do the same). Prototype kernels stay patches under lab/experiments, so
+    that no .cu/.cuh outside fusedlib/kernels looks like a kernel source of the package."""
+    name, lines, body = None, [], False
+    for line in patch.read_text().splitlines(keepends=True):
+        if line.startswith("diff --git "):
+            if name:
+                (dest / name).write_text("".join(lines))
+            name, lines, body = line.split(" b/")[-1].strip(), [], False
+        elif line.startswith("@@"):
+            body = True
+        elif body:
+            assert line.startswith("+"), (patch.name, line[:40])
+            lines.append(line[1:])
+    if name:
+        (dest / name).write_text("".join(lines))

@@ -2,7 +2,7 @@
 
 run227 took 39's bf16 fused GEMM apart: 792 µs against cuBLAS's 686, and 750 with Z′ not stored
 at all; the statistics' epilogue and the store run once a tile with the tensor cores idle (the
-cooperative schedule: both consumer warpgroups share each 128 × 256 tile). ``run228_pingpong.cuh``
+cooperative schedule: both consumer warpgroups share each 128 × 256 tile). ``run228_pingpong.patch``
 (copied beside a copy of the kernels) gives each consumer warpgroup whole 128 × 128 tiles of its
 own, the two in turn on the tensor cores, so that one's epilogue runs under the other's mainloop;
 ``$FUSEDLIB_PINGPONG=1`` routes the copy's sums stage (ColumnStats in train mode, AffineStore in
@@ -14,7 +14,6 @@ the kernels of a forward profiled (10 calls after an L2 flush, three rounds inte
 forwards timed in rotated rounds with cuBLAS's GEMM alone. Writes $OUT/run228-*.csv."""
 import copy as copying
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from fusedlib.lab.timing import time_round_robin
 from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
-from ab import apply_edits, forward_keeping_buffers  # (lab/experiments, the script's folder)
+from ab import add_patch_files, apply_edits, forward_keeping_buffers  # (lab/experiments, the script's folder)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run228-pingpong")
@@ -56,7 +55,7 @@ EDITS = {"gemm_wgmma.cuh": [(
 def pingpong_kernels(dest: Path) -> Path:
     """A copy of the kernels with the ping-pong kernel behind $FUSEDLIB_PINGPONG."""
     copy_kernels(dest)
-    shutil.copy(HERE / "run228_pingpong.cuh", dest / "run228_pingpong.cuh")
+    add_patch_files(dest, HERE / "run228_pingpong.patch")
     apply_edits(dest, EDITS)
     return dest
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run228 (one H200 or H100; issue 36): run228-pingpong.py's copy of the kernels (the ping-pong
-# schedule, run228_pingpong.cuh) built, then run228-pingpong.py (bits, errors, kernels and forwards
+# schedule, run228_pingpong.patch) built, then run228-pingpong.py (bits, errors, kernels and forwards
 # against the package's cooperative GEMM and cuBLAS). Returns run228.log, run228-*.csv. About 5 minutes.
 LOG=run228.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache

@@ -1,5 +1,5 @@
 """run230 (prepared; one H200 or H100; issue 36's ≤ 1.10 × cuBLAS): the 16-bit GEMM's epilogue handed
-to the producer warpgroup's idle warps through shared memory (run230_offload.cuh; results/h200/NOTES.md,
+to the producer warpgroup's idle warps through shared memory (run230_offload.patch; results/h200/NOTES.md,
 "Data parallelism recorded; the bf16 GEMM's excess at 39 taken apart").
 
 run227 put 39's bf16 GEMM with its statistics and merge at 750 µs with Z′ not stored and 798 with it,
@@ -21,7 +21,6 @@ rotated rounds. Writes $OUT/run230-*.csv."""
 import copy as copying
 import importlib.util
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from fusedlib.lab.timing import time_round_robin
 from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
-from ab import apply_edits, eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
+from ab import add_patch_files, apply_edits, eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run230-offload")
@@ -98,10 +97,10 @@ inline bool z16_wanted(const Problem& p) {"""), (
 
 
 def offload_kernels(dest: Path) -> Path:
-    """run214's copy with run230_offload.cuh behind $FUSEDLIB_OFFLOAD."""
+    """run214's copy with run230_offload.patch's kernel behind $FUSEDLIB_OFFLOAD."""
     run214.z16_kernels(dest)
     apply_edits(dest, EDITS_227)
-    shutil.copy(HERE / "run230_offload.cuh", dest / "run230_offload.cuh")
+    add_patch_files(dest, HERE / "run230_offload.patch")
     gemm = dest / "gemm_wgmma.cuh"
     gemm.write_text(gemm.read_text() + '\n#include "run230_offload.cuh"  // run230\n')
     apply_edits(dest, EDITS)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run230 (prepared; one H200 or H100; issue 36): run230-offload.py's copy of the kernels (the 16-bit
-# GEMM's epilogue offloaded to the producer's idle warps, run230_offload.cuh) built, a smoke test on
+# GEMM's epilogue offloaded to the producer's idle warps, run230_offload.patch) built, a smoke test on
 # small shapes, then run230-offload.py (errors, kernels and forwards against the package's fused and
 # sums stages and cuBLAS). Returns run230.log, run230-*.csv. About 7 minutes (the copy's build 130-220 s): give the call 540 s.
 LOG=run230.log
