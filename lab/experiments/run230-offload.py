@@ -130,6 +130,7 @@ def smoke() -> None:
     """Small shapes (one split forced: the offloaded GEMM runs none): the copy offloaded against the
     package's fused stage, bf16 and fp16, 33 and 84, a partial last row tile and column tile."""
     package, copy = load_stage("fused"), load_stage("fused", 0, COPY)
+    print("smoke: both extensions loaded", flush=True)
     os.environ["FUSEDLIB_WGMMA_SPLITK"] = "1"
     for problem, n, k, m in (("33", 256, 256, 256), ("33", 300, 192, 264), ("84", 1000, 512, 1024)):
         for dtype in (torch.bfloat16, torch.float16):
@@ -196,8 +197,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    offload_kernels(COPY)
-    if sys.argv[1:] == ["smoke"]:
+    # The copy is written by `copy` only: rewriting it would give its files new times, and ninja
+    # would rebuild the extension (130-220 s) inside the smoke test's time limit.
+    if sys.argv[1:] == ["copy"]:
+        offload_kernels(COPY)
+    elif sys.argv[1:] == ["smoke"]:
         smoke()
-    elif sys.argv[1:] != ["copy"]:
+    else:
         main()

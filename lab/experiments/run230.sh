@@ -9,7 +9,7 @@ python lab/experiments/run230-offload.py copy
 python -c "from pathlib import Path; from fusedlib.build import load_stage; load_stage('fused', 0, Path('build/run230-offload'))" \
   > /tmp/build-copy.log 2>&1
 say "copy built ($(( $(date +%s) - t0 )) s)"; grep -i -A5 "error" /tmp/build-copy.log | head -30 | tee -a $OUT/$LOG
-timeout 90 python lab/experiments/run230-offload.py smoke > $OUT/run230-smoke.out 2>&1
+timeout 120 python lab/experiments/run230-offload.py smoke > $OUT/run230-smoke.out 2>&1
 rc=$?; say "smoke: rc=$rc ($(( $(date +%s) - t0 )) s)"; tail -n 14 $OUT/run230-smoke.out | tee -a $OUT/$LOG
 [ $rc -eq 0 ] || exit 1
 timeout ${RUN_TIMEOUT:-360} python lab/experiments/run230-offload.py > $OUT/run230-offload.out 2>&1
