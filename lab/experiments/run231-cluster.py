@@ -12,7 +12,10 @@ each CTA loading half): the bytes a CTA reads from L2 a K step fall from 48 to 3
 run231b: with a TMA epilogue (store = 2: 64 × 64 boxes staged in shared memory, stored by TMA
 while the warpgroup goes on), whose Y must equal the register store's bit for bit. run231c: the
 package's column statistics before it (store = 3, Y bf16; store = 4, Y fp32 as the package's Z′);
-their partials equal, and against the tiles' column means and M2 of the fp32 product.
+their partials equal, and against the tiles' column means and M2 of the fp32 product. run231d: with
+a row pass's traffic (N·M 16-bit elements read and written) streamed by the producer warpgroup's
+idle warps under the mainloop, a slice a tile (the side stream): what a row pass under the mainloop
+would cost.
 
 Checks: Y of both against X·Wᵀ in fp32 (the bf16 output's rounding: one ulp, 2⁻⁸), CL = 1 and CL = 2
 equal bit for bit (the same products in the same order), every element written (Y poisoned with
@@ -38,18 +41,21 @@ from ab import add_patch_files, eager_call  # noqa: E402  (lab/experiments)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 DEST = Path("build/run231")
-DECL = "void gemm(torch::Tensor x, torch::Tensor w, torch::Tensor y, torch::Tensor part, int64_t cluster, int64_t store);"
+DECL = "void gemm(torch::Tensor x, torch::Tensor w, torch::Tensor y, torch::Tensor part, int64_t cluster, int64_t store, torch::Tensor side);"
 BINDING = r'''
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include "run231_cluster.cuh"
-void gemm(torch::Tensor x, torch::Tensor w, torch::Tensor y, torch::Tensor part, int64_t cluster, int64_t store) {
+void gemm(torch::Tensor x, torch::Tensor w, torch::Tensor y, torch::Tensor part, int64_t cluster, int64_t store,
+          torch::Tensor side) {
+  TORCH_CHECK(side.numel() % 16 == 0 && side.is_contiguous(), "side: two halves of 8-element multiples");
   TORCH_CHECK(x.scalar_type() == torch::kBFloat16 && w.scalar_type() == torch::kBFloat16, "bf16 x, w");
   TORCH_CHECK(y.scalar_type() == (store == 4 ? torch::kFloat32 : torch::kBFloat16), "y: fp32 with store 4, else bf16");
   TORCH_CHECK(part.scalar_type() == torch::kFloat32 && part.numel() >= 2 * ((x.size(0) + 127) / 128) * w.size(0), "part");
   TORCH_CHECK(x.is_contiguous() && w.is_contiguous() && y.is_contiguous(), "contiguous x, w, y");
   const int n = x.size(0), k = x.size(1), m = w.size(0);
   const char* err = fl::launch_cluster_gemm(x.data_ptr(), w.data_ptr(), y.data_ptr(), part.data_ptr<float>(), n, k, m, (int)cluster, (int)store,
+                                            side.numel() ? side.data_ptr() : nullptr, (long long)side.numel() / 2,
                                             c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == nullptr, err ? err : "");
 }
@@ -85,7 +91,7 @@ def checks(ext, rows: list, name: str, n: int, k: int, m: int) -> None:
     for cl, store in ((1, 1), (2, 1), (1, 2), (1, 3), (1, 4)):
         y = torch.full((n, m), float("nan"), device="cuda", dtype=torch.float32 if store == 4 else torch.bfloat16)
         part = torch.full((2 * -(-n // 128), m), float("nan"), device="cuda")
-        ext.gemm(x, w, y, part, cl, store)
+        ext.gemm(x, w, y, part, cl, store, x.new_empty(0))
         ys[cl, store], parts[store] = y, part
     # the tiles' column partials (mean_t, M2_t) from the fp32 product
     tiles = [ref[i:i + 128] for i in range(0, n, 128)]
@@ -128,11 +134,14 @@ def main() -> None:
         y32 = torch.empty(sh.batch, sh.out_features, device="cuda")
         part = torch.empty(2 * -(-sh.batch // 128), sh.out_features, device="cuda")
 
-        def proto(cl, store):
-            out = y32 if store == 4 else y
-            return lambda x: (ext.gemm(x, w, out, part, cl, store), out)[1]
+        side = torch.zeros(2 * sh.batch * sh.out_features, device="cuda", dtype=torch.bfloat16)
+
+        def proto(cl, store, stream=False):
+            out, sd = (y32 if store == 4 else y), (side if stream else side[:0])
+            return lambda x: (ext.gemm(x, w, out, part, cl, store, sd), out)[1]
         variants = {"package sums": eager_call(sums, mod, "tf32"), "cl1": proto(1, 1), "cl1 TMA store": proto(1, 2),
                     "cl1 stats + TMA bf16": proto(1, 3), "cl1 stats + TMA fp32": proto(1, 4), "cl1 no store": proto(1, 0),
+                    "cl1 stats + TMA bf16 + side": proto(1, 3, True), "cl1 no store + side": proto(1, 0, True),
                     "cuBLAS": lambda x, w=w, b=b: torch.nn.functional.linear(x, w, b)}
         for r in range(3):
             for v, fn in variants.items():
@@ -140,7 +149,7 @@ def main() -> None:
                 krows.append(dict(problem=problem, variant=v, round=r, gemm_us=max(us for _, _, us in ker),
                                   kernels=" | ".join(f"{nm[:60]} {us:.1f}" for nm, _, us in ker)))
                 print({k: val for k, val in krows[-1].items() if k != "kernels"}, flush=True)
-        res = time_round_robin({v: (variants[v], None) for v in ("cl1 TMA store", "cl1 stats + TMA fp32", "cuBLAS")}, x, warmup=10,
+        res = time_round_robin({v: (variants[v], None) for v in ("cl1 stats + TMA bf16", "cl1 stats + TMA bf16 + side", "cuBLAS")}, x, warmup=10,
                                iters=100 if problem == "39" else 200, rounds=10)
         for v, (med, lo, hi, _) in res.items():
             rrows.append(dict(problem=problem, variant=v, median_ms=med, min_ms=lo, max_ms=hi))
