@@ -9,7 +9,8 @@ the operand's 16-bit type, with its row pass) with one change more, behind $FUSE
 consumer warpgroup writes its 64 rows of Z′, 64 columns at a time, into one of two 8 KB staging
 buffers (128-byte swizzle) and one thread stores the box by TMA (cp.async.bulk.tensor, a bulk
 group), which runs on under the next tile's mainloop. The staging area is the epilogue's shared
-memory, grown from 11 to 32 KB (the ring keeps its four stages: 227 KB in all); whoever writes it
+memory, grown from 11 to 33 KB (32 KB from the next 1024-byte boundary, where TMA's 128-byte swizzle
+starts; the ring keeps its four stages: 227 KB in all); whoever writes it
 next (the next tile's statistics, a merge unit) first waits for the stores to have read it.
 
 Checks: the fused stage's Y with $FUSEDLIB_Z16=1 and with $FUSEDLIB_ZTMA=1 as well must be equal bit
@@ -58,7 +59,9 @@ __device__ __forceinline__ void store_z_tma(const Problem& p, const float (&d)[B
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const int wg = tid / 128, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, rl = 16 * (warp % 4) + g;
   const int r0 = m0 + 64 * wg;
-  uint8_t* mine = staging + wg * 2 * 8192;
+  // the boxes 1024-aligned (the 128-byte swizzle repeats every 8 rows: TMA swizzles by address bits 7–9)
+  uint8_t* mine = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(staging) + 1023) & ~uintptr_t(1023)) +
+                  wg * 2 * 8192;
   const auto bits = [](float a, float b) {
     const typename Element<OP>::T two[2] = {narrow<OP>(a), narrow<OP>(b)};
     return *reinterpret_cast<const uint32_t*>(two);
@@ -128,9 +131,10 @@ EDITS = {
     ],
     "gemm_wgmma.cuh": [
         ("  static constexpr size_t kBarrierOffset = kEpilogueOffset + fragment_smem_floats<BN>() * sizeof(float);",
-         "  // run232: the epilogue's shared memory is also the TMA epilogue's staging area (32 KB) where BN = 256\n"
+         "  // run232: the epilogue's shared memory is also the TMA epilogue's staging area (32 KB, from the\n"
+         "  // next 1024-byte boundary) where BN = 256\n"
          "  static constexpr size_t kEpilogueBytes =\n"
-         "      BN == 256 && !PROMOTE ? 32768 : fragment_smem_floats<BN>() * sizeof(float);\n"
+         "      BN == 256 && !PROMOTE ? 32768 + 1024 : fragment_smem_floats<BN>() * sizeof(float);\n"
          "  static_assert(fragment_smem_floats<BN>() * sizeof(float) <= kEpilogueBytes, \"the epilogue's words fit\");\n"
          "  static constexpr size_t kBarrierOffset = kEpilogueOffset + kEpilogueBytes;"),
         ("          merge_slice(p, epi, block, j0,",
