@@ -27,7 +27,7 @@ __all__ = [
     "eval_coefficients", "fold_linear", "update_running_stats", "tracked_stats", "softmax_three_pass",
     "softmax_online", "stage_forward", "train_backward", "eval_backward", "backward_tile_partials",
     "train_backward_fused", "shifted_matmul_nt", "SHIFTED_PRECISIONS", "train_gemm", "column_moments",
-    "merge_ranks", "shifted_rank_moments", "LOW_PRECISION",
+    "merge_ranks", "shifted_rank_moments", "LOW_PRECISION", "Z16_STAGES",
 ]
 
 #: The four optimisation stages, in teaching order.
@@ -467,6 +467,12 @@ def _check_train_batch(x: torch.Tensor) -> None:
 #: Storage dtypes of the mixed-precision modules (docs/design.md §15): their GEMM multiplies
 #: these exactly into float32 sums, and everything after it runs in float32.
 LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+#: The stages that keep a 16-bit module's Z' in the module's dtype in train mode on CUDA
+#: (docs/design.md §15): their GEMM epilogue rounds Z' once, after the batch statistics took the
+#: float32 sums, as eager PyTorch's Linear rounds its output; their row pass and backward read
+#: it. naive and fold keep Z in float32 (on the CPU every stage keeps x's dtype).
+Z16_STAGES = ("sums", "fused")
 
 
 def _stored(t: torch.Tensor, dtype) -> torch.Tensor:

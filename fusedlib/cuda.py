@@ -155,6 +155,7 @@ def _train_backward_cuda(dy, y, z, x, weight, scale, gamma, beta, kind, precisio
     if sixteen:  # the passes, the GEMMs and the vectors' casts in one C++ call (torch_backward.cuh)
         return tuple(ext.backward_sixteen(dy, y_or_z, z, x, weight, scale, gamma, beta, kind, eps, need_dx))
     dy, y_or_z = dy.float(), y_or_z.float()  # (the float32 GEMMs read float32 dZ')
+    z = z.float()  # (a 16-bit Z' where the mix of dtypes sends the step here: the passes widen it exactly)
     if group_name is None:
         dz, dzt, dgamma, dbeta, ds_cols = ext.backward_passes(dy, y_or_z, z, scale, gamma, beta, kind, eps, split)
         x_op = ops.x_operand(ext, x, precision)

@@ -305,8 +305,10 @@ class StageFunction(torch.autograd.Function):
             y = call(x, w, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:])
             ctx.save_for_backward(y, x, weight, bias, scale, gamma, beta, args[6], args[7])
             return y
-        # Z' as the stage keeps it: float32 on CUDA (the 16-bit kernels' epilogue too), x's dtype on the CPU (§15)
-        z = x.new_empty(x.shape[0], weight.shape[0], dtype=torch.float32 if x.is_cuda else x.dtype)
+        # Z' as the stage keeps it (§15): x's dtype on the CPU and, for a 16-bit x, at the stages that
+        # keep it so on CUDA (algebra.Z16_STAGES); else float32
+        z16 = not x.is_cuda or (x.dtype in algebra.LOW_PRECISION and op._opname in algebra.Z16_STAGES)
+        z = x.new_empty(x.shape[0], weight.shape[0], dtype=x.dtype if z16 else torch.float32)
         y = call(x, w, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:], z_out=z)
         ctx.save_for_backward(y if kind == "84" else None, z, x, weight, scale, gamma, beta)
         return y

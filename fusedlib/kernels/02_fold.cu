@@ -43,6 +43,6 @@ extern "C" const char* fl_fold_forward(const fl::Problem* pp, cudaStream_t st) {
     FL_CHECK_LAUNCH();
   }
   long long* step = p.training ? p.num_batches_tracked : nullptr;
-  return p.kind == 84 ? launch_affine_softmax_rows(p.z, p.coef, y_out(p), p.n, p.m, step, st)
-                      : launch_affine(p.z, p.coef, y_out(p), p.n, p.m, step, st);
+  return p.kind == 84 ? launch_affine_softmax_rows(z_in(p), p.coef, y_out(p), p.n, p.m, step, st)
+                      : launch_affine(z_in(p), p.coef, y_out(p), p.n, p.m, step, st);
 }

@@ -19,7 +19,7 @@ extern "C" const char* fl_fused_forward(const fl::Problem* pp, cudaStream_t st) 
   const char* err;
   if (!p.training) {  // BN (running statistics), the scale and the bias in the GEMM's epilogue
     if ((err = launch_gemm<AffineStore>(p, p.x, p.w, p.y, st))) return err;
-    return p.kind == 84 ? launch_online_softmax_rows(p.y, nullptr, y_out(p), p.n, p.m, nullptr, st)
+    return p.kind == 84 ? launch_online_softmax_rows(ZIn{p.y, OPERAND_FP32}, nullptr, y_out(p), p.n, p.m, nullptr, st)
                         : launch_narrow(p.y, y_out(p), p.n, p.m, st);
   }
   if (p.sync_phase != 2) {
@@ -28,6 +28,6 @@ extern "C" const char* fl_fused_forward(const fl::Problem* pp, cudaStream_t st) 
   } else if ((err = launch_rank_merge(p, false, false, st))) {  // data parallelism: every rank's moments
     return err;
   }
-  return p.kind == 84 ? launch_online_softmax_rows(p.z, p.coef, y_out(p), p.n, p.m, p.num_batches_tracked, st)
-                      : launch_affine(p.z, p.coef, y_out(p), p.n, p.m, p.num_batches_tracked, st);
+  return p.kind == 84 ? launch_online_softmax_rows(z_in(p), p.coef, y_out(p), p.n, p.m, p.num_batches_tracked, st)
+                      : launch_affine(z_in(p), p.coef, y_out(p), p.n, p.m, p.num_batches_tracked, st);
 }

@@ -42,6 +42,8 @@ struct BackwardProblem {
   const float* dy;          // (N, M) ∂L/∂Y (with operand ≠ OPERAND_FP32: the address of 16-bit elements)
   const float* y;           // (N, M) the forward's output (84) (likewise)
   const float* z;           // (N, M) the forward's saved GEMM output Z
+  int z_type;               // its element type (Operand): float32, or the 16-bit type of a 16-bit module's Z'
+                            //        (sums, fused: the forward's epilogue rounds it, as eager's Linear does)
   const float* scale;       // (1) or (M)
   const float* gamma;       // (M) bn.weight
   const float* beta;        // (M) bn.bias
@@ -66,6 +68,11 @@ struct BackwardProblem {
   float* message;           // (2M + K + 1) phase 1: [S1; S2; Σ_i X; N], what the all-reduce sums
   const float* total;       // phase 2: the message summed over the ranks
 };
+
+// Element q of Z, widened from p.z_type (exact).
+__device__ __forceinline__ float z_at(const BackwardProblem& p, size_t q) {
+  return p.z_type == OPERAND_BF16 ? load<OPERAND_BF16>(p.z, q) : p.z_type == OPERAND_FP16 ? load<OPERAND_FP16>(p.z, q) : p.z[q];
+}
 
 constexpr int kBwdCols = 32;       // columns a block of the partials and dZ' kernels
 constexpr int kBwdGroups = 8;      // row groups (threadIdx.y)
@@ -221,7 +228,7 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups, OP == OPERAND_FP32 ? 0 
     const int i = g + kBwdGroups * u;
     if (col_ok && i < rows) {
       const size_t q = (size_t)(r0 + i) * p.m + j;
-      z[u] = p.z[q];
+      z[u] = z_at(p, q);
       gr[u] = backward_grad<OP>(p, K84, q, r0 + i);
       sz += z[u];
     }
@@ -312,7 +319,7 @@ __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const
     for (int u = g; u < kDzTile && i0 + u < p.n; u += kBwdGroups) {
       const int i = i0 + u;
       const size_t q = (size_t)i * p.m + j;
-      const float v = dz_value(a, backward_grad<OPERAND_FP32>(p, K84, q, i), p.z[q]);
+      const float v = dz_value(a, backward_grad<OPERAND_FP32>(p, K84, q, i), z_at(p, q));
       if (SPLIT) {
         const float big = __uint_as_float(to_tf32(v)), small = __uint_as_float(to_tf32(v - big));
         p.dz[q] = tile[0][u][c] = big;
@@ -349,7 +356,7 @@ template <int OP> __device__ __forceinline__ void store2(float* base, size_t q, 
 // dZ' for 16-bit dY and Y (OP), row-major alone, rounded to that dtype: a 32-row × 64-column
 // tile a block, thread (c, g) on columns j, j + 1 (j = 64·blockIdx.x + 2c) of rows g, g + 8, ….
 // Pairs (M even, the tensors aligned to them): 4-byte loads of dY and Y and stores of dZ',
-// 8-byte loads of Z; otherwise element by element. Every element as backward_dz_kernel's (dz_value).
+// 8-byte loads of a float32 Z (4-byte of a 16-bit one); otherwise element by element. Every element as backward_dz_kernel's (dz_value).
 template <bool K84, int OP>
 __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz16_kernel(const BackwardProblem p, int tile0) {
   static_assert(OP != OPERAND_FP32, "float32 dZ' is backward_dz_kernel's");
@@ -357,7 +364,7 @@ __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz16_kernel(con
   const int j = 2 * (blockIdx.x * kDzTile + threadIdx.x);  // (below M + 64 < 2³¹)
   if (j >= p.m) return;
   const bool pairs = p.m % 2 == 0 && (uintptr_t)p.dy % 4 == 0 && (!K84 || (uintptr_t)p.y % 4 == 0) &&
-                     (uintptr_t)p.dz % 4 == 0 && (uintptr_t)p.z % 8 == 0;
+                     (uintptr_t)p.dz % 4 == 0 && (uintptr_t)p.z % (p.z_type == OPERAND_FP32 ? 8 : 4) == 0;
   const bool second = j + 1 < p.m;  // (M odd: the last thread has one column)
   const DzCoef a = dz_coef(p, j), b = second ? dz_coef(p, j + 1) : a;
   for (int u = g; u < kDzTile && i0 + u < p.n; u += kBwdGroups) {
@@ -369,11 +376,13 @@ __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz16_kernel(con
         const float2 y = load2<OP>(p.y, q);
         gr = make_float2(softmax_dv(y.x, gr.x, p.r[i]), softmax_dv(y.y, gr.y, p.r[i]));
       }
-      const float2 z = load2<OPERAND_FP32>(p.z, q);
+      const float2 z = p.z_type == OPERAND_BF16   ? load2<OPERAND_BF16>(p.z, q)
+                       : p.z_type == OPERAND_FP16 ? load2<OPERAND_FP16>(p.z, q)
+                                                  : load2<OPERAND_FP32>(p.z, q);
       store2<OP>(p.dz, q, dz_value(a, gr.x, z.x), dz_value(b, gr.y, z.y));
     } else {
-      store<OP>(p.dz, q, dz_value(a, backward_grad<OP>(p, K84, q, i), p.z[q]));
-      if (second) store<OP>(p.dz, q + 1, dz_value(b, backward_grad<OP>(p, K84, q + 1, i), p.z[q + 1]));
+      store<OP>(p.dz, q, dz_value(a, backward_grad<OP>(p, K84, q, i), z_at(p, q)));
+      if (second) store<OP>(p.dz, q + 1, dz_value(b, backward_grad<OP>(p, K84, q + 1, i), z_at(p, q + 1)));
     }
   }
 }

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <stdint.h>
 
 #include <map>
@@ -47,6 +48,16 @@ template <int OP> __device__ __forceinline__ typename Element<OP>::T narrow(floa
   else if constexpr (OP == OPERAND_FP16) return __float2half_rn(v);
   else return v;
 }
+// Elements 4·q4 … 4·q4 + 3 widened (one 16-byte load of float32, one 8-byte load of a 16-bit type).
+template <int OP> __device__ __forceinline__ float4 load4(const float* base, size_t q4) {
+  if constexpr (OP == OPERAND_FP32) {
+    return reinterpret_cast<const float4*>(base)[q4];
+  } else {
+    const uint2 u = reinterpret_cast<const uint2*>(base)[q4];
+    const auto* e = reinterpret_cast<const typename Element<OP>::T*>(&u);
+    return make_float4(widen(e[0]), widen(e[1]), widen(e[2]), widen(e[3]));
+  }
+}
 template <int OP> __device__ __forceinline__ void store(float* base, size_t q, float v) {
   reinterpret_cast<typename Element<OP>::T*>(base)[q] = narrow<OP>(v);
 }
@@ -76,6 +87,10 @@ struct Problem {
                            //        (then y holds the float32 values that pass reads; y_out)
   float* z;                // (N, M) Z = XWᵀ + b or Z' = XWᵀ, in Y's memory: the passes after the
                            //        GEMM read and write it in place, the last one leaves Y there
+  int z_type;              // Operand of the elements at z: OPERAND_FP32, or (sums, fused: a 16-bit module
+                           //        in train mode, docs/design.md §15) the operand's 16-bit type, as eager
+                           //        PyTorch's Linear rounds its output; the statistics come from the
+                           //        float32 accumulators before that rounding
   float* part;             // (T, 2, M) per-row-tile partials: mean_t, M2_t (naive: row max, Σexp)
   float* coef;             // (4, M) a, c, then batch mean and variance scratch
   unsigned int* counters;  // (ceil(M / 32)) column-tile counters of ColumnStatsMerge: zero
@@ -192,6 +207,12 @@ struct YOut {
   int type;  // Operand
 };
 inline YOut y_out(const Problem& p) { return p.y16 ? YOut{p.y16, p.operand} : YOut{p.y, OPERAND_FP32}; }
+// What the row pass after the GEMM reads: Z' at p.z, in p.z_type.
+struct ZIn {
+  const float* z;
+  int type;  // Operand
+};
+inline ZIn z_in(const Problem& p) { return ZIn{p.z, p.z_type}; }
 
 __device__ __forceinline__ float scale_at(const Problem& p, int j) {
   return p.scale_len == 1 ? p.scale[0] : p.scale[j];

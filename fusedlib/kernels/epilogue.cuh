@@ -10,7 +10,9 @@
 //   AffineStore        out = a∘C + c, a and c of the tile's columns     (sums, fused: eval)
 //                      from the running buffers, γ, β, s and the bias
 //   ColumnStats        out = C (Z' = XWᵀ) and the tile's column partials (sums)
-//                      (n_t, mean_t, M2_t): mean first, then Σ(z − mean_t)²
+//                      (n_t, mean_t, M2_t): mean first, then Σ(z − mean_t)²; Z' in p.z_type
+//                      (a 16-bit module's dtype in train mode: rounded once, after the
+//                      statistics took the float32 values; on wgmma through TMA, below)
 //   ColumnStatsMerge   ColumnStats, then the last tile of each column   (fused)
 //                      block merges every row tile's partials in the merge order (Chan) into
 //                      a, c and the running buffers (tile counter + fence, no float atomics);
@@ -109,7 +111,10 @@ __device__ __forceinline__ void store_tile(const Problem& p, const float* C, flo
       float v = C[r * LDC + c];
       if (S == Store::kBias && !p.z0) v += p.bias[j];  // (Z − Z₀ of the first-row shift has none)
       if (S == Store::kAffine) v = ac[c] * v + ac[BN + c];
-      out[(size_t)(m0 + r) * p.m + j] = v;
+      const size_t q = (size_t)(m0 + r) * p.m + j;
+      if (S == Store::kPlain && p.z_type == OPERAND_BF16) store<OPERAND_BF16>(out, q, v);  // Z' in 16 bits
+      else if (S == Store::kPlain && p.z_type == OPERAND_FP16) store<OPERAND_FP16>(out, q, v);
+      else out[q] = v;
     }
   }
 }
@@ -339,9 +344,81 @@ __device__ __forceinline__ void store_pair(float* dst, float a, float b, int c, 
   }
 }
 
-template <int BN, class Epi, bool DEFER = false>
+// Elements e, e + 1 of a 16-bit Z' (OP's type; e even where pairs: one 4-byte store).
+template <int OP>
+__device__ __forceinline__ void store_pair16(float* base, size_t e, float a, float b, int c, int cols, bool pairs) {
+  auto* z = reinterpret_cast<typename Element<OP>::T*>(base);
+  if (pairs && c + 1 < cols) {
+    const typename Element<OP>::T two[2] = {narrow<OP>(a), narrow<OP>(b)};
+    *reinterpret_cast<uint32_t*>(z + e) = *reinterpret_cast<const uint32_t*>(two);
+  } else {
+    if (c < cols) z[e] = narrow<OP>(a);
+    if (c + 1 < cols) z[e + 1] = narrow<OP>(b);
+  }
+}
+
+// The TMA epilogue (CUTLASS's, at a fraction of its size; sm_90): a 16-bit Z' tile leaves through
+// shared memory. Warpgroup tid / 128 writes its 64 rows, 64 columns (box q) at a time, into one of
+// its two 8 KB staging buffers in TMA's 128-byte swizzle (16-byte chunk c of row r at chunk
+// c ^ (r % 8), counted from a 1024-byte boundary: the swizzle follows address bits 7–9), and its
+// thread 0 stores the box by TMA (zmap: Z' as (N, M) in boxes of 64 × 64) as one bulk group, which
+// runs on under the next tile's mainloop; a buffer is rewritten once the group issued from it two
+// boxes before has read it. The registers' stores of the same values cost the GEMM 4–13 % at the
+// presets (results/h200/NOTES.md, run231–run232). kZStaging bytes of shared memory (two warpgroups,
+// two buffers each, and the alignment).
+constexpr int kZStaging = 4 * 8192 + 1024;
+template <int OP, int BN>
+__device__ __forceinline__ void store_z_tma(const Problem& p, const float (&d)[BN / 2], void* staging, const void* zmap,
+                                            int m0, int n0, int tid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int wg = tid / 128, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, rl = 16 * (warp % 4) + g;
+  const int r0 = m0 + 64 * wg;
+  uint8_t* mine = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(staging) + 1023) & ~uintptr_t(1023)) +
+                  wg * 2 * 8192;
+  const auto bits = [](float a, float b) {
+    const typename Element<OP>::T two[2] = {narrow<OP>(a), narrow<OP>(b)};
+    return *reinterpret_cast<const uint32_t*>(two);
+  };
+#pragma unroll
+  for (int q = 0; q < BN / 64; ++q) {
+    const uint32_t box = (uint32_t)__cvta_generic_to_shared(mine + (q % 2) * 8192);
+    if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");  // named barriers 3, 4: one warpgroup
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {  // columns 8jj + 2t of the box: chunk jj of rows rl and rl + 8
+      const int j = 8 * q + jj;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(box + rl * 128 + (((jj ^ rl) & 7) << 4) + 4 * t),
+                   "r"(bits(d[4 * j], d[4 * j + 1])) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(box + (rl + 8) * 128 + (((jj ^ (rl + 8)) & 7) << 4) + 4 * t),
+                   "r"(bits(d[4 * j + 2], d[4 * j + 3])) : "memory");
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the writes, before TMA reads them
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");
+    if (tid % 128 == 0) {
+      if (n0 + 64 * q < p.m && r0 < p.n)
+        asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+                     ::"l"((uint64_t)zmap), "r"(box), "r"(n0 + 64 * q), "r"(r0) : "memory");
+      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    }
+  }
+#endif
+}
+// Before the staging area's next writer (the next tile's statistics, a merge): every bulk store
+// issued from it has read it. THREADS: the epilogue's threads, whose thread 0 of each 128 issued them.
+template <int THREADS>
+__device__ __forceinline__ void z_staging_drained(int tid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+  epilogue_sync<THREADS>();
+}
+
+// OP: the GEMM's operand type; a 16-bit OP stores a 16-bit Z' (p.z_type) from the registers, or
+// through TMA (store_z_tma) where the mainloop gives Z's map (zmap) and kZStaging bytes at smem.
+template <int BN, class Epi, bool DEFER = false, int OP = OPERAND_FP32>
 __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float (&d)[BN / 2], float* smem,
-                                                        float* out, int m0, int n0, int tid) {
+                                                        float* out, int m0, int n0, int tid,
+                                                        const void* zmap = nullptr) {
   constexpr int THREADS = 256, BM = 128, NV = BN / 4, V = (NV + 7) / 8 * 8;
   constexpr int CH = NV % 32 == 0 ? 32 : V;  // the statistics' values a thread sums at a time
   float* coef = smem;           // [2][BN]
@@ -391,6 +468,14 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
         v0 = coef[c] * v0 + coef[BN + c], v1 = coef[c + 1] * v1 + coef[BN + c + 1];
         v2 = coef[c] * v2 + coef[BN + c], v3 = coef[c + 1] * v3 + coef[BN + c + 1];
       }
+      if constexpr (OP != OPERAND_FP32 && Epi::kStore == Store::kPlain) {
+        if (p.z_type == OP) {  // Z' in 16 bits (elements, not floats, from out)
+          const size_t e0 = (size_t)(m0 + r) * p.m + n0 + c, e1 = e0 + (size_t)8 * p.m;
+          if (ok0) store_pair16<OP>(out, e0, v0, v1, c, cols, pairs);
+          if (ok1) store_pair16<OP>(out, e1, v2, v3, c, cols, pairs);
+          continue;
+        }
+      }
       if (ok0) store_pair(row0 + c, v0, v1, c, cols, pairs);
       if (ok1) store_pair(row1 + c, v2, v3, c, cols, pairs);
     }
@@ -399,7 +484,12 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
   // then waits for the partials alone, not for the tile's stores as well (nothing in this kernel
   // reads Z'). Without a merge there is no fence, and the stores go first, draining while the
   // statistics are taken.
-  if (!Epi::kMerge) store_z();
+  // a 16-bit Z' by TMA: after the statistics (the staging area is this shared memory), once the
+  // last tile's stores have read it
+  bool tma = false;
+  if constexpr (OP != OPERAND_FP32 && Epi::kStore == Store::kPlain) tma = p.z_type == OP && zmap != nullptr;
+  if (!Epi::kMerge && !tma) store_z();
+  if (tma) z_staging_drained<THREADS>(tid);
   bool last = false;
   if constexpr (Epi::kStats) {
 #pragma unroll
@@ -443,7 +533,14 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
     }
     if (Epi::kMerge) last = count_tile<BM, BN, THREADS, DEFER>(p, flag, n0, tid);
   }
-  if (Epi::kMerge) store_z();
+  if constexpr (OP != OPERAND_FP32 && Epi::kStore == Store::kPlain) {
+    if (tma) {
+      epilogue_sync<THREADS>();  // the statistics' shared memory read (and the count's flag)
+      store_z_tma<OP, BN>(p, d, smem, zmap, m0, n0, tid);
+      if (Epi::kMerge && last) z_staging_drained<THREADS>(tid);
+    }
+  }
+  if (Epi::kMerge && !tma) store_z();
   if (Epi::kMerge && last) merge_block<BM, BN, THREADS>(p, n0, tid);
 }
 

@@ -20,7 +20,8 @@
 //    m64n256k16 (.f32.bf16.bf16 or .f32.f16.f16): the products are exact, the sums fp32, as tf32's.
 // tf32: persistent CTAs (one an SM) take tiles as they are ready (3xtf32: one CTA a tile); the
 // consumers run the epilogue Epi from their accumulator registers (epilogue_from_fragments: no
-// C tile) while the producer already loads the next tile. Needs rows of 16-byte multiples (K % 4 == 0
+// C tile) while the producer already loads the next tile; a 16-bit Z' leaves through shared
+// memory by TMA (store_z_tma), under the next tile's mainloop. Needs rows of 16-byte multiples (K % 4 == 0
 // for fp32 words, K % 8 == 0 for 16-bit elements) and 16-byte aligned X and W (TMA);
 // fusedlib/engine.py picks another path otherwise. Other targets compile an empty body.
 #pragma once
@@ -54,8 +55,9 @@ constexpr int kSplitSwap = 128;
 
 // Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), a stage X's
 // tile and W's (3xTF32: W's tile as loaded, split in place into Wb, and Ws beside it), as many
-// pipeline stages as fit in 192 KB (tf32: 4, 3xTF32: 3), then the epilogue's shared memory and
-// the mbarriers (3xTF32: full, split, empty a stage).
+// pipeline stages as fit in 192 KB (tf32: 4, 3xTF32: 3), then the epilogue's shared memory (BN =
+// 256: also the TMA epilogue's staging area, kZStaging) and the mbarriers (3xTF32: full, split,
+// empty a stage).
 template <int BN, bool PROMOTE>
 struct WgTile {
   static constexpr uint32_t kABytes = kWgBM * kWgBK * 4, kBBytes = BN * kWgBK * 4;
@@ -65,7 +67,9 @@ struct WgTile {
   // 3xTF32 with the first-row shift: x₀ (p.x0) over the stage's 32 K columns, a 128-byte row a stage
   static constexpr size_t kRow0Offset = (size_t)kStages * kStageBytes;
   static constexpr size_t kEpilogueOffset = kRow0Offset + kStages * kWgBK * sizeof(float);  // beside the live ring
-  static constexpr size_t kBarrierOffset = kEpilogueOffset + fragment_smem_floats<BN>() * sizeof(float);
+  static constexpr size_t kEpilogueBytes = fragment_smem_floats<BN>() * sizeof(float);
+  static constexpr size_t kBarrierOffset =
+      kEpilogueOffset + (BN == 256 && !PROMOTE && kZStaging > kEpilogueBytes ? kZStaging : kEpilogueBytes);
   // + the tile scheduler's 2 slots (tile indices) + the split-K flag
   static constexpr size_t kSmem = 1024 + kBarrierOffset + (PROMOTE ? 3 : 2) * kStages * sizeof(uint64_t) + 16 + 16;
   static_assert(kBarrierOffset % 8 == 0 && kSmem <= 232448, "aligned mbarriers; within sm_90's 227 KB");
@@ -205,6 +209,11 @@ __device__ __forceinline__ void wgmma_tf32_rs(float (&d)[84], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 #endif  // FL_WGMMA_ENABLED
+
+// Whether a 16-bit Z' leaves by TMA (store_z_tma; host and device agree): 16-byte rows and base.
+__host__ __device__ inline bool wg_z_tma(const Problem& p) {
+  return p.operand != OPERAND_FP32 && p.z_type == p.operand && p.m % 8 == 0 && (uintptr_t)p.z % 16 == 0;
+}
 
 // Whether the kernel runs persistent CTAs: tf32 does; 3xTF32 runs one CTA a tile, as the
 // launch's grid says: with its promoted accumulators (2 × BN/2 registers a thread) the tile
@@ -352,6 +361,7 @@ __global__ void x_parts_kernel(const Problem p, uint4* __restrict__ parts) {
 // PROMOTE: the tensor cores' fp32 accumulation truncates, so its error grows with K; each K
 // step's products (3 × 32) are accumulated from zero and then added into a separate fp32
 // accumulator (round-to-nearest FADD): 3xTF32 stays fp32-class for any K.
+// 16-bit operands (at TF32): map_b1 is Z's map where a 16-bit Z' leaves by TMA (wg_z_tma).
 // SWAP (3xTF32, wg_swap): the tile is Zᵀ's, 128 of W's rows (Z's columns) × BN = 128 of X's (Z's
 // rows): A is W (map_a), split by the consumers as X is otherwise; B is X's parts from the pass
 // (map_b0, map_b1), the first-row shift already in them; epilogue_swapped reads the tile.
@@ -464,6 +474,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         if (u >= all_units) break;
         if (kUnits && u >= units) {  // merge unit: the 64-column slice from j0, of column block j0 / BN
           const int j0 = (u - units) * 64, block = j0 / BN, slices = ceil_div(min(BN, p.m - block * BN), 64);
+          if (OP != OPERAND_FP32 && wg_z_tma(p)) z_staging_drained<256>(threadIdx.x - 128);  // (epi: staging)
           merge_slice(p, epi, block, j0, min(64, p.m - j0), row_tiles, slices, kWgBM, threadIdx.x - 128);
           continue;
         }
@@ -560,10 +571,14 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         // its shared memory before this one's writes.
         epilogue_sync<256>();
         if constexpr (SWAP) epilogue_swapped<BN, Epi>(p, d, epi, out, m0, n0, threadIdx.x - 128);
-        else epilogue_from_fragments<BN, Epi, kUnits>(p, d, epi, out, m0, n0, threadIdx.x - 128);
+        else
+          epilogue_from_fragments<BN, Epi, kUnits, OP>(p, d, epi, out, m0, n0, threadIdx.x - 128,
+                                                       OP != OPERAND_FP32 && wg_z_tma(p) ? &map_b1 : nullptr);
       }
       if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
     }
+    if (OP != OPERAND_FP32 && wg_z_tma(p) && threadIdx.x % 128 == 0)  // Z's last stores done before the CTA ends
+      asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
   }
 #endif
 }
@@ -708,9 +723,12 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   if (p.precision == TF32) {
     if (p.z0 || p.parts) return "the tf32 wgmma GEMM reads X and W as they are (TMA): z0 and parts must be null";
     if ((err = encode_map(&b0, w, p.m, p.k, 256, CU_TENSOR_MAP_SWIZZLE_128B, p.operand))) return err;
+    // 16-bit operands: a 16-bit Z' goes out by TMA in 64 × 64 boxes (wg_z_tma), its map in map_b1's slot
+    CUtensorMap z = b0;
+    if (wg_z_tma(p) && (err = encode_map(&z, p.z, p.n, p.m, 64, CU_TENSOR_MAP_SWIZZLE_128B, p.operand))) return err;
     switch (p.operand) {
-      case OPERAND_BF16: return launch_wg<256, false, Epi, OPERAND_BF16>(p, out, a, b0, a, b0, st);
-      case OPERAND_FP16: return launch_wg<256, false, Epi, OPERAND_FP16>(p, out, a, b0, a, b0, st);
+      case OPERAND_BF16: return launch_wg<256, false, Epi, OPERAND_BF16>(p, out, a, b0, a, z, st);
+      case OPERAND_FP16: return launch_wg<256, false, Epi, OPERAND_FP16>(p, out, a, b0, a, z, st);
       default: return launch_wg<256, false, Epi>(p, out, a, b0, a, b0, st);
     }
   }

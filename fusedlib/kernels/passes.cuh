@@ -49,19 +49,20 @@ inline const char* launch_column_stats(const float* z, float* mean, float* var, 
 
 // ---------------------------------------------------------------- row passes (fold, sums, fused)
 // Y = a∘Z + c, elementwise (problems 33/39); a = coef[0:M], c = coef[M:2M]. Y in OUT (common.cuh
-// store): float32, or a 16-bit module's dtype. Every row pass below writes Y so.
-template <int OUT>
+// store): float32, or a 16-bit module's dtype; Z in IN: float32, or the 16-bit type the GEMM's
+// epilogue stored Z' in (p.z_type; common.cuh ZIn). Every row pass below reads and writes so, and
+// may run in place (z and y one buffer: each element, or each row, is read before it is written).
+template <int OUT, int IN>
 __global__ void affine_kernel(const float* z, const float* __restrict__ coef, float* y, int n, int m,
                               long long* step) {
   count_train_step(step);
   const size_t total = (size_t)n * m;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   const float* __restrict__ c = coef + m;  // c = coef[M:2M] (M + j may pass 2³¹ − 1)
-  if ((m & 3) == 0) {  // 16-byte accesses
-    const float4* z4 = reinterpret_cast<const float4*>(z);
+  if ((m & 3) == 0) {  // 16-byte accesses (8-byte of a 16-bit Z)
     for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total / 4; q += stride) {
       const int j = (int)((q * 4) % m);
-      float4 v = z4[q];
+      float4 v = load4<IN>(z, q);
       v.x = coef[j] * v.x + c[j];
       v.y = coef[j + 1] * v.y + c[j + 1];
       v.z = coef[j + 2] * v.z + c[j + 2];
@@ -71,51 +72,63 @@ __global__ void affine_kernel(const float* z, const float* __restrict__ coef, fl
   } else {
     for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += stride) {
       const int j = (int)(q % m);
-      store<OUT>(y, q, coef[j] * z[q] + c[j]);
+      store<OUT>(y, q, coef[j] * load<IN>(z, q) + c[j]);
     }
   }
 }
 
-inline const char* launch_affine(const float* z, const float* coef, YOut y, int n, int m, long long* step,
-                                 cudaStream_t st) {
+// The row passes' element types: f(OUT, IN) called with std::integral_constant<int, Operand>s for
+// Y's type and Z's: Z in float32 with any Y, or Z in a 16-bit type with Y in it or in float32
+// (autocast's: the fp32 scale promotes Y).
+template <class F>
+inline const char* with_row_types(YOut y, ZIn z, F&& f) {
+  using F32 = std::integral_constant<int, OPERAND_FP32>;
+  using B16 = std::integral_constant<int, OPERAND_BF16>;
+  using H16 = std::integral_constant<int, OPERAND_FP16>;
+  if (z.type == OPERAND_FP32) return y.type == OPERAND_BF16 ? f(B16{}, F32{}) : y.type == OPERAND_FP16 ? f(H16{}, F32{}) : f(F32{}, F32{});
+  if (y.type == OPERAND_FP32) return z.type == OPERAND_BF16 ? f(F32{}, B16{}) : f(F32{}, H16{});
+  if (y.type == z.type) return z.type == OPERAND_BF16 ? f(B16{}, B16{}) : f(H16{}, H16{});
+  return "a row pass reads Z' in float32 or in Y's 16-bit type";
+}
+
+inline const char* launch_affine(ZIn z, const float* coef, YOut y, int n, int m, long long* step, cudaStream_t st) {
   const size_t work = ((size_t)n * m + 3) / 4;
   const int cap = sm_count() * 16;  // 16 blocks of 256 an SM, grid-stride beyond
   const int blocks = (int)(work < (size_t)cap * 256 ? ceil_div((int)work, 256) : cap);
-  const auto kernel = y.type == OPERAND_BF16   ? affine_kernel<OPERAND_BF16>
-                      : y.type == OPERAND_FP16 ? affine_kernel<OPERAND_FP16>
-                                               : affine_kernel<OPERAND_FP32>;
-  kernel<<<blocks, 256, 0, st>>>(z, coef, y.y, n, m, step);
-  FL_CHECK_LAUNCH();
-  return nullptr;
+  return with_row_types(y, z, [&](auto out, auto in) -> const char* {
+    affine_kernel<decltype(out)::value, decltype(in)::value><<<blocks, 256, 0, st>>>(z.z, coef, y.y, n, m, step);
+    FL_CHECK_LAUNCH();
+    return nullptr;
+  });
 }
 
 // Row softmax of V = a∘Z + c (coef == nullptr: V = Z), three passes over the row
 // (max, Σexp, normalize) held in shared memory when it fits (ROW_IN_SMEM), one block a row.
-template <bool ROW_IN_SMEM, int OUT>
+template <bool ROW_IN_SMEM, int OUT, int IN>
 __global__ void affine_softmax_rows_kernel(const float* z, const float* __restrict__ coef, float* y, int m,
                                            long long* step) {
   extern __shared__ float row[];
   __shared__ float red[32];
   count_train_step(step);
-  const float* zr = z + (size_t)blockIdx.x * m;
-  const size_t y0 = (size_t)blockIdx.x * m;  // the row's first element of Y
+  const size_t y0 = (size_t)blockIdx.x * m;  // the row's first element of Y, and of Z
+  const auto zr = [&](int j) { return load<IN>(z, y0 + j); };
   const float* __restrict__ c = coef + m;  // c = coef[M:2M] (M + j may pass 2³¹ − 1); read only with coef
   float mx = -INFINITY;
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
-    const float v = coef ? coef[j] * zr[j] + c[j] : zr[j];
+    const float v = coef ? coef[j] * zr(j) + c[j] : zr(j);
     if (ROW_IN_SMEM) row[j] = v;
     mx = fmaxf(mx, v);
   }
   mx = block_reduce<true>(mx, red);
   float l = 0.f;
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
-    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + c[j] : zr[j]);
+    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr(j) + c[j] : zr(j));
     l += expf(v - mx);
   }
   l = block_reduce<false>(l, red);
   const float inv = 1.f / l;
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
-    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + c[j] : zr[j]);
+    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr(j) + c[j] : zr(j));
     store<OUT>(y, y0 + j, expf(v - mx) * inv);
   }
 }
@@ -143,19 +156,13 @@ inline const char* launch_rows(RowKernel in_smem, RowKernel in_global, const flo
   return nullptr;
 }
 
-inline const char* launch_affine_softmax_rows(const float* z, const float* coef, YOut y, int n, int m,
-                                              long long* step, cudaStream_t st) {
-  switch (y.type) {
-    case OPERAND_BF16:
-      return launch_rows(affine_softmax_rows_kernel<true, OPERAND_BF16>, affine_softmax_rows_kernel<false, OPERAND_BF16>,
-                         z, coef, y.y, n, m, step, st);
-    case OPERAND_FP16:
-      return launch_rows(affine_softmax_rows_kernel<true, OPERAND_FP16>, affine_softmax_rows_kernel<false, OPERAND_FP16>,
-                         z, coef, y.y, n, m, step, st);
-    default:
-      return launch_rows(affine_softmax_rows_kernel<true, OPERAND_FP32>, affine_softmax_rows_kernel<false, OPERAND_FP32>,
-                         z, coef, y.y, n, m, step, st);
-  }
+inline const char* launch_affine_softmax_rows(ZIn z, const float* coef, YOut y, int n, int m, long long* step,
+                                              cudaStream_t st) {
+  return with_row_types(y, z, [&](auto out, auto in) {
+    constexpr int OUT = decltype(out)::value, IN = decltype(in)::value;
+    return launch_rows(affine_softmax_rows_kernel<true, OUT, IN>, affine_softmax_rows_kernel<false, OUT, IN>, z.z, coef,
+                       y.y, n, m, step, st);
+  });
 }
 
 // ---------------------------------------------------------------- online row softmax (fused)
@@ -186,20 +193,20 @@ __device__ __forceinline__ void block_softmax_merge(float& m, float& l, float* r
 // One block a row: V = a∘Z' + c (coef == nullptr: V = Z') read once into shared memory
 // while each thread keeps online (max, Σexp) partials over its columns; the partials merge
 // across the block in a fixed order; then Y = exp(V − M)/L is written once.
-template <bool ROW_IN_SMEM, int OUT>
+template <bool ROW_IN_SMEM, int OUT, int IN>
 __global__ void online_softmax_rows_kernel(const float* z, const float* __restrict__ coef, float* y, int m,
                                            long long* step) {
   extern __shared__ float row[];
   __shared__ float red_m[32], red_l[32];
   count_train_step(step);
-  const float* zr = z + (size_t)blockIdx.x * m;
-  const size_t y0 = (size_t)blockIdx.x * m;  // the row's first element of Y (a multiple of 4 with vec)
+  const size_t y0 = (size_t)blockIdx.x * m;  // the row's first element of Y and Z (a multiple of 4 with vec)
+  const auto zr = [&](int j) { return load<IN>(z, y0 + j); };
   const float* __restrict__ c = coef + m;  // c = coef[M:2M] (M + j may pass 2³¹ − 1); read only with coef
   float mx = -INFINITY, l = 0.f;
   const bool vec = ROW_IN_SMEM && (m & 3) == 0;  // 16-byte loads (rows then start 16-byte aligned)
   if (vec) {
     for (int j = 4 * threadIdx.x; j < m; j += 4 * blockDim.x) {
-      float4 v = *reinterpret_cast<const float4*>(zr + j);
+      float4 v = load4<IN>(z, (y0 + j) / 4);
       if (coef) {
         v.x = coef[j] * v.x + c[j];
         v.y = coef[j + 1] * v.y + c[j + 1];
@@ -212,7 +219,7 @@ __global__ void online_softmax_rows_kernel(const float* z, const float* __restri
     }
   } else {
     for (int j = threadIdx.x; j < m; j += blockDim.x) {
-      const float v = coef ? coef[j] * zr[j] + c[j] : zr[j];
+      const float v = coef ? coef[j] * zr(j) + c[j] : zr(j);
       if (ROW_IN_SMEM) row[j] = v;
       softmax_merge(mx, l, v, 1.f);
     }
@@ -228,7 +235,7 @@ __global__ void online_softmax_rows_kernel(const float* z, const float* __restri
     return;
   }
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
-    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr[j] + c[j] : zr[j]);
+    const float v = ROW_IN_SMEM ? row[j] : (coef ? coef[j] * zr(j) + c[j] : zr(j));
     store<OUT>(y, y0 + j, expf(v - mx) * inv);
   }
 }
@@ -238,21 +245,20 @@ __global__ void online_softmax_rows_kernel(const float* z, const float* __restri
 // online (max, Σexp) partials merged as above; then Y = exp(V − M)/L from the same registers.
 // One read and one write of the row, no shared-memory copy: the pass runs at DRAM speed.
 constexpr int kRegRowThreads = 256, kMaxRegRowVec = 8;
-template <int VEC, int OUT>
+template <int VEC, int OUT, int IN>
 __global__ void __launch_bounds__(kRegRowThreads) online_softmax_rows_regs_kernel(const float* z,
                                                                                  const float* __restrict__ coef,
                                                                                  float* y, int m, long long* step) {
   __shared__ float red_m[kRegRowThreads / 32], red_l[kRegRowThreads / 32];
   count_train_step(step);
-  const float4* zr = reinterpret_cast<const float4*>(z + (size_t)blockIdx.x * m);
-  const size_t y4 = (size_t)blockIdx.x * (m / 4);  // the row's first 4-element group of Y
+  const size_t y4 = (size_t)blockIdx.x * (m / 4);  // the row's first 4-element group of Y and Z
   const float4 *a4 = reinterpret_cast<const float4*>(coef), *c4 = reinterpret_cast<const float4*>(coef + m);
   const int q4 = m / 4;
   float4 v[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
     const int q = threadIdx.x + i * kRegRowThreads;
-    v[i] = q < q4 ? zr[q] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+    v[i] = q < q4 ? load4<IN>(z, y4 + q) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
   }
   float mx = -INFINITY, l = 0.f;
 #pragma unroll
@@ -279,31 +285,29 @@ __global__ void __launch_bounds__(kRegRowThreads) online_softmax_rows_regs_kerne
 }
 
 // Register rows where they fit (and Z', Y, a, c are 16-byte aligned), else launch_rows.
-template <int OUT>
+template <int OUT, int IN>
 inline const char* launch_online_softmax_rows_of(const float* z, const float* coef, float* y, int n, int m,
                                                  long long* step, cudaStream_t st) {
   const int vec = ceil_div(m, 4 * kRegRowThreads);
   const bool aligned = m % 4 == 0 && ((uintptr_t)z | (uintptr_t)y | (uintptr_t)coef) % 16 == 0;
   if (aligned && vec <= kMaxRegRowVec) {
-    const auto kernel = vec == 1   ? online_softmax_rows_regs_kernel<1, OUT>
-                        : vec == 2 ? online_softmax_rows_regs_kernel<2, OUT>
-                        : vec <= 4 ? online_softmax_rows_regs_kernel<4, OUT>
-                                   : online_softmax_rows_regs_kernel<8, OUT>;
+    const auto kernel = vec == 1   ? online_softmax_rows_regs_kernel<1, OUT, IN>
+                        : vec == 2 ? online_softmax_rows_regs_kernel<2, OUT, IN>
+                        : vec <= 4 ? online_softmax_rows_regs_kernel<4, OUT, IN>
+                                   : online_softmax_rows_regs_kernel<8, OUT, IN>;
     kernel<<<n, kRegRowThreads, 0, st>>>(z, coef, y, m, step);
     FL_CHECK_LAUNCH();
     return nullptr;
   }
-  return launch_rows(online_softmax_rows_kernel<true, OUT>, online_softmax_rows_kernel<false, OUT>, z, coef, y, n, m,
-                     step, st);
+  return launch_rows(online_softmax_rows_kernel<true, OUT, IN>, online_softmax_rows_kernel<false, OUT, IN>, z, coef, y,
+                     n, m, step, st);
 }
 
-inline const char* launch_online_softmax_rows(const float* z, const float* coef, YOut y, int n, int m,
-                                              long long* step, cudaStream_t st) {
-  switch (y.type) {
-    case OPERAND_BF16: return launch_online_softmax_rows_of<OPERAND_BF16>(z, coef, y.y, n, m, step, st);
-    case OPERAND_FP16: return launch_online_softmax_rows_of<OPERAND_FP16>(z, coef, y.y, n, m, step, st);
-    default: return launch_online_softmax_rows_of<OPERAND_FP32>(z, coef, y.y, n, m, step, st);
-  }
+inline const char* launch_online_softmax_rows(ZIn z, const float* coef, YOut y, int n, int m, long long* step,
+                                              cudaStream_t st) {
+  return with_row_types(y, z, [&](auto out, auto in) {
+    return launch_online_softmax_rows_of<decltype(out)::value, decltype(in)::value>(z.z, coef, y.y, n, m, step, st);
+  });
 }
 
 // Y in a 16-bit dtype from float32 Y (y_out(p) when the stage's last writer is the GEMM's epilogue:

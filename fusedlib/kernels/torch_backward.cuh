@@ -21,17 +21,21 @@ struct BackwardSync {
 // the scale's gradient per column (M), from dY, the forward's Y and its saved Z (N, M).
 // dY and Y both bf16 or both fp16 (the 16-bit forward's output; 33 reads no Y; one process, no
 // split): read as they are, dZ' (1, N, M) in their dtype and no dZ'ᵀ (an empty tensor;
-// docs/design.md §15); any other mix of dtypes is read in float32.
+// docs/design.md §15); any other mix of dtypes is read in float32. Z float32, or (one process, no
+// split) in bf16 or fp16: a 16-bit module's Z' as the sums and fused forwards keep it.
 // sync: one phase of a data-parallel backward (phase 1 returns nothing).
 static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, const at::Tensor& y_in, const at::Tensor& z,
                                                     const at::Tensor& scale, const at::Tensor& gamma,
                                                     const at::Tensor& beta, c10::string_view kind, double eps,
                                                     bool split, const BackwardSync* sync) {
   using namespace fl;
-  TORCH_CHECK(z.is_cuda() && z.scalar_type() == at::kFloat && z.dim() == 2 && z.is_contiguous() &&
-                  z.size(0) > (sync ? 0 : 1),
-              "z: expected a contiguous float32 CUDA tensor (batch ≥ 2, out_features), got ", z.scalar_type(), " ",
-              shape_str(z), " on ", z.device());
+  const bool z16 = z.scalar_type() == at::kBFloat16 || z.scalar_type() == at::kHalf;
+  TORCH_CHECK(z.is_cuda() && (z.scalar_type() == at::kFloat || (z16 && !split && !sync)) && z.dim() == 2 &&
+                  z.is_contiguous() && z.size(0) > (sync ? 0 : 1),
+              "z: expected a contiguous float32 CUDA tensor (batch ≥ 2, out_features)",
+              split || sync ? "" : ", or bfloat16 or float16", ", got ", z.scalar_type(), " ", shape_str(z), " on ",
+              z.device());
+  const at::TensorOptions f32 = z.options().dtype(at::kFloat);  // the gradients' and the scratch's
   const int64_t n = z.size(0), m = z.size(1);
   TORCH_CHECK(dims_fit({n, m}), "z: batch and out_features must each be ", dims_limit(), ", got ", shape_str(z));
   TORCH_CHECK(kind == "84" || kind == "33", "kind: expected '84' or '33', got '", std::string(kind), "'");
@@ -58,7 +62,7 @@ static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, con
   // (autograd may hand an expanded or strided gradient)
   const at::Tensor dy = sixteen || dy_in.scalar_type() == at::kFloat ? dy_in.contiguous() : dy_in.to(at::kFloat).contiguous();
   const int64_t planes = split ? 2 : 1;
-  const at::TensorOptions dz_options = sixteen ? z.options().dtype(dy.scalar_type()) : z.options();
+  const at::TensorOptions dz_options = sixteen ? z.options().dtype(dy.scalar_type()) : f32;
   int64_t k = 0;
   if (sync) {
     k = sync->x->size(1);
@@ -76,7 +80,7 @@ static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, con
   explain_oom(
       [&] {
         dz = at::empty({planes, n, m}, dz_options);
-        dzt = sixteen ? at::empty({0}, dz_options) : at::empty({planes, m, n}, z.options());
+        dzt = sixteen ? at::empty({0}, dz_options) : at::empty({planes, m, n}, f32);
       },
       [&] {
         if (sixteen)
@@ -90,9 +94,9 @@ static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, con
   const bool outputs = !sync || sync->phase == 2;
   at::Tensor dgamma, dbeta, dscale_cols;
   if (outputs) {
-    dgamma = at::empty({m}, z.options());
-    dbeta = at::empty({m}, z.options());
-    dscale_cols = at::empty({m}, z.options());
+    dgamma = at::empty({m}, f32);
+    dbeta = at::empty({m}, f32);
+    dscale_cols = at::empty({m}, f32);
   }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(z.get_device()).stream();
   const int64_t n_r = aligned_floats(n), n_part = aligned_floats(4 * backward_tiles((int)n) * m);
@@ -103,7 +107,8 @@ static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, con
   BackwardProblem p;
   p.dy = static_cast<const float*>(dy.const_data_ptr());  // (a 16-bit dY and Y: their elements' address, p.operand)
   p.y = static_cast<const float*>(y.const_data_ptr());
-  p.z = z.data_ptr<float>();
+  p.z = static_cast<const float*>(z.const_data_ptr());  // (a 16-bit Z: its elements' address, p.z_type)
+  p.z_type = z.scalar_type() == at::kBFloat16 ? OPERAND_BF16 : z.scalar_type() == at::kHalf ? OPERAND_FP16 : OPERAND_FP32;
   p.scale = scale.data_ptr<float>();
   p.gamma = gamma.data_ptr<float>();
   p.beta = beta.data_ptr<float>();

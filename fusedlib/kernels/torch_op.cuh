@@ -3,7 +3,8 @@
 // Compiled after one stage file (fusedlib/build.py), which defines fl_<FL_STAGE>_forward:
 // argument checks, the GEMM path (engine.select_path's default rule), the output Y (whose
 // memory also holds Z: the passes work in place; z_out, when the backward needs Z, keeps
-// it instead), the stream's scratch, the launches on the
+// it instead; a 16-bit module's Z' at sums and fused is in its dtype, kStageZ16), the stream's
+// scratch, the launches on the
 // current CUDA stream ($FUSEDLIB_POISON=1: Y and the scratch filled with NaN first, for the
 // correctness tests). The heavy launch, the GEMM, is the first; nothing here waits for the
 // GPU, so a forward can be captured in a CUDA graph. Host cost of an eager call: one
@@ -30,6 +31,16 @@
 #define FL_ENTRY FL_CAT(FL_CAT(fl_, FL_STAGE), _forward)
 
 namespace fl {
+
+// Whether this stage keeps a 16-bit module's Z' in the module's dtype in train mode (docs/design.md
+// §15): sums and fused, whose GEMM epilogue stores Z' (ColumnStats: rounded once, after the
+// statistics took the float32 values, as eager PyTorch's Linear rounds its output) and whose row
+// pass and backward read it. naive and fold keep Z in float32 (fusedlib.algebra.Z16_STAGES).
+#define FL_Z16_naive false
+#define FL_Z16_fold false
+#define FL_Z16_sums true
+#define FL_Z16_fused true
+constexpr bool kStageZ16 = FL_CAT(FL_Z16_, FL_STAGE);
 
 // Compute capability of a device, 10·major + minor (asked once per device).
 inline int capability(int device) {
@@ -158,11 +169,14 @@ static std::optional<at::Tensor> forward_impl(
                "has " + std::to_string(cc / 10) + "." + std::to_string(cc % 10) + ") and in_features % 8 == 0 (got " +
                    std::to_string(k) + "); fusedlib's modules convert such operands to float32 instead");
   const bool keep_z = z_out && z_out->defined();
+  // Z' in x's 16-bit dtype (kStageZ16), else Z in float32; z_out, where given, holds it so
+  const bool z16 = kStageZ16 && sixteen && training && !sync;
+  const at::ScalarType z_dtype = z16 ? x_in.scalar_type() : at::kFloat;
   if (keep_z)
-    FL_ARG_CHECK(training && z_out->device() == x_in.device() && z_out->scalar_type() == at::kFloat &&
+    FL_ARG_CHECK(training && z_out->device() == x_in.device() && z_out->scalar_type() == z_dtype &&
                     z_out->is_contiguous() && z_out->dim() == 2 && z_out->size(0) == n && z_out->size(1) == m,
-                 "z_out: expected a contiguous float32 (" + std::to_string(n) + ", " + std::to_string(m) +
-                     ") tensor on ",
+                 "z_out: expected a contiguous ", c10::toString(z_dtype), " (" + std::to_string(n) + ", " +
+                     std::to_string(m) + ") tensor on ",
                  x_in.device(), " in train mode, got ", z_out->scalar_type(), " ", shape_str(*z_out),
                  training ? "" : " in eval mode");
   const c10::cuda::CUDAGuard guard(x_in.device());
@@ -195,8 +209,13 @@ static std::optional<at::Tensor> forward_impl(
   // the stage's last pass writes it (common.cuh y_out), float32 Y its working memory
   const at::ScalarType out = at::promote_types(x_in.scalar_type(), scale_in.scalar_type());
   const bool y16_out = sixteen && !sync && out == x_in.scalar_type();
+  // a 16-bit Z' not kept for the backward: in Y's 16-bit memory (the row pass runs in place there),
+  // or (a float32 Y: autocast's scale promotes it) in memory of its own; the float32 working Y
+  // then only where Y is float32
+  const bool z16_own = z16 && !keep_z && !y16_out, y32 = !(z16 && y16_out);
   const auto needs = [&] {
-    const int64_t y_bytes = n * m * (int64_t)sizeof(float), scratch_bytes = (n_part + 5 * m) * (int64_t)sizeof(float);
+    const int64_t y_bytes = y32 ? n * m * (int64_t)sizeof(float) : 0,
+                  scratch_bytes = (n_part + 5 * m) * (int64_t)sizeof(float);
     const int64_t parts_bytes = 2 * parts_rows * k * (int64_t)sizeof(float);
     std::string msg = "x, weight: this forward needs " + mib(y_bytes + scratch_bytes + parts_bytes) +
                       " of GPU memory: " + mib(y_bytes) + " for Y " + float32_shape(n, m) + " and " +
@@ -205,14 +224,20 @@ static std::optional<at::Tensor> forward_impl(
       msg += ", and " + mib(parts_bytes) + " for " + (x_parts ? "X" : "W") + "'s TF32 parts (2 x " +
              float32_shape(parts_rows, k) + ")";
     if (y16_out) msg += ", and " + mib(n * m * 2) + " for Y in " + std::string(c10::toString(out));
-    if (keep_z)
-      msg += ", beside the " + mib(y_bytes) + " of Z " + float32_shape(n, m) + " kept for the backward (whose dZ' " +
-             "and its transpose then need " + mib((prec == TF32X3 ? 4 : 2) * y_bytes) + " more)";
+    if (z16_own) msg += ", and " + mib(n * m * 2) + " for Z' in " + std::string(c10::toString(z_dtype));
+    if (keep_z && z16)
+      msg += ", beside the " + mib(n * m * 2) + " of Z' in " + std::string(c10::toString(z_dtype)) +
+             " kept for the backward (whose dZ' then needs as much again)";
+    else if (keep_z)
+      msg += ", beside the " + mib(n * m * 4) + " of Z " + float32_shape(n, m) + " kept for the backward (whose dZ' " +
+             "and its transpose then need " + mib((prec == TF32X3 ? 4 : 2) * n * m * 4) + " more)";
     return msg;
   };
   at::Tensor y = sync ? sync->y
                       : at::Tensor(explain_oom(  // no dispatcher
-                            [&] { return at::detail::empty_cuda({n, m}, at::kFloat, x.device(), std::nullopt); },
+                            [&] {
+                              return at::detail::empty_cuda({y32 ? n : 0, m}, at::kFloat, x.device(), std::nullopt);
+                            },
                             needs));
   // split-K where the tiles would leave SMs idle (its partial tiles and counters): wgmma, SIMT
   const SplitK sk = path == PATH_WGMMA  ? wg_split_k(prec, (int)n, (int)k, (int)m, operand)
@@ -260,7 +285,11 @@ static std::optional<at::Tensor> forward_impl(
   if (y16_out)
     y16 = explain_oom([&] { return at::detail::empty_cuda({n, m}, out, x.device(), std::nullopt); }, needs);
   p.y16 = y16.defined() ? static_cast<float*>(y16.data_ptr()) : nullptr;
-  p.z = keep_z ? z_out->data_ptr<float>() : p.y;
+  at::Tensor z_own;  // (z16_own: freed after the call, as parts below)
+  if (z16_own)
+    z_own = explain_oom([&] { return at::detail::empty_cuda({n, m}, z_dtype, x.device(), std::nullopt); }, needs);
+  p.z = keep_z ? static_cast<float*>(z_out->data_ptr()) : z16_own ? static_cast<float*>(z_own.data_ptr()) : z16 ? p.y16 : p.y;
+  p.z_type = !z16 ? OPERAND_FP32 : operand;
   p.part = scratch.floats;
   p.coef = scratch.floats + n_part;
   p.counters = scratch.counters;
@@ -299,9 +328,10 @@ static std::optional<at::Tensor> forward_impl(
   const char* poison = std::getenv("FUSEDLIB_POISON");
   if (poison && poison[0] == '1') {  // correctness tests: every unwritten element reads NaN (0xFFFFFFFF)
     C10_CUDA_CHECK(cudaMemsetAsync(scratch.floats, 0xFF, n_floats * sizeof(float), stream));
-    C10_CUDA_CHECK(cudaMemsetAsync(p.y, 0xFF, y.nbytes(), stream));
+    if (y32) C10_CUDA_CHECK(cudaMemsetAsync(p.y, 0xFF, y.nbytes(), stream));
     if (p.y16) C10_CUDA_CHECK(cudaMemsetAsync(p.y16, 0xFF, y16.nbytes(), stream));
-    if (keep_z && p.sync_phase != 2) C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, y.nbytes(), stream));  // (2: Z is phase 1's)
+    if (z16_own) C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, z_own.nbytes(), stream));
+    if (keep_z && p.sync_phase != 2) C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, z_out->nbytes(), stream));  // (2: Z is phase 1's)
   }
   const char* err = launch_copy_vectors(widen, stream);
   if (!err) err = FL_ENTRY(&p, stream);
@@ -381,7 +411,7 @@ std::vector<at::Tensor> sync_train(const at::Tensor& x_in, const at::Tensor& wei
 // (torch.ops.fusedlib.backward_sixteen, registered by torch_backward.cuh, redispatched straight to
 // its CUDA kernel). After the module's forward the host makes no Python call for the step: at the
 // KernelBench shapes a 16-bit step's kernels take less time than its Python calls took. Saves what
-// StageFunction saves (Y for 84, the GEMM's float32 Z, x, W, the scale, γ and β) and gives the same
+// StageFunction saves (Y for 84, the GEMM's Z: float32, or Z' in x's dtype at sums and fused, x, W, the scale, γ and β) and gives the same
 // gradients bit for bit (the same kernels and GEMMs; under autocast a float32 W rounded inside, as
 // fusedlib.ops._master_cast rounds it, and its gradient float32). *declined: forward_impl's checks
 // sent the call to the operator's way (nothing was written; the caller returns None).
@@ -393,7 +423,7 @@ struct SixteenBitTrain : public torch::autograd::Function<SixteenBitTrain> {
                             double eps, std::optional<double> momentum, bool* declined) {
     *declined = x.dim() != 2 || weight.dim() != 2;
     if (*declined) return at::empty({0}, x.options());
-    const at::Tensor z = at::empty({x.size(0), weight.size(0)}, x.options().dtype(at::kFloat));
+    const at::Tensor z = at::empty({x.size(0), weight.size(0)}, x.options().dtype(fl::kStageZ16 ? x.scalar_type() : at::kFloat));
     // autocast's float32 master weight: the kernels read it rounded to x's dtype (no node: inside
     // the node's forward); the node saves it as it came, so its gradient comes back in float32
     const at::Tensor w = weight.scalar_type() == x.scalar_type() ? weight : weight.to(x.scalar_type());
