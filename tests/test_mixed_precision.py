@@ -592,6 +592,85 @@ def test_the_sixteen_bit_backward_call_is_its_parts(kind, dtype, vectors, need_d
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("shape", [(200, 96), (77, 101), (2, 33)], ids=str)
+def test_the_backward_reads_a_sixteen_bit_z_widened(kind, dtype, shape, monkeypatch):
+    """Z' in a 16-bit module's dtype, as the sums and fused forwards keep it (docs/design.md §15):
+    the backward's passes read it widened, which is exact, so every output is bit for bit theirs on
+    Z'.float(); with dY and Y in the dtype (the 16-bit passes: pairs of Z' where M is even, element
+    by element where it is odd) and in float32 (the float32 passes, dZ'ᵀ too), every output
+    poisoned first."""
+    from fusedlib.build import load_backward
+    monkeypatch.setenv("FUSEDLIB_POISON", "1")
+    ext = load_backward(torch.cuda.current_device())
+    n, m = shape
+    g = torch.Generator(device="cuda").manual_seed(n * m)
+    z = (torch.randn(n, m, device="cuda", generator=g) * 3 + 1).to(dtype)
+    y = torch.softmax(torch.randn(n, m, device="cuda", generator=g), dim=1).to(dtype)
+    dy = torch.randn(n, m, device="cuda", generator=g).to(dtype)
+    scale = torch.rand(1 if kind == "84" else m, device="cuda", generator=g) + 0.5
+    gamma, beta = torch.randn(m, device="cuda", generator=g), torch.randn(m, device="cuda", generator=g)
+    for d, yy in ((dy, y), (dy.float(), y.float())):
+        y_or = yy if kind == "84" else z  # (33 reads no Y)
+        got = ext.backward_passes(d, y_or, z, scale, gamma, beta, kind, 1e-5, False)
+        want = ext.backward_passes(d, yy if kind == "84" else z.float(), z.float(), scale, gamma, beta, kind, 1e-5,
+                                   False)
+        assert got[0].dtype == (dtype if d.dtype == dtype else torch.float32)
+        for name, a, b in zip(("dz", "dzt", "dgamma", "dbeta", "dscale_cols"), got, want):
+            assert a.dtype == b.dtype and a.shape == b.shape, name
+            assert not a.isnan().any() and torch.equal(a, b), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("stage", ["sums", "fused"])
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("vectors", ["dtype", "float32"])
+@pytest.mark.parametrize("shape", [(300, 64, 264), (130, 72, 100), (700, 128, 1032)], ids=str)
+def test_sums_and_fused_keep_a_sixteen_bit_z_in_the_dtype(stage, kind, dtype, vectors, shape, monkeypatch):
+    """sums and fused keep a 16-bit module's Z' in its dtype in train mode (docs/design.md §15; on
+    wgmma through the TMA epilogue where M % 8 == 0, else from the registers; on mma.sync from the
+    C tile), on each GEMM path the GPU has: the operator's z_out in the dtype holds X·Wᵀ rounded
+    once (within one unit roundoff of the float32 product, whose sums run in another order); Y and
+    the running buffers are bit for bit the same whether the backward keeps Z' (z_out) or not (Z' in
+    Y's memory, or with float32 vectors, autocast's, whose scale promotes Y to float32, in memory of
+    its own); nothing unwritten (Y and Z' poisoned first); a float32 z_out is refused, naming the
+    dtype it expects."""
+    monkeypatch.setenv("FUSEDLIB_POISON", "1")
+    n, k, m = shape
+    ref = make_reference(kind, k, m, seed=n)
+    module = fusedlib.from_reference(ref, stage=stage, precision="tf32").cuda().train().to(dtype)
+    g = torch.Generator(device="cuda").manual_seed(n + k + m)
+    x = torch.randn(n, k, device="cuda", generator=g).to(dtype)
+    t = list(module._tensors())
+    if vectors == "float32":  # (autocast's: the vectors stay float32, the operands 16-bit)
+        t[1:7] = [v.float() for v in t[1:7]]
+    op = getattr(torch.ops.fusedlib, stage)
+    exact = x.float() @ t[0].float().T
+    paths = ["mma"] + (["wgmma"] if torch.cuda.get_device_capability() >= (9, 0) else [])
+    for path in paths:
+        outs = []
+        for keep in (True, False):
+            buffers = [b.clone() for b in t[5:8]]
+            z = torch.full((n, m), float("nan"), device="cuda", dtype=dtype) if keep else None
+            with torch.no_grad():
+                y = op(x, *t[:5], *buffers, kind, "tf32", True, module.bn.eps, module.bn.momentum, path, z_out=z)
+            outs.append((y, *buffers))
+            if keep:
+                assert not z.isnan().any(), path
+                bound = exact.abs() * UNIT[dtype] * 1.01 + 1e-5 * exact.abs().max()
+                assert ((z.float() - exact).abs() <= bound).all(), path
+        assert outs[0][0].dtype == (dtype if vectors == "dtype" else torch.float32)
+        assert not outs[0][0].isnan().any(), path
+        for a, b in zip(outs[0], outs[1]):
+            assert torch.equal(a, b), path
+    name = {torch.bfloat16: "BFloat16", torch.float16: "Half"}[dtype]
+    with torch.no_grad(), pytest.raises(RuntimeError, match=f"z_out: expected a contiguous {name} "):
+        op(x, *t, kind, "tf32", True, module.bn.eps, module.bn.momentum, None, z_out=torch.empty(n, m, device="cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_a_misaligned_sixteen_bit_operand_gives_the_same_bits(dtype):
     """x a view 2 bytes past an aligned address (TMA and cp.async need 16): the operator copies it,
     and the output, the running buffers and the gradients are the aligned call's, bit for bit."""
