@@ -107,7 +107,8 @@ static std::optional<at::Tensor> forward_impl(
   using namespace fl;
   FL_ARG_CHECK(x_in.is_cuda(), "x: expected a CUDA tensor, got one on ", x_in.device());
   // X's and W's element type: float32, or bf16 / fp16 (docs/design.md §15: the GEMM on 16-bit tensor
-  // cores, everything after it in float32 as for float32 operands; the vectors stay float32)
+  // cores, everything after it in float32 as for float32 operands, Z' at sums and fused excepted:
+  // kStageZ16; the vectors stay float32)
   const int operand = x_in.scalar_type() == at::kFloat      ? OPERAND_FP32
                       : x_in.scalar_type() == at::kBFloat16 ? OPERAND_BF16
                       : x_in.scalar_type() == at::kHalf     ? OPERAND_FP16

@@ -60,10 +60,11 @@ its input (``module.to(torch.bfloat16)``), not a GEMM mode: the stages are built
 precision of :func:`fusedlib.kernelbench.gemm_precision` (tf32, exact for 16-bit operands, so
 the tensor-core row tiles of 128), the peers run cuBLAS and PyTorch in the dtype. The bytes
 follow where each tensor is stored: X, W and Y (the module's input, weight and output) at 2
-bytes an element in every implementation; the stages keep their intermediate N×M tensors (Z,
-Z', V) and the statistics partials in float32, as the 16-bit route keeps its float32 sums
-(docs/design.md §15); the peers store Z and every N×M tensor in the dtype, as eager PyTorch
-and Inductor do. Vectors of M and N (bias, scale, BatchNorm's parameters and buffers, row
+bytes an element in every implementation; sums and fused keep Z' in the dtype in train mode
+(:data:`fusedlib.algebra.Z16_STAGES`: rounded once in the GEMM's epilogue, after the
+statistics took the float32 sums), while naive and fold keep their intermediate N×M tensors (Z,
+V) and every stage its statistics partials in float32 (docs/design.md §15); the peers store Z
+and every N×M tensor in the dtype, as eager PyTorch and Inductor do. Vectors of M and N (bias, scale, BatchNorm's parameters and buffers, row
 statistics) stay counted at 4 bytes: a few M against N·M. These are the compulsory bytes of
 the 16-bit route; the CUDA modules' conversions around the kernels (the vectors and Y, and X
 and W where the 16-bit kernels do not run: docs/design.md §15) are passes this model does not
@@ -71,11 +72,11 @@ charge. The GEMM's FLOPs do not
 change; its rate does: :func:`gemm_tflops` takes cuBLAS's bf16 rate (env.json
 ``gemm_bf16_tflops``), twice the tf32 rate where that was not measured. What the model then
 predicts: with a GEMM twice as fast and X and W half the bytes, the GEMM's time halves while
-the stages' non-GEMM passes over float32 Z do not, so the passes that fusion removes (naive →
+naive's non-GEMM passes over float32 Z do not, so the passes that fusion removes (naive →
 fused: the extra reads and writes of Z) are a larger share of the time than at tf32: fusion
 saves more against the naive stage. Against eager, which keeps its Z in the 16-bit dtype, the
-fused stage's lead shrinks while its own Z stays float32 (:func:`fusedlib.lab.course.pass_share_table`
-gives both at the KernelBench shapes); storing Z in 16 bits is what makes it grow.
+fused stage keeps its lead because its Z' is in the dtype too (:func:`fusedlib.lab.course.pass_share_table`
+gives both at the KernelBench shapes).
 """
 from __future__ import annotations
 
@@ -233,7 +234,7 @@ class _Builder:
                  path: str = "wgmma", peer: bool = False):
         self.kind, self.n, self.k, self.m, self.train = kind, n, k, m, train
         self.nk, self.mk, self.nm = n * k, m * k, n * m
-        io = ELEMENT_BYTES[precision] / F32  # X, W, Y: the module's dtype
+        self.io = io = ELEMENT_BYTES[precision] / F32  # X, W, Y: the module's dtype
         self.x, self.w, self.y = io * self.nk, io * self.mk, io * self.nm
         self.z = io * self.nm if peer else self.nm
         self.s = 1 if kind == "84" else m  # elements of the scale parameter
@@ -352,6 +353,7 @@ def _sums(b: _Builder) -> None:
             b.row_softmax_one_kernel("row softmax", affine=False)
         return
     m, s, tiles = b.m, b.s, b.tiles
+    b.z = b.io * b.nm  # Z' in the module's dtype (algebra.Z16_STAGES; float32 modules: 4 bytes)
     partials = 2 * tiles * m
     b.add("GEMM + statistics epilogue", b.x_reads + b.w_reads, b.z + partials, 2 * b.nk * m + 4 * b.nm)
     b.add("finalize (Chan merge, coefficients, running buffers)", partials + 5 * m + s, 4 * m,
@@ -379,6 +381,7 @@ def _fused(b: _Builder) -> None:
             b.online_softmax("row softmax (online)", affine=False)
         return
     m, s, tiles = b.m, b.s, b.tiles
+    b.z = b.io * b.nm  # Z' in the module's dtype, as sums
     partials = 2 * tiles * m
     b.add("GEMM + statistics epilogue + last-block merge", b.x_reads + b.w_reads + partials + 5 * m + s,
           b.z + partials + 4 * m, 2 * b.nk * m + 4 * b.nm + 8 * tiles * m + 10 * m)

@@ -1246,15 +1246,14 @@ def pass_share_md(precisions=("tf32", "bf16"), mode: str = "train", gpu: str = R
     eager, gemm = pairs("eager passes %"), pairs("fused GEMM ms")
     return "\n".join([
         f"Predicted, {a} → {b}, {mode} mode, KernelBench shapes:\n",
-        f"- **The fused stage's passes** (the row pass over float32 Z′): {_by_problem(share)} of its time; the "
-        f"share {trend(share)}. The GEMM takes {_by_problem(gemm, '{:.3f} ms')}; the row pass keeps its float32 "
-        "read of Z′.",
+        f"- **The fused stage's passes** (the row pass over Z′, kept in the module's dtype): {_by_problem(share)} of "
+        f"its time; the share {trend(share)}. The GEMM takes {_by_problem(gemm, '{:.3f} ms')}.",
         f"- **What fusion removes**: `fused` saves {_by_problem(saved)} of `naive`'s time; the saving "
         f"{trend(saved)}. The passes it removes run over float32 Z at every precision, so against a faster "
         "GEMM they weigh more.",
         f"- **Against eager PyTorch**, which stores its Z in {b} (its passes: {_by_problem(eager)} of its time): "
         f"`fused` saves {_by_problem(lead)} of eager's time; the saving {trend(lead)}. Eager's passes shrink with its "
-        "GEMM; storing Z′ in the 16-bit dtype would cut the bytes of the fused row pass by a third.",
+        "GEMM, and so does the fused row pass, whose Z′ is in the 16-bit dtype as eager's Z is.",
     ])
 
 def predicted_ladder(precisions=("tf32", "bf16"), impls=("naive", "fold", "sums", "fused", "eager", "gemm_only"),
