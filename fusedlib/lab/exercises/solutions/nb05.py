@@ -25,10 +25,11 @@ def ring_stages(bn: int, three_x: bool, bm: int = 128, bk: int = 32, budget: int
 
 def row_pass_share(n: int, k: int, m: int, element_bytes: int, tflops: float, gbytes_per_s: float) -> float:
     """The % of the fused stage's predicted time (train mode) spent in its row pass. The GEMM
-    pass reads X (n×k) and W (m×k) at ``element_bytes`` an element and writes Z′ (n×m) in
-    float32; the row pass reads Z′ (float32) and writes Y (n×m, ``element_bytes``). Each pass
-    takes max(FLOPs / rate, bytes / bandwidth); the row pass is memory-bound, so its bytes
-    decide. The small vectors (bias, coefficients, statistics partials) are left out."""
-    gemm = max(2 * n * k * m / (tflops * 1e12), ((n * k + m * k) * element_bytes + 4 * n * m) / (gbytes_per_s * 1e9))
-    row = (4 + element_bytes) * n * m / (gbytes_per_s * 1e9)
+    pass reads X (n×k) and W (m×k) and writes Z′ (n×m), each at ``element_bytes`` an element (the
+    fused stage keeps Z′ in the module's dtype); the row pass reads Z′ and writes Y (n×m), both at
+    ``element_bytes``. Each pass takes max(FLOPs / rate, bytes / bandwidth); the row pass is
+    memory-bound, so its bytes decide. The small vectors (bias, coefficients, statistics partials)
+    are left out."""
+    gemm = max(2 * n * k * m / (tflops * 1e12), (n * k + m * k + n * m) * element_bytes / (gbytes_per_s * 1e9))
+    row = 2 * element_bytes * n * m / (gbytes_per_s * 1e9)
     return 100 * row / (gemm + row)
