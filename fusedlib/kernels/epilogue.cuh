@@ -370,6 +370,7 @@ constexpr int kZStaging = 4 * 8192 + 1024;
 template <int OP, int BN>
 __device__ __forceinline__ void store_z_tma(const Problem& p, const float (&d)[BN / 2], void* staging, const void* zmap,
                                             int m0, int n0, int tid) {
+  static_assert(OP != OPERAND_FP32 && BN % 64 == 0, "16-bit boxes of 64 columns");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const int wg = tid / 128, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, rl = 16 * (warp % 4) + g;
   const int r0 = m0 + 64 * wg;
