@@ -1,7 +1,8 @@
 """Shared by the experiments that load a copy of the kernels beside the package's (run211,
-run213, run214, run227–run230): the edits that make a copy (each old text found once), a module's train forward through one extension's eager_forward (not the
-dispatcher, where the extension loaded last answers for every copy), and one forward that leaves
-the running buffers as it found them, so that every variant starts from the same state; and by
+run213, run214, run227–run232): the edits that make a copy (each old text found once), a module's train forward through one extension's eager_forward (not the
+dispatcher, where the extension loaded last answers for every copy), one forward that leaves
+the running buffers as it found them, so that every variant starts from the same state, a call
+with $FUSEDLIB_* knobs set for its duration, and the normwise relative error; and by
 those that time the autocast train step (run215, run221): its steps as the harness builds them."""
 
 
@@ -24,6 +25,27 @@ def forward_keeping_buffers(call, x, bn) -> tuple:
     for b, s in zip(buffers, saved):
         b.copy_(s)
     return out
+
+
+def with_env(call, **env):
+    """``call`` with $FUSEDLIB_<NAME>=value for each keyword (``z16=1``: $FUSEDLIB_Z16=1), set for the
+    duration of each call and removed after it (the copies' host code reads its knobs at each call)."""
+    import os
+    env = {f"FUSEDLIB_{k.upper()}": str(v) for k, v in env.items()}
+
+    def fn(x):
+        os.environ.update(env)
+        try:
+            return call(x)
+        finally:
+            for k in env:
+                os.environ.pop(k, None)
+    return fn
+
+
+def rel(y, ref) -> float:
+    """‖y − ref‖ / ‖ref‖ in float64 (normwise relative error)."""
+    return ((y.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
 def autocast_steps(problem: str, impls=("fused", "sums", "eager")) -> tuple:

@@ -33,7 +33,7 @@ from fusedlib.lab.timing import time_round_robin
 from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
-from ab import add_patch_files, apply_edits, eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
+from ab import add_patch_files, apply_edits, eager_call, forward_keeping_buffers, rel, with_env  # (lab/experiments)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run230-offload")
@@ -109,20 +109,7 @@ def offload_kernels(dest: Path) -> Path:
 
 def with_offload(call, **knobs):
     """``call`` with $FUSEDLIB_OFFLOAD=1 and the knobs (colgroup=G, side=1) set for its duration."""
-    env = {"FUSEDLIB_OFFLOAD": "1", **{f"FUSEDLIB_{k.upper()}": str(v) for k, v in knobs.items()}}
-
-    def fn(x):
-        os.environ.update(env)
-        try:
-            return call(x)
-        finally:
-            for k in env:
-                os.environ.pop(k, None)
-    return fn
-
-
-def rel(y, ref) -> float:
-    return ((y.double() - ref.double()).norm() / ref.double().norm()).item()
+    return with_env(call, offload=1, **knobs)
 
 
 @torch.no_grad()

@@ -39,7 +39,7 @@ from fusedlib.lab.timing import time_round_robin
 from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
-from ab import apply_edits, eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
+from ab import apply_edits, eager_call, forward_keeping_buffers, rel, with_env  # (lab/experiments, the script's folder)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run232-ztma")
@@ -168,24 +168,6 @@ def ztma_kernels(dest: Path) -> Path:
     run214.z16_kernels(dest)
     apply_edits(dest, EDITS)
     return dest
-
-
-def with_env(call, **env):
-    """``call`` with $FUSEDLIB_<NAME>=value for each keyword, for its duration."""
-    env = {f"FUSEDLIB_{k.upper()}": str(v) for k, v in env.items()}
-
-    def fn(x):
-        os.environ.update(env)
-        try:
-            return call(x)
-        finally:
-            for k in env:
-                os.environ.pop(k, None)
-    return fn
-
-
-def rel(y, ref) -> float:
-    return ((y.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
 @torch.no_grad()
