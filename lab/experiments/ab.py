@@ -48,6 +48,33 @@ def rel(y, ref) -> float:
     return ((y.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
+def kernel_rounds(variants: dict, x, rounds: int = 3, **labels) -> list[dict]:
+    """Each of ``variants`` (name → call(x)) profiled in turn, ``rounds`` times
+    (fusedlib.lab.profiling.profile_kernels: the kernels of one call over 10 calls, each after an L2
+    flush): a row a variant and round with ``labels`` (problem=…), ``total_us`` (every kernel),
+    ``gemm_us`` (the longest: the GEMM at these shapes) and ``kernels`` (each one's name and µs),
+    printed as it comes."""
+    from fusedlib.lab.profiling import profile_kernels
+    rows = []
+    for r in range(rounds):
+        for name, fn in variants.items():
+            ker = profile_kernels(fn, x, calls=10)
+            rows.append(dict(**labels, variant=name, round=r, total_us=sum(us for _, _, us in ker),
+                             gemm_us=max(us for _, _, us in ker),
+                             kernels=" | ".join(f"{n[:60]} {us:.1f}" for n, _, us in ker)))
+            print({k: v for k, v in rows[-1].items() if k != "kernels"}, flush=True)
+    return rows
+
+
+def round_robin_rows(variants: dict, x, iters: int, **labels) -> list[dict]:
+    """Whole calls of ``variants`` (name → call(x)) in rotated rounds (fusedlib.lab.timing.
+    time_round_robin: 10 warm-up calls, 10 rounds of ``iters``): a row a variant with ``labels``,
+    median_ms, min_ms and max_ms over the rounds."""
+    from fusedlib.lab.timing import time_round_robin
+    res = time_round_robin({v: (fn, None) for v, fn in variants.items()}, x, warmup=10, iters=iters, rounds=10)
+    return [dict(**labels, variant=v, median_ms=med, min_ms=lo, max_ms=hi) for v, (med, lo, hi, _) in res.items()]
+
+
 def autocast_steps(problem: str, impls=("fused", "sums", "eager")) -> tuple:
     """(x, {impl: (step, context)}): the autocast-bf16 train step of each impl at ``problem``'s
     KernelBench shape, as ``python -m fusedlib train-step --precision autocast-bf16`` builds and

@@ -28,12 +28,11 @@ import pandas as pd
 import torch
 
 from fusedlib.build import load_stage
-from fusedlib.lab.profiling import profile_kernels
-from fusedlib.lab.timing import time_round_robin
 from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
-from ab import add_patch_files, apply_edits, eager_call, forward_keeping_buffers, rel, with_env  # (lab/experiments)
+from ab import (add_patch_files, apply_edits, eager_call, forward_keeping_buffers,  # (lab/experiments)
+                kernel_rounds, rel, round_robin_rows, with_env)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run230-offload")
@@ -159,17 +158,9 @@ def main() -> None:
         row["offload_err_over_2_eager"] = row["offload_rel_err"] / (2 * eager_err)
         checks.append(row)
         print(row, flush=True)
-        for r in range(3):
-            for v, fn in variants.items():
-                ker = profile_kernels(fn, x, calls=10)
-                krows.append(dict(problem=problem, variant=v, round=r, total_us=sum(us for _, _, us in ker),
-                                  gemm_us=max(us for _, _, us in ker),
-                                  kernels=" | ".join(f"{n[:50]} {us:.1f}" for n, _, us in ker)))
-                print({k: val for k, val in krows[-1].items() if k != "kernels"}, flush=True)
-        res = time_round_robin({v: (variants[v], None) for v in ("fused", "offload", "cuBLAS")}, x, warmup=10,
-                               iters=100 if problem == "39" else 200, rounds=10)
-        for v, (med, lo, hi, _) in res.items():
-            rrows.append(dict(problem=problem, variant=v, median_ms=med, min_ms=lo, max_ms=hi))
+        krows += kernel_rounds(variants, x, problem=problem)
+        rrows += round_robin_rows({v: variants[v] for v in ("fused", "offload", "cuBLAS")}, x,
+                                  100 if problem == "39" else 200, problem=problem)
         print(rrows[-3:], flush=True)
     c, k, rr = pd.DataFrame(checks), pd.DataFrame(krows), pd.DataFrame(rrows)
     c.to_csv(OUT / "run230-checks.csv", index=False)
