@@ -24,7 +24,6 @@ import os
 import sys
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from fusedlib.build import load_stage
@@ -32,7 +31,7 @@ from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
 from ab import (add_patch_files, apply_edits, eager_call, forward_keeping_buffers,  # (lab/experiments)
-                kernel_rounds, rel, round_robin_rows, with_env)
+                kernel_rounds, rel, report, round_robin_rows, with_env)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run230-offload")
@@ -162,16 +161,7 @@ def main() -> None:
         rrows += round_robin_rows({v: variants[v] for v in ("fused", "offload", "cuBLAS")}, x,
                                   100 if problem == "39" else 200, problem=problem)
         print(rrows[-3:], flush=True)
-    c, k, rr = pd.DataFrame(checks), pd.DataFrame(krows), pd.DataFrame(rrows)
-    c.to_csv(OUT / "run230-checks.csv", index=False)
-    k.to_csv(OUT / "run230-kernels.csv", index=False)
-    rr.to_csv(OUT / "run230-rounds.csv", index=False)
-    pd.set_option("display.width", 220)
-    print(c.round(5).to_string(index=False))
-    print(k.groupby(["problem", "variant"], sort=False)[["gemm_us", "total_us"]].median().round(1).to_string())
-    cub = rr[rr.variant == "cuBLAS"].set_index("problem").median_ms
-    rr["over_cuBLAS"] = rr.median_ms / rr.problem.map(cub)
-    print(rr.round(4).to_string(index=False))
+    report("run230", OUT, checks, krows, rrows)
 
 
 if __name__ == "__main__":

@@ -32,12 +32,11 @@ import os
 import sys
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from ab import add_patch_files, eager_call, kernel_rounds, round_robin_rows  # noqa: E402  (lab/experiments)
+from ab import add_patch_files, eager_call, kernel_rounds, report, round_robin_rows  # noqa: E402  (lab/experiments)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 DEST = Path("build/run231")
@@ -145,18 +144,7 @@ def main() -> None:
         rrows += round_robin_rows({v: variants[v] for v in ("cl1 stats + TMA bf16", "cl1 stats + TMA bf16 + side",
                                                             "cuBLAS")}, x, 100 if problem == "39" else 200,
                                   problem=problem)
-    c, k, rr = pd.DataFrame(check_rows), pd.DataFrame(krows), pd.DataFrame(rrows)
-    c.to_csv(OUT / "run231-checks.csv", index=False)
-    k.to_csv(OUT / "run231-kernels.csv", index=False)
-    rr.to_csv(OUT / "run231-rounds.csv", index=False)
-    pd.set_option("display.width", 220)
-    print(c.to_string(index=False))
-    med = k.groupby(["problem", "variant"], sort=False).gemm_us.median().unstack(0)
-    med = med.assign(**{f"x cuBLAS {p}": med[p] / med.loc["cuBLAS", p] for p in med.columns})
-    print(med.round(3).to_string())
-    cub = rr[rr.variant == "cuBLAS"].set_index("problem").median_ms
-    rr["over_cuBLAS"] = rr.median_ms / rr.problem.map(cub)
-    print(rr.round(4).to_string(index=False))
+    report("run231", OUT, check_rows, krows, rrows)
 
 
 if __name__ == "__main__":

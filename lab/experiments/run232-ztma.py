@@ -30,7 +30,6 @@ import os
 import sys
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from fusedlib.build import load_stage
@@ -38,7 +37,7 @@ from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
 from ab import (apply_edits, eager_call, forward_keeping_buffers, kernel_rounds, rel,  # (lab/experiments)
-                round_robin_rows, with_env)
+                report, round_robin_rows, with_env)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run232-ztma")
@@ -214,17 +213,7 @@ def main() -> None:
         krows += kernel_rounds(variants, x, problem=problem)
         rrows += round_robin_rows({v: variants[v] for v in ("fused", "Z16 + ZTMA", "cuBLAS")}, x,
                                   100 if problem == "39" else 200, problem=problem)
-    c, k, rr = pd.DataFrame(checks), pd.DataFrame(krows), pd.DataFrame(rrows)
-    c.to_csv(OUT / "run232-checks.csv", index=False)
-    k.to_csv(OUT / "run232-kernels.csv", index=False)
-    rr.to_csv(OUT / "run232-rounds.csv", index=False)
-    pd.set_option("display.width", 220)
-    print(c.round(5).to_string(index=False))
-    med = k.groupby(["problem", "variant"], sort=False)[["gemm_us", "total_us"]].median().unstack(0)
-    print(med.round(1).to_string())
-    cub = rr[rr.variant == "cuBLAS"].set_index("problem").median_ms
-    rr["over_cuBLAS"] = rr.median_ms / rr.problem.map(cub)
-    print(rr.round(4).to_string(index=False))
+    report("run232", OUT, checks, krows, rrows)
 
 
 if __name__ == "__main__":
