@@ -1,7 +1,8 @@
 """Shared by the experiments that load a copy of the kernels beside the package's (run211,
-run213, run214, run227–run230): the edits that make a copy (each old text found once), a module's train forward through one extension's eager_forward (not the
-dispatcher, where the extension loaded last answers for every copy), and one forward that leaves
-the running buffers as it found them, so that every variant starts from the same state; and by
+run213, run214, run227–run232): the edits that make a copy (each old text found once), a module's train forward through one extension's eager_forward (not the
+dispatcher, where the extension loaded last answers for every copy), one forward that leaves
+the running buffers as it found them, so that every variant starts from the same state, a call
+with $FUSEDLIB_* knobs set for its duration, and the normwise relative error; and by
 those that time the autocast train step (run215, run221): its steps as the harness builds them."""
 
 
@@ -24,6 +25,73 @@ def forward_keeping_buffers(call, x, bn) -> tuple:
     for b, s in zip(buffers, saved):
         b.copy_(s)
     return out
+
+
+def with_env(call, **env):
+    """``call`` with $FUSEDLIB_<NAME>=value for each keyword (``z16=1``: $FUSEDLIB_Z16=1), set for the
+    duration of each call and removed after it (the copies' host code reads its knobs at each call)."""
+    import os
+    env = {f"FUSEDLIB_{k.upper()}": str(v) for k, v in env.items()}
+
+    def fn(x):
+        os.environ.update(env)
+        try:
+            return call(x)
+        finally:
+            for k in env:
+                os.environ.pop(k, None)
+    return fn
+
+
+def rel(y, ref) -> float:
+    """‖y − ref‖ / ‖ref‖ in float64 (normwise relative error)."""
+    return ((y.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def kernel_rounds(variants: dict, x, rounds: int = 3, **labels) -> list[dict]:
+    """Each of ``variants`` (name → call(x)) profiled in turn, ``rounds`` times
+    (fusedlib.lab.profiling.profile_kernels: the kernels of one call over 10 calls, each after an L2
+    flush): a row a variant and round with ``labels`` (problem=…), ``total_us`` (every kernel),
+    ``gemm_us`` (the longest: the GEMM at these shapes) and ``kernels`` (each one's name and µs),
+    printed as it comes."""
+    from fusedlib.lab.profiling import profile_kernels
+    rows = []
+    for r in range(rounds):
+        for name, fn in variants.items():
+            ker = profile_kernels(fn, x, calls=10)
+            rows.append(dict(**labels, variant=name, round=r, total_us=sum(us for _, _, us in ker),
+                             gemm_us=max(us for _, _, us in ker),
+                             kernels=" | ".join(f"{n[:60]} {us:.1f}" for n, _, us in ker)))
+            print({k: v for k, v in rows[-1].items() if k != "kernels"}, flush=True)
+    return rows
+
+
+def round_robin_rows(variants: dict, x, iters: int, **labels) -> list[dict]:
+    """Whole calls of ``variants`` (name → call(x)) in rotated rounds (fusedlib.lab.timing.
+    time_round_robin: 10 warm-up calls, 10 rounds of ``iters``): a row a variant with ``labels``,
+    median_ms, min_ms and max_ms over the rounds."""
+    from fusedlib.lab.timing import time_round_robin
+    res = time_round_robin({v: (fn, None) for v, fn in variants.items()}, x, warmup=10, iters=iters, rounds=10)
+    return [dict(**labels, variant=v, median_ms=med, min_ms=lo, max_ms=hi) for v, (med, lo, hi, _) in res.items()]
+
+
+def report(run: str, out, checks: list, krows: list, rrows: list) -> None:
+    """``out``/<run>-checks.csv, -kernels.csv (:func:`kernel_rounds`' rows) and -rounds.csv
+    (:func:`round_robin_rows`') written; then printed: the checks, each variant's median GEMM and
+    forward µs over the profiled rounds with the GEMM's ratio to cuBLAS's (a variant named
+    "cuBLAS"), and the rounds with each median over cuBLAS's."""
+    import pandas as pd
+    c, k, rr = pd.DataFrame(checks), pd.DataFrame(krows), pd.DataFrame(rrows)
+    for name, table in (("checks", c), ("kernels", k), ("rounds", rr)):
+        table.to_csv(out / f"{run}-{name}.csv", index=False)
+    pd.set_option("display.width", 220)
+    print(c.round(5).to_string(index=False))
+    med = k.groupby(["problem", "variant"], sort=False)[["gemm_us", "total_us"]].median().unstack(0)
+    gemm = med["gemm_us"]
+    print(med.assign(**{f"GEMM x cuBLAS {p}": gemm[p] / gemm.loc["cuBLAS", p] for p in gemm.columns}).round(3).to_string())
+    cub = rr[rr.variant == "cuBLAS"].set_index("problem").median_ms
+    rr["over_cuBLAS"] = rr.median_ms / rr.problem.map(cub)
+    print(rr.round(4).to_string(index=False))
 
 
 def autocast_steps(problem: str, impls=("fused", "sums", "eager")) -> tuple:

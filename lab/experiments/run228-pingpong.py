@@ -26,7 +26,7 @@ from fusedlib.lab.timing import time_round_robin
 from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
-from ab import add_patch_files, apply_edits, forward_keeping_buffers  # (lab/experiments, the script's folder)
+from ab import add_patch_files, apply_edits, forward_keeping_buffers, rel  # (lab/experiments, the script's folder)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run228-pingpong")
@@ -71,10 +71,6 @@ def direct(ext, module, precision: str, training: bool, pingpong: bool = False):
         finally:
             os.environ.pop("FUSEDLIB_PINGPONG", None)
     return call
-
-
-def rel(y, ref) -> float:
-    return ((y.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
 @torch.no_grad()

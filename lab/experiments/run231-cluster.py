@@ -32,12 +32,11 @@ import os
 import sys
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from ab import add_patch_files, eager_call  # noqa: E402  (lab/experiments)
+from ab import add_patch_files, eager_call, kernel_rounds, report, round_robin_rows  # noqa: E402  (lab/experiments)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 DEST = Path("build/run231")
@@ -113,8 +112,6 @@ def checks(ext, rows: list, name: str, n: int, k: int, m: int) -> None:
 @torch.no_grad()
 def main() -> None:
     from fusedlib.build import load_stage
-    from fusedlib.lab.profiling import profile_kernels
-    from fusedlib.lab.timing import time_round_robin
     from fusedlib.modules import from_reference
     from fusedlib.reference import PRESETS, make_reference
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -143,28 +140,11 @@ def main() -> None:
                     "cl1 stats + TMA bf16": proto(1, 3), "cl1 stats + TMA fp32": proto(1, 4), "cl1 no store": proto(1, 0),
                     "cl1 stats + TMA bf16 + side": proto(1, 3, True), "cl1 no store + side": proto(1, 0, True),
                     "cuBLAS": lambda x, w=w, b=b: torch.nn.functional.linear(x, w, b)}
-        for r in range(3):
-            for v, fn in variants.items():
-                ker = profile_kernels(fn, x, calls=10)
-                krows.append(dict(problem=problem, variant=v, round=r, gemm_us=max(us for _, _, us in ker),
-                                  kernels=" | ".join(f"{nm[:60]} {us:.1f}" for nm, _, us in ker)))
-                print({k: val for k, val in krows[-1].items() if k != "kernels"}, flush=True)
-        res = time_round_robin({v: (variants[v], None) for v in ("cl1 stats + TMA bf16", "cl1 stats + TMA bf16 + side", "cuBLAS")}, x, warmup=10,
-                               iters=100 if problem == "39" else 200, rounds=10)
-        for v, (med, lo, hi, _) in res.items():
-            rrows.append(dict(problem=problem, variant=v, median_ms=med, min_ms=lo, max_ms=hi))
-    c, k, rr = pd.DataFrame(check_rows), pd.DataFrame(krows), pd.DataFrame(rrows)
-    c.to_csv(OUT / "run231-checks.csv", index=False)
-    k.to_csv(OUT / "run231-kernels.csv", index=False)
-    rr.to_csv(OUT / "run231-rounds.csv", index=False)
-    pd.set_option("display.width", 220)
-    print(c.to_string(index=False))
-    med = k.groupby(["problem", "variant"], sort=False).gemm_us.median().unstack(0)
-    med = med.assign(**{f"x cuBLAS {p}": med[p] / med.loc["cuBLAS", p] for p in med.columns})
-    print(med.round(3).to_string())
-    cub = rr[rr.variant == "cuBLAS"].set_index("problem").median_ms
-    rr["over_cuBLAS"] = rr.median_ms / rr.problem.map(cub)
-    print(rr.round(4).to_string(index=False))
+        krows += kernel_rounds(variants, x, problem=problem)
+        rrows += round_robin_rows({v: variants[v] for v in ("cl1 stats + TMA bf16", "cl1 stats + TMA bf16 + side",
+                                                            "cuBLAS")}, x, 100 if problem == "39" else 200,
+                                  problem=problem)
+    report("run231", OUT, check_rows, krows, rrows)
 
 
 if __name__ == "__main__":

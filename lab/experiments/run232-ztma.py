@@ -30,16 +30,14 @@ import os
 import sys
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from fusedlib.build import load_stage
-from fusedlib.lab.profiling import profile_kernels
-from fusedlib.lab.timing import time_round_robin
 from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
-from ab import apply_edits, eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
+from ab import (apply_edits, eager_call, forward_keeping_buffers, kernel_rounds, rel,  # (lab/experiments)
+                report, round_robin_rows, with_env)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run232-ztma")
@@ -170,24 +168,6 @@ def ztma_kernels(dest: Path) -> Path:
     return dest
 
 
-def with_env(call, **env):
-    """``call`` with $FUSEDLIB_<NAME>=value for each keyword, for its duration."""
-    env = {f"FUSEDLIB_{k.upper()}": str(v) for k, v in env.items()}
-
-    def fn(x):
-        os.environ.update(env)
-        try:
-            return call(x)
-        finally:
-            for k in env:
-                os.environ.pop(k, None)
-    return fn
-
-
-def rel(y, ref) -> float:
-    return ((y.double() - ref.double()).norm() / ref.double().norm()).item()
-
-
 @torch.no_grad()
 def smoke() -> None:
     """Small shapes, bf16 and fp16, 33 and 84: Z16 against Z16 + ZTMA (bits), and the package's."""
@@ -230,28 +210,10 @@ def main() -> None:
         row["ztma_err_over_2_eager"] = row["ztma_rel_err"] / (2 * eager_err)
         checks.append(row)
         print(row, flush=True)
-        for r in range(3):
-            for v, fn in variants.items():
-                ker = profile_kernels(fn, x, calls=10)
-                krows.append(dict(problem=problem, variant=v, round=r, total_us=sum(us for _, _, us in ker),
-                                  gemm_us=max(us for _, _, us in ker),
-                                  kernels=" | ".join(f"{n[:50]} {us:.1f}" for n, _, us in ker)))
-                print({k: val for k, val in krows[-1].items() if k != "kernels"}, flush=True)
-        res = time_round_robin({v: (variants[v], None) for v in ("fused", "Z16 + ZTMA", "cuBLAS")}, x, warmup=10,
-                               iters=100 if problem == "39" else 200, rounds=10)
-        for v, (med, lo, hi, _) in res.items():
-            rrows.append(dict(problem=problem, variant=v, median_ms=med, min_ms=lo, max_ms=hi))
-    c, k, rr = pd.DataFrame(checks), pd.DataFrame(krows), pd.DataFrame(rrows)
-    c.to_csv(OUT / "run232-checks.csv", index=False)
-    k.to_csv(OUT / "run232-kernels.csv", index=False)
-    rr.to_csv(OUT / "run232-rounds.csv", index=False)
-    pd.set_option("display.width", 220)
-    print(c.round(5).to_string(index=False))
-    med = k.groupby(["problem", "variant"], sort=False)[["gemm_us", "total_us"]].median().unstack(0)
-    print(med.round(1).to_string())
-    cub = rr[rr.variant == "cuBLAS"].set_index("problem").median_ms
-    rr["over_cuBLAS"] = rr.median_ms / rr.problem.map(cub)
-    print(rr.round(4).to_string(index=False))
+        krows += kernel_rounds(variants, x, problem=problem)
+        rrows += round_robin_rows({v: variants[v] for v in ("fused", "Z16 + ZTMA", "cuBLAS")}, x,
+                                  100 if problem == "39" else 200, problem=problem)
+    report("run232", OUT, checks, krows, rrows)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from fusedlib.lab.profiling import profile_kernels
 from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
+
+from ab import kernel_rounds  # (lab/experiments, the script's folder)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 
@@ -26,15 +27,10 @@ def main() -> None:
         calls = {s: from_reference(ref, stage=s, precision="tf32").cuda().train().to(torch.bfloat16)
                  for s in ("sums", "fused")}
         calls["cuBLAS"] = lambda x, w=w, b=b: torch.nn.functional.linear(x, w, b)
-        for r in range(3):
-            for name, fn in calls.items():
-                ker = profile_kernels(fn, x, calls=10)
-                rows.append(dict(problem=problem, impl=name, round=r, total_us=sum(us for _, _, us in ker),
-                                 gemm_us=max(us for _, _, us in ker),
-                                 kernels=" | ".join(f"{n[:50]} {us:.1f}" for n, _, us in ker)))
+        rows += kernel_rounds(calls, x, problem=problem)
     k = pd.DataFrame(rows)
     k.to_csv(OUT / "run233-kernels.csv", index=False)
-    med = k.groupby(["problem", "impl"], sort=False)[["gemm_us", "total_us"]].median().unstack(0)
+    med = k.groupby(["problem", "variant"], sort=False)[["gemm_us", "total_us"]].median().unstack(0)
     cub = med["total_us"].loc["cuBLAS"]
     print(med.round(1).to_string())
     print("forward / cuBLAS:", (med["total_us"] / cub).round(3).to_string())
