@@ -71,7 +71,9 @@ struct BackwardProblem {
 
 // Element q of Z, widened from p.z_type (exact).
 __device__ __forceinline__ float z_at(const BackwardProblem& p, size_t q) {
-  return p.z_type == OPERAND_BF16 ? load<OPERAND_BF16>(p.z, q) : p.z_type == OPERAND_FP16 ? load<OPERAND_FP16>(p.z, q) : p.z[q];
+  return p.z_type == OPERAND_BF16   ? load<OPERAND_BF16>(p.z, q)
+         : p.z_type == OPERAND_FP16 ? load<OPERAND_FP16>(p.z, q)
+                                    : p.z[q];
 }
 
 constexpr int kBwdCols = 32;       // columns a block of the partials and dZ' kernels
@@ -356,7 +358,8 @@ template <int OP> __device__ __forceinline__ void store2(float* base, size_t q, 
 // dZ' for 16-bit dY and Y (OP), row-major alone, rounded to that dtype: a 32-row × 64-column
 // tile a block, thread (c, g) on columns j, j + 1 (j = 64·blockIdx.x + 2c) of rows g, g + 8, ….
 // Pairs (M even, the tensors aligned to them): 4-byte loads of dY and Y and stores of dZ',
-// 8-byte loads of a float32 Z (4-byte of a 16-bit one); otherwise element by element. Every element as backward_dz_kernel's (dz_value).
+// 8-byte loads of a float32 Z (4-byte of a 16-bit one); otherwise element by element. Every element
+// as backward_dz_kernel's (dz_value).
 template <bool K84, int OP>
 __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz16_kernel(const BackwardProblem p, int tile0) {
   static_assert(OP != OPERAND_FP32, "float32 dZ' is backward_dz_kernel's");

@@ -85,7 +85,8 @@ inline const char* with_row_types(YOut y, ZIn z, F&& f) {
   using F32 = std::integral_constant<int, OPERAND_FP32>;
   using B16 = std::integral_constant<int, OPERAND_BF16>;
   using H16 = std::integral_constant<int, OPERAND_FP16>;
-  if (z.type == OPERAND_FP32) return y.type == OPERAND_BF16 ? f(B16{}, F32{}) : y.type == OPERAND_FP16 ? f(H16{}, F32{}) : f(F32{}, F32{});
+  if (z.type == OPERAND_FP32)
+    return y.type == OPERAND_BF16 ? f(B16{}, F32{}) : y.type == OPERAND_FP16 ? f(H16{}, F32{}) : f(F32{}, F32{});
   if (y.type == OPERAND_FP32) return z.type == OPERAND_BF16 ? f(F32{}, B16{}) : f(F32{}, H16{});
   if (y.type == z.type) return z.type == OPERAND_BF16 ? f(B16{}, B16{}) : f(H16{}, H16{});
   return "a row pass reads Z' in float32 or in Y's 16-bit type";

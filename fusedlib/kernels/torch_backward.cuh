@@ -108,7 +108,9 @@ static std::vector<at::Tensor> backward_passes_impl(const at::Tensor& dy_in, con
   p.dy = static_cast<const float*>(dy.const_data_ptr());  // (a 16-bit dY and Y: their elements' address, p.operand)
   p.y = static_cast<const float*>(y.const_data_ptr());
   p.z = static_cast<const float*>(z.const_data_ptr());  // (a 16-bit Z: its elements' address, p.z_type)
-  p.z_type = z.scalar_type() == at::kBFloat16 ? OPERAND_BF16 : z.scalar_type() == at::kHalf ? OPERAND_FP16 : OPERAND_FP32;
+  p.z_type = z.scalar_type() == at::kBFloat16 ? OPERAND_BF16
+             : z.scalar_type() == at::kHalf   ? OPERAND_FP16
+                                              : OPERAND_FP32;
   p.scale = scale.data_ptr<float>();
   p.gamma = gamma.data_ptr<float>();
   p.beta = beta.data_ptr<float>();

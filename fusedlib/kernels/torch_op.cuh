@@ -289,7 +289,10 @@ static std::optional<at::Tensor> forward_impl(
   at::Tensor z_own;  // (z16_own: freed after the call, as parts below)
   if (z16_own)
     z_own = explain_oom([&] { return at::detail::empty_cuda({n, m}, z_dtype, x.device(), std::nullopt); }, needs);
-  p.z = keep_z ? static_cast<float*>(z_out->data_ptr()) : z16_own ? static_cast<float*>(z_own.data_ptr()) : z16 ? p.y16 : p.y;
+  p.z = keep_z    ? static_cast<float*>(z_out->data_ptr())
+        : z16_own ? static_cast<float*>(z_own.data_ptr())
+        : z16     ? p.y16
+                  : p.y;
   p.z_type = !z16 ? OPERAND_FP32 : operand;
   p.part = scratch.floats;
   p.coef = scratch.floats + n_part;
@@ -332,7 +335,8 @@ static std::optional<at::Tensor> forward_impl(
     if (y32) C10_CUDA_CHECK(cudaMemsetAsync(p.y, 0xFF, y.nbytes(), stream));
     if (p.y16) C10_CUDA_CHECK(cudaMemsetAsync(p.y16, 0xFF, y16.nbytes(), stream));
     if (z16_own) C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, z_own.nbytes(), stream));
-    if (keep_z && p.sync_phase != 2) C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, z_out->nbytes(), stream));  // (2: Z is phase 1's)
+    if (keep_z && p.sync_phase != 2)  // (2: Z is phase 1's)
+      C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, z_out->nbytes(), stream));
   }
   const char* err = launch_copy_vectors(widen, stream);
   if (!err) err = FL_ENTRY(&p, stream);
@@ -412,10 +416,11 @@ std::vector<at::Tensor> sync_train(const at::Tensor& x_in, const at::Tensor& wei
 // (torch.ops.fusedlib.backward_sixteen, registered by torch_backward.cuh, redispatched straight to
 // its CUDA kernel). After the module's forward the host makes no Python call for the step: at the
 // KernelBench shapes a 16-bit step's kernels take less time than its Python calls took. Saves what
-// StageFunction saves (Y for 84, the GEMM's Z: float32, or Z' in x's dtype at sums and fused, x, W, the scale, γ and β) and gives the same
-// gradients bit for bit (the same kernels and GEMMs; under autocast a float32 W rounded inside, as
-// fusedlib.ops._master_cast rounds it, and its gradient float32). *declined: forward_impl's checks
-// sent the call to the operator's way (nothing was written; the caller returns None).
+// StageFunction saves (Y for 84, the GEMM's Z: float32, or Z' in x's dtype at sums and fused; x, W,
+// the scale, γ and β) and gives the same gradients bit for bit (the same kernels and GEMMs; under
+// autocast a float32 W rounded inside, as fusedlib.ops._master_cast rounds it, and its gradient
+// float32). *declined: forward_impl's checks sent the call to the operator's way (nothing was
+// written; the caller returns None).
 struct SixteenBitTrain : public torch::autograd::Function<SixteenBitTrain> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, const at::Tensor& scale, const at::Tensor& gamma,
@@ -424,7 +429,8 @@ struct SixteenBitTrain : public torch::autograd::Function<SixteenBitTrain> {
                             double eps, std::optional<double> momentum, bool* declined) {
     *declined = x.dim() != 2 || weight.dim() != 2;
     if (*declined) return at::empty({0}, x.options());
-    const at::Tensor z = at::empty({x.size(0), weight.size(0)}, x.options().dtype(fl::kStageZ16 ? x.scalar_type() : at::kFloat));
+    const at::Tensor z =
+        at::empty({x.size(0), weight.size(0)}, x.options().dtype(fl::kStageZ16 ? x.scalar_type() : at::kFloat));
     // autocast's float32 master weight: the kernels read it rounded to x's dtype (no node: inside
     // the node's forward); the node saves it as it came, so its gradient comes back in float32
     const at::Tensor w = weight.scalar_type() == x.scalar_type() ? weight : weight.to(x.scalar_type());
