@@ -646,7 +646,7 @@ def test_sums_and_fused_keep_a_sixteen_bit_z_in_the_dtype(stage, kind, dtype, ve
     if vectors == "float32":  # (autocast's: the vectors stay float32, the operands 16-bit)
         t[1:7] = [v.float() for v in t[1:7]]
     op = getattr(torch.ops.fusedlib, stage)
-    exact = x.float() @ t[0].float().T
+    exact = (x.double() @ t[0].double().T).float()  # (no global TF32 switch in the way)
     paths = ["mma"] + (["wgmma"] if torch.cuda.get_device_capability() >= (9, 0) else [])
     for path in paths:
         outs = []
@@ -658,7 +658,7 @@ def test_sums_and_fused_keep_a_sixteen_bit_z_in_the_dtype(stage, kind, dtype, ve
             outs.append((y, *buffers))
             if keep:
                 assert not z.isnan().any(), path
-                bound = exact.abs() * UNIT[dtype] * 1.01 + 1e-5 * exact.abs().max()
+                bound = exact.abs() * UNIT[dtype] * 1.01 + 1e-4 * exact.abs().max()  # (+ the fp32 sums' error)
                 assert ((z.float() - exact).abs() <= bound).all(), path
         assert outs[0][0].dtype == (dtype if vectors == "dtype" else torch.float32)
         assert not outs[0][0].isnan().any(), path
