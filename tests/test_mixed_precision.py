@@ -631,7 +631,7 @@ def test_sums_and_fused_keep_a_sixteen_bit_z_in_the_dtype(stage, kind, dtype, ve
     """sums and fused keep a 16-bit module's Z' in its dtype in train mode (docs/design.md §15; on
     wgmma through the TMA epilogue where M % 8 == 0, else from the registers; on mma.sync from the
     C tile), on each GEMM path the GPU has: the operator's z_out in the dtype holds X·Wᵀ rounded
-    once (within one unit roundoff of the float32 product, whose sums run in another order); Y and
+    once (within one unit roundoff of the exact product, and the float32 sums' error); Y and
     the running buffers are bit for bit the same whether the backward keeps Z' (z_out) or not (Z' in
     Y's memory, or with float32 vectors, autocast's, whose scale promotes Y to float32, in memory of
     its own); nothing unwritten (Y and Z' poisoned first); a float32 z_out is refused, naming the
