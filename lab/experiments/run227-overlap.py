@@ -31,17 +31,40 @@ import torch
 
 from fusedlib.build import load_stage
 from fusedlib.lab.profiling import profile_kernels
-from fusedlib.lab.timing import time_round_robin
 from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
-from ab import apply_edits, eager_call, forward_keeping_buffers  # (lab/experiments, the script's folder)
+from ab import apply_edits, eager_call, forward_keeping_buffers, round_robin_rows  # (lab/experiments)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run227-overlap")
 _spec = importlib.util.spec_from_file_location("run214", Path(__file__).with_name("run214-z16.py"))
 run214 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(run214)
+
+# The knobs' host code, shared with run230's copy: $FUSEDLIB_<NAME> as an int (0 unset), and
+# $FUSEDLIB_COLGROUP / $FUSEDLIB_SIDE into a Problem q (the side buffer allocated once, 2 × N·M
+# 16-bit elements).
+ENV_INT = ("inline int env_int(const char* name) {\n"
+           "  const char* e = std::getenv(name);\n"
+           "  return e && *e ? std::atoi(e) : 0;\n"
+           "}\n")
+SIDE_KNOBS = """  q.colgroup = env_int("FUSEDLIB_COLGROUP");
+  if (env_int("FUSEDLIB_SIDE")) {
+    static void* buf = nullptr;
+    static size_t bytes = 0;
+    const size_t need = (size_t)q.n * q.m * 2;
+    if (bytes < need) {
+      if (buf) cudaFree(buf);
+      cudaMalloc(&buf, 2 * need);
+      cudaMemset(buf, 0, 2 * need);
+      bytes = need;
+    }
+    q.side_src = buf;
+    q.side_dst = static_cast<char*>(buf) + need;
+    q.side_n = (long long)q.n * q.m;
+  }
+"""
 
 EDITS = {
     "common.cuh": [(
@@ -117,28 +140,9 @@ __device__ __forceinline__ void side_stream(const Problem& p, int t) {
 // run227: the knobs, read at each call; the side buffer allocated once (2 × N·M 16-bit elements).
 inline void apply_knobs(Problem& q) {
   q.z16 = env_int("FUSEDLIB_Z16");
-  q.colgroup = env_int("FUSEDLIB_COLGROUP");
-  if (env_int("FUSEDLIB_SIDE")) {
-    static void* buf = nullptr;
-    static size_t bytes = 0;
-    const size_t need = (size_t)q.n * q.m * 2;
-    if (bytes < need) {
-      if (buf) cudaFree(buf);
-      cudaMalloc(&buf, 2 * need);
-      cudaMemset(buf, 0, 2 * need);
-      bytes = need;
-    }
-    q.side_src = buf;
-    q.side_dst = static_cast<char*>(buf) + need;
-    q.side_n = (long long)q.n * q.m;
-  }
-}"""), (
+""" + SIDE_KNOBS + """}"""), (
         "inline bool z16_wanted(const Problem& p) {",
-        "inline int env_int(const char* name) {\n"
-        "  const char* e = std::getenv(name);\n"
-        "  return e && *e ? std::atoi(e) : 0;\n"
-        "}\n"
-        "inline bool z16_wanted(const Problem& p) {"), (
+        ENV_INT + "inline bool z16_wanted(const Problem& p) {"), (
         "    q.z16 = 1;\n", "    apply_knobs(q);\n"), (
         "    return launch_rows_z16(q, st);\n  }\n",
         "    if (q.z16 == 1) return launch_rows_z16(q, st);\n"
@@ -228,10 +232,8 @@ def main() -> None:
         x, variants, mod = setup(problem, package, copy)
         crows += checks(problem, x, variants, mod)
         krows += kernels(problem, x, variants)
-        timed = {v: (variants[v], None) for v in ("package", "z16", "cuBLAS")}
-        res = time_round_robin(timed, x, warmup=10, iters=100 if problem == "39" else 200, rounds=10)
-        for v, (med, lo, hi, _) in res.items():
-            rrows.append(dict(problem=problem, variant=v, median_ms=med, min_ms=lo, max_ms=hi))
+        rrows += round_robin_rows({v: variants[v] for v in ("package", "z16", "cuBLAS")}, x, 100 if problem == "39" else 200,
+                                  problem=problem)
         print(rrows[-3:], flush=True)
     k, rr = pd.DataFrame(krows), pd.DataFrame(rrows)
     k.to_csv(OUT / "run227-kernels.csv", index=False)

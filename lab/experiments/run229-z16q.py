@@ -21,9 +21,8 @@ import pandas as pd
 import torch
 
 from fusedlib.build import load_stage
-from fusedlib.lab.timing import time_round_robin
 
-from ab import apply_edits, forward_keeping_buffers  # (lab/experiments, the script's folder)
+from ab import apply_edits, forward_keeping_buffers, round_robin_rows  # (lab/experiments)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run229-z16q")
@@ -129,10 +128,8 @@ def main() -> None:
                                                        / ys["package"].float().abs().max()).item()))
         print(crows[-1], flush=True)
         krows += run227.kernels(problem, x, variants)
-        timed = {v: (variants[v], None) for v in ("package", "z16q", "cuBLAS")}
-        res = time_round_robin(timed, x, warmup=10, iters=100 if problem == "39" else 200, rounds=10)
-        for v, (med, lo, hi, _) in res.items():
-            rrows.append(dict(problem=problem, variant=v, median_ms=med, min_ms=lo, max_ms=hi))
+        rrows += round_robin_rows({v: variants[v] for v in ("package", "z16q", "cuBLAS")}, x, 100 if problem == "39" else 200,
+                                  problem=problem)
         print(rrows[-3:], flush=True)
     k, rr = pd.DataFrame(krows), pd.DataFrame(rrows)
     k.to_csv(OUT / "run229-kernels.csv", index=False)

@@ -57,27 +57,8 @@ inline bool offload_wanted(const Problem& p) {
          p.splits <= 1 && !p.z0 && p.m % 8 == 0 && (p.kind != 84 || p.m <= 4 * kMaxRegRowVec * kRegRowThreads);
 }
 // run230: the knobs ($FUSEDLIB_COLGROUP, $FUSEDLIB_SIDE), read at each call; the side buffer once.
-inline int offload_env(const char* name) {
-  const char* e = std::getenv(name);
-  return e && *e ? std::atoi(e) : 0;
-}
-inline void offload_knobs(Problem& q) {
-  q.colgroup = offload_env("FUSEDLIB_COLGROUP");
-  if (offload_env("FUSEDLIB_SIDE")) {
-    static void* buf = nullptr;
-    static size_t bytes = 0;
-    const size_t need = (size_t)q.n * q.m * 2;
-    if (bytes < need) {
-      if (buf) cudaFree(buf);
-      cudaMalloc(&buf, 2 * need);
-      cudaMemset(buf, 0, 2 * need);
-      bytes = need;
-    }
-    q.side_src = buf;
-    q.side_dst = static_cast<char*>(buf) + need;
-    q.side_n = (long long)q.n * q.m;
-  }
-}
+""" + run227.ENV_INT + """inline void offload_knobs(Problem& q) {
+""" + run227.SIDE_KNOBS + """}
 inline bool z16_wanted(const Problem& p) {"""), (
     "  if (z16_wanted(p)) {  // run214: Z′ in the operand's 16-bit type\n",
     """  if (offload_wanted(p)) {  // run230: the epilogue offloaded, then the finalize and the 16-bit row pass
