@@ -206,7 +206,10 @@ SHAPES16 = [(300, 200, 333), (257, 8, 130), (128, 1024, 512)]
 @pytest.mark.parametrize("stage", fusedlib.STAGES)
 def test_sixteen_bit_kernels_on_each_path_within_twice_eager(stage, kind, training, dtype, path, shape, monkeypatch):
     """Each GEMM path with 16-bit operands (FUSEDLIB_GEMM_PATH; wgmma needs sm_90a): output,
-    buffers and gradients within twice eager's error in the dtype, over two seeds."""
+    buffers and gradients within twice eager's error in the dtype, over the SEEDS of the module
+    test (84's scale gradient cancels: at 300x200->333 with Z' in bf16, seeds 0-1 give an rms
+    error of 0.076 against eager's 0.025, one seed's 0.11 against 0.03; seeds 0-5 of a float64
+    model of the same roundings give 0.047 against 0.040: two seeds judge a coin toss)."""
     if path == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma runs on sm_90a only")
     monkeypatch.setenv(fusedlib.engine.ENV_VAR, path)
@@ -221,7 +224,7 @@ def test_sixteen_bit_kernels_on_each_path_within_twice_eager(stage, kind, traini
         return out
 
     eager.case = fused.case = (kind, training, shape)
-    _judge(_rms_errors(fused, SEEDS[:2]), _rms_errors(eager, SEEDS[:2]), dtype, "cuda", test="path", problem=kind,
+    _judge(_rms_errors(fused), _rms_errors(eager), dtype, "cuda", test="path", problem=kind,
            stage=stage, mode="train" if training else "eval", path=path, shape="{}x{}->{}".format(*shape))
 
 
@@ -645,6 +648,8 @@ def test_sums_and_fused_keep_a_sixteen_bit_z_in_the_dtype(stage, kind, dtype, ve
     t = list(module._tensors())
     if vectors == "float32":  # (autocast's: the vectors stay float32, the operands 16-bit)
         t[1:7] = [v.float() for v in t[1:7]]
+    from fusedlib.build import load_stage
+    load_stage(stage, x.get_device())  # registers the operator's CUDA kernel
     op = getattr(torch.ops.fusedlib, stage)
     exact = (x.double() @ t[0].double().T).float()  # (no global TF32 switch in the way)
     paths = ["mma"] + (["wgmma"] if torch.cuda.get_device_capability() >= (9, 0) else [])
