@@ -3,9 +3,14 @@ modules under ``torch.autocast``, every stage, train and eval mode, on the CPU a
 on CUDA, against eager
 PyTorch's same model in the same setting: the output's dtype, and the output, the running
 buffers and every gradient within twice eager's own error against float64. Errors are the root
-mean square over SEEDS fresh cases: a single case's error of a sum that cancels (84's scale
-gradient) swings by 10× between seeds for eager and fused alike; the mean does not. The
-dtype's unit roundoff is the floor (eager's error can be smaller still). On CUDA (``pytest -m
+mean square over SEEDS fresh cases of each case's normwise relative error, with one exception:
+84's scale gradient is one sum over N·M terms of both signs (|Σ| down to 1 % of Σ|terms| at these
+seeds), and its error relative to |Σ| swings by 10× and more between seeds for eager and fused
+alike, so one nearly cancelling seed decided the mean. Its error is taken relative to Σ|terms|
+instead (the sum's condition: Higham, Accuracy and Stability of Numerical Algorithms, §4.2), with
+the floor scaled to match: each case is judged as before, the cases are weighted by their terms'
+size rather than by 1 / |Σ|. The dtype's unit roundoff (of the value, for the scale gradient) is
+the floor (eager's error can be smaller still). On CUDA (``pytest -m
 gpu``) each such comparison is recorded under "mixed_precision" in results/<gpu>/validation.json
 (tests/run_gpu_suite.py's part "mixed"): the case, every quantity's two errors and the worst ratio
 of the module's error to its budget."""
@@ -34,6 +39,37 @@ def _err(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got.double() - want).norm() / want.norm().clamp_min(1e-300)).item()
 
 
+#: The key of a quantity's condition in a float64 step's results: Σ|terms| of a sum that cancels.
+TERMS = "|terms| of "
+
+
+class Errors(dict):
+    """Root mean square errors by quantity; ``floor[k]``: the unit roundoff's factor in quantity
+    k's units (1 for normwise relative errors; for 84's scale gradient the root mean square of
+    |Σ| / Σ|terms|, so that an error within one unit roundoff of the value still passes)."""
+
+    def __init__(self, *args, floor=None):
+        super().__init__(*args)
+        self.floor = floor or {}
+
+
+def _scale_gradient_terms(model, x: torch.Tensor, dy: torch.Tensor) -> float:
+    """Σ_ij |∂L/∂U_ij · H_ij| of 84's scale gradient dL/ds = Σ_ij ∂L/∂U_ij · H_ij (H the
+    BatchNorm's output, U = s·H the softmax's input), in model's (float64) precision."""
+    h = []
+
+    def keep(module, inputs, out):  # (returns None: the output unchanged)
+        out.retain_grad()
+        h.append(out)
+
+    hook = model.bn.register_forward_hook(keep)
+    try:
+        model(x.requires_grad_(True)).backward(dy)
+    finally:
+        hook.remove()
+    return (h[0].grad * h[0]).abs().sum().item() / model.scale.abs().item()
+
+
 def _step(model, x: torch.Tensor, dy: torch.Tensor, training: bool, autocast=None) -> dict:
     """A forward (and in train mode a backward for dY) of ``model`` on x's device; the output,
     buffers and gradients, on the CPU."""
@@ -60,22 +96,37 @@ def _case(kind: str, training: bool, shape=(32, 64, 48), seed: int = 0):
         ref(torch.rand(40, k, generator=torch.Generator().manual_seed(seed + 7)))
     g = torch.Generator().manual_seed(seed + 1)
     x, dy = torch.randn(n, k, generator=g), torch.randn(n, m, generator=g)
-    return ref, x, dy, _step(copy.deepcopy(ref).double(), x.double(), dy.double(), training)
+    want = _step(copy.deepcopy(ref).double(), x.double(), dy.double(), training)
+    if kind == "84" and training:
+        want[TERMS + "d scale"] = _scale_gradient_terms(copy.deepcopy(ref).double().train(), x.double(), dy.double())
+    return ref, x, dy, want
 
 
 def _rms_errors(run, seeds=SEEDS) -> dict:
     """Root mean square over ``seeds`` of each quantity's error against float64; ``run(ref, x,
     dy)`` returns the step's dict."""
     total: dict = {}
+    floor: dict = {}
     for seed in seeds:
         ref, x, dy, want = _case(*run.case, seed=seed)  # (kind, training[, shape])
         for k, v in run(ref, x, dy).items():
-            total[k] = total.get(k, 0.0) + _err(v, want[k]) ** 2 / len(seeds)
-    return {k: v ** 0.5 for k, v in total.items()}
+            if TERMS + k in want:  # a sum that cancels: relative to Σ|terms| (the module's docstring)
+                terms = want[TERMS + k]
+                e = (v.double() - want[k].double()).abs().max().item() / terms
+                floor[k] = floor.get(k, 0.0) + (want[k].double().abs().max().item() / terms) ** 2 / len(seeds)
+            else:
+                e = _err(v, want[k])
+            total[k] = total.get(k, 0.0) + e ** 2 / len(seeds)
+    return Errors({k: v ** 0.5 for k, v in total.items()}, floor={k: v ** 0.5 for k, v in floor.items()})
 
 
-def _within_twice_eager(got: dict, eager: dict, dtype) -> dict:
-    return {k: (got[k], eager[k]) for k in eager if not got[k] <= max(2 * eager[k], UNIT[dtype])}
+def _budget(eager: Errors, k: str, dtype) -> float:
+    """Twice eager's error of quantity k, one unit roundoff (in k's units) the floor."""
+    return max(2 * eager[k], UNIT[dtype] * eager.floor.get(k, 1.0))
+
+
+def _within_twice_eager(got: dict, eager: Errors, dtype) -> dict:
+    return {k: (got[k], eager[k]) for k in eager if not got[k] <= _budget(eager, k, dtype)}
 
 
 def _judge(got: dict, eager: dict, dtype, device: str, **case) -> None:
@@ -83,10 +134,10 @@ def _judge(got: dict, eager: dict, dtype, device: str, **case) -> None:
     floor); on CUDA the comparison is recorded (``case``: test, problem, stage, mode, path, shape)."""
     bad = _within_twice_eager(got, eager, dtype)
     if device == "cuda":
-        ratios = {k: got[k] / max(2 * eager[k], UNIT[dtype]) for k in eager}
+        ratios = {k: got[k] / _budget(eager, k, dtype) for k in eager}
         RECORD["mixed_precision"].append({
             **case, "dtype": DTYPE_NAMES[dtype], "device": torch.cuda.get_device_name(),
-            "errors": {k: [got[k], eager[k]] for k in eager}, "unit": UNIT[dtype],
+            "errors": {k: [got[k], eager[k]] for k in eager}, "unit": UNIT[dtype], "unit_factor": eager.floor,
             "worst_ratio": max(ratios.values()), "passed": not bad})
     assert not bad, f"(fused, eager) errors against float64 beyond twice eager's: {bad}"
 
@@ -207,9 +258,7 @@ SHAPES16 = [(300, 200, 333), (257, 8, 130), (128, 1024, 512)]
 def test_sixteen_bit_kernels_on_each_path_within_twice_eager(stage, kind, training, dtype, path, shape, monkeypatch):
     """Each GEMM path with 16-bit operands (FUSEDLIB_GEMM_PATH; wgmma needs sm_90a): output,
     buffers and gradients within twice eager's error in the dtype, over the SEEDS of the module
-    test (84's scale gradient cancels: at 300x200->333 with Z' in bf16, seeds 0-1 give an rms
-    error of 0.076 against eager's 0.025, one seed's 0.11 against 0.03; seeds 0-5 of a float64
-    model of the same roundings give 0.047 against 0.040: two seeds judge a coin toss)."""
+    test (two seeds judged 84's cancelling scale gradient by one seed's luck)."""
     if path == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma runs on sm_90a only")
     monkeypatch.setenv(fusedlib.engine.ENV_VAR, path)
