@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 
 import pytest
 import torch
@@ -102,14 +103,20 @@ def _case(kind: str, training: bool, shape=(32, 64, 48), seed: int = 0):
     return ref, x, dy, want
 
 
+@functools.lru_cache(maxsize=None)
+def _float64_case(kind: str, training: bool, shape=(32, 64, 48), seed: int = 0):
+    """:func:`_case`, made once for every test that judges it (callers copy the model)."""
+    return _case(kind, training, shape, seed)
+
+
 def _rms_errors(run, seeds=SEEDS) -> dict:
     """Root mean square over ``seeds`` of each quantity's error against float64; ``run(ref, x,
     dy)`` returns the step's dict."""
     total: dict = {}
     floor: dict = {}
     for seed in seeds:
-        ref, x, dy, want = _case(*run.case, seed=seed)  # (kind, training[, shape])
-        for k, v in run(ref, x, dy).items():
+        ref, x, dy, want = _float64_case(*run.case, seed=seed)  # (kind, training[, shape])
+        for k, v in run(copy.deepcopy(ref), x, dy).items():
             if TERMS + k in want:  # a sum that cancels: relative to Σ|terms| (the module's docstring)
                 terms = want[TERMS + k]
                 e = (v.double() - want[k].double()).abs().max().item() / terms
@@ -246,6 +253,13 @@ def test_autocast_computes_what_eager_autocast_computes(stage, kind, training, d
 # multiples of the tiles, K a multiple of 8 but not of a stage's 64 or 32 elements, K = 8),
 # and a shape of few tiles, where the wgmma GEMM splits K (KernelBench v0, 128 × 1024 → 512).
 SHAPES16 = [(300, 200, 333), (257, 8, 130), (128, 1024, 512)]
+#: The path test's seeds: 16, not SEEDS' 4. On the H200 at four seeds, eager's error of 84's
+#: scale gradient (relative to Σ|terms|) swung 3.5× between these shapes (bf16: 2.7e-5 to 9.4e-5)
+#: while the fused stage's stayed at 6–8e-5, so one shape's lucky eager failed a comparison that
+#: the other two passed with room. Eager's errors, which depend on neither stage nor path, are
+#: taken once (EAGER16), and the float64 cases once (_float64_case).
+PATH_SEEDS = range(16)
+EAGER16: dict = {}
 
 
 @pytest.mark.gpu
@@ -257,8 +271,7 @@ SHAPES16 = [(300, 200, 333), (257, 8, 130), (128, 1024, 512)]
 @pytest.mark.parametrize("stage", fusedlib.STAGES)
 def test_sixteen_bit_kernels_on_each_path_within_twice_eager(stage, kind, training, dtype, path, shape, monkeypatch):
     """Each GEMM path with 16-bit operands (FUSEDLIB_GEMM_PATH; wgmma needs sm_90a): output,
-    buffers and gradients within twice eager's error in the dtype, over the SEEDS of the module
-    test (two seeds judged 84's cancelling scale gradient by one seed's luck)."""
+    buffers and gradients within twice eager's error in the dtype, over PATH_SEEDS."""
     if path == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma runs on sm_90a only")
     monkeypatch.setenv(fusedlib.engine.ENV_VAR, path)
@@ -273,7 +286,10 @@ def test_sixteen_bit_kernels_on_each_path_within_twice_eager(stage, kind, traini
         return out
 
     eager.case = fused.case = (kind, training, shape)
-    _judge(_rms_errors(fused), _rms_errors(eager), dtype, "cuda", test="path", problem=kind,
+    key = (kind, training, shape, dtype)
+    if key not in EAGER16:
+        EAGER16[key] = _rms_errors(eager, PATH_SEEDS)
+    _judge(_rms_errors(fused, PATH_SEEDS), EAGER16[key], dtype, "cuda", test="path", problem=kind,
            stage=stage, mode="train" if training else "eval", path=path, shape="{}x{}->{}".format(*shape))
 
 
