@@ -69,12 +69,8 @@ struct BackwardProblem {
   const float* total;       // phase 2: the message summed over the ranks
 };
 
-// Element q of Z, widened from p.z_type (exact).
-__device__ __forceinline__ float z_at(const BackwardProblem& p, size_t q) {
-  return p.z_type == OPERAND_BF16   ? load<OPERAND_BF16>(p.z, q)
-         : p.z_type == OPERAND_FP16 ? load<OPERAND_FP16>(p.z, q)
-                                    : p.z[q];
-}
+// The kernels below read Z in its element type ZT (p.z_type, a template argument: no runtime
+// switch among the unrolled loads), widened exactly.
 
 constexpr int kBwdCols = 32;       // columns a block of the partials and dZ' kernels
 constexpr int kBwdGroups = 8;      // row groups (threadIdx.y)
@@ -210,12 +206,17 @@ __global__ void backward_rank_columns_kernel(const BackwardProblem p) {
 // rows g, g + 8, … of column c in registers; the 8 row groups' sums are added in group order.
 // Warp 0 (g = 0) writes the tile's partials, and it alone fences, counts the tile and, in the
 // column block's last tile, merges: the other warps return after the reductions.
-// (A 16-bit OP asks for blocks an SM: without a minimum ptxas holds 64 registers and spills on
-// sm_75, sm_100 and sm_120. 84 asks for 2 (≤ 128 registers; it takes 63–72), 33 for 3 (≤ 80:
-// it takes 80, where 2 let it take 89–110 and run 2 blocks an SM); 0, float32's, leaves the
-// choice to ptxas.)
-template <bool K84, int OP>
-__global__ void __launch_bounds__(kBwdCols * kBwdGroups, OP == OPERAND_FP32 ? 0 : K84 ? 2 : 3)
+// (__launch_bounds__' minimum of blocks an SM: without one, a 16-bit dY or Z makes ptxas hold 64
+// registers and spill on sm_75, sm_100 and sm_120. 16-bit dY: 84 asks for 2 (≤ 128 registers; it
+// takes 63–72), 33 for 3 (≤ 80: it takes 80, where 2 let it take 89–110 and run 2 blocks an SM).
+// Float32 dY beside a 16-bit Z (autocast): 2 (at 3, 33's spills 4 bytes on sm_120). Float32 dY and
+// Z: 0, the choice left to ptxas.)
+template <bool K84, int OP, int ZT>
+constexpr int partials_min_blocks() {
+  return OP == OPERAND_FP32 && ZT == OPERAND_FP32 ? 0 : K84 || OP == OPERAND_FP32 ? 2 : 3;
+}
+template <bool K84, int OP, int ZT>
+__global__ void __launch_bounds__(kBwdCols * kBwdGroups, partials_min_blocks<K84, OP, ZT>())
     backward_partials_kernel(const BackwardProblem p, int tile0) {
   constexpr int U = kBwdTileRows / kBwdGroups;
   __shared__ float red[4][kBwdGroups][kBwdCols + 1];
@@ -230,7 +231,7 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups, OP == OPERAND_FP32 ? 0 
     const int i = g + kBwdGroups * u;
     if (col_ok && i < rows) {
       const size_t q = (size_t)(r0 + i) * p.m + j;
-      z[u] = z_at(p, q);
+      z[u] = load<ZT>(p.z, q);
       gr[u] = backward_grad<OP>(p, K84, q, r0 + i);
       sz += z[u];
     }
@@ -309,7 +310,7 @@ __device__ __forceinline__ float dz_value(const DzCoef& a, float g, float z) {
 
 // dZ' (float32 dY, Y) on a 32×32 tile: row-major store (coalesced along columns), then through
 // shared memory the transposed store (coalesced along rows). SPLIT: TF32 parts.
-template <bool K84, bool SPLIT>
+template <bool K84, bool SPLIT, int ZT>
 __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const BackwardProblem p, int tile0) {
   constexpr int P = SPLIT ? 2 : 1;
   __shared__ float tile[P][kDzTile][kDzTile + 1];
@@ -321,7 +322,7 @@ __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const
     for (int u = g; u < kDzTile && i0 + u < p.n; u += kBwdGroups) {
       const int i = i0 + u;
       const size_t q = (size_t)i * p.m + j;
-      const float v = dz_value(a, backward_grad<OPERAND_FP32>(p, K84, q, i), z_at(p, q));
+      const float v = dz_value(a, backward_grad<OPERAND_FP32>(p, K84, q, i), load<ZT>(p.z, q));
       if (SPLIT) {
         const float big = __uint_as_float(to_tf32(v)), small = __uint_as_float(to_tf32(v - big));
         p.dz[q] = tile[0][u][c] = big;
@@ -360,14 +361,14 @@ template <int OP> __device__ __forceinline__ void store2(float* base, size_t q, 
 // Pairs (M even, the tensors aligned to them): 4-byte loads of dY and Y and stores of dZ',
 // 8-byte loads of a float32 Z (4-byte of a 16-bit one); otherwise element by element. Every element
 // as backward_dz_kernel's (dz_value).
-template <bool K84, int OP>
+template <bool K84, int OP, int ZT>
 __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz16_kernel(const BackwardProblem p, int tile0) {
   static_assert(OP != OPERAND_FP32, "float32 dZ' is backward_dz_kernel's");
   const int g = threadIdx.y, i0 = (tile0 + blockIdx.y) * kDzTile;
   const int j = 2 * (blockIdx.x * kDzTile + threadIdx.x);  // (below M + 64 < 2³¹)
   if (j >= p.m) return;
   const bool pairs = p.m % 2 == 0 && (uintptr_t)p.dy % 4 == 0 && (!K84 || (uintptr_t)p.y % 4 == 0) &&
-                     (uintptr_t)p.dz % 4 == 0 && (uintptr_t)p.z % (p.z_type == OPERAND_FP32 ? 8 : 4) == 0;
+                     (uintptr_t)p.dz % 4 == 0 && (uintptr_t)p.z % (ZT == OPERAND_FP32 ? 8 : 4) == 0;
   const bool second = j + 1 < p.m;  // (M odd: the last thread has one column)
   const DzCoef a = dz_coef(p, j), b = second ? dz_coef(p, j + 1) : a;
   for (int u = g; u < kDzTile && i0 + u < p.n; u += kBwdGroups) {
@@ -379,13 +380,11 @@ __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz16_kernel(con
         const float2 y = load2<OP>(p.y, q);
         gr = make_float2(softmax_dv(y.x, gr.x, p.r[i]), softmax_dv(y.y, gr.y, p.r[i]));
       }
-      const float2 z = p.z_type == OPERAND_BF16   ? load2<OPERAND_BF16>(p.z, q)
-                       : p.z_type == OPERAND_FP16 ? load2<OPERAND_FP16>(p.z, q)
-                                                  : load2<OPERAND_FP32>(p.z, q);
+      const float2 z = load2<ZT>(p.z, q);
       store2<OP>(p.dz, q, dz_value(a, gr.x, z.x), dz_value(b, gr.y, z.y));
     } else {
-      store<OP>(p.dz, q, dz_value(a, backward_grad<OP>(p, K84, q, i), z_at(p, q)));
-      if (second) store<OP>(p.dz, q + 1, dz_value(b, backward_grad<OP>(p, K84, q + 1, i), z_at(p, q + 1)));
+      store<OP>(p.dz, q, dz_value(a, backward_grad<OP>(p, K84, q, i), load<ZT>(p.z, q)));
+      if (second) store<OP>(p.dz, q + 1, dz_value(b, backward_grad<OP>(p, K84, q + 1, i), load<ZT>(p.z, q + 1)));
     }
   }
 }
@@ -511,8 +510,9 @@ extern "C" const char* fl_tf32_parts(const float* w, float* out, int rows, int k
 
 namespace fl {
 
-// The three kernels for dY and Y of element type OP (a 16-bit OP: one process, no split).
-template <int OP>
+// The three kernels for dY and Y of element type OP (a 16-bit OP: one process, no split) and Z
+// of type ZT.
+template <int OP, int ZT>
 const char* launch_train_backward(const BackwardProblem& p, cudaStream_t st) {
   const bool k84 = p.kind == 84;
   const dim3 block(kBwdCols, kBwdGroups);
@@ -522,7 +522,7 @@ const char* launch_train_backward(const BackwardProblem& p, cudaStream_t st) {
       FL_CHECK_LAUNCH();
     }
     // row tiles in launches of at most kMaxGridY (common.cuh): N > 2 097 120 takes several dZ' launches
-    const auto partials = k84 ? backward_partials_kernel<true, OP> : backward_partials_kernel<false, OP>;
+    const auto partials = k84 ? backward_partials_kernel<true, OP, ZT> : backward_partials_kernel<false, OP, ZT>;
     const int tiles = backward_tiles(p.n);
     for (int t0 = 0; t0 < tiles; t0 += kMaxGridY) {
       partials<<<dim3(ceil_div(p.m, kBwdCols), std::min(tiles - t0, kMaxGridY)), block, 0, st>>>(p, t0);
@@ -536,10 +536,10 @@ const char* launch_train_backward(const BackwardProblem& p, cudaStream_t st) {
   // dZ': float32 on 32×32 tiles, 16-bit on 32×64 tiles (a column pair a thread)
   void (*dz)(const BackwardProblem, int);
   if constexpr (OP == OPERAND_FP32) {
-    if (p.split) dz = k84 ? backward_dz_kernel<true, true> : backward_dz_kernel<false, true>;
-    else dz = k84 ? backward_dz_kernel<true, false> : backward_dz_kernel<false, false>;
+    if (p.split) dz = k84 ? backward_dz_kernel<true, true, ZT> : backward_dz_kernel<false, true, ZT>;
+    else dz = k84 ? backward_dz_kernel<true, false, ZT> : backward_dz_kernel<false, false, ZT>;
   } else {
-    dz = k84 ? backward_dz16_kernel<true, OP> : backward_dz16_kernel<false, OP>;
+    dz = k84 ? backward_dz16_kernel<true, OP, ZT> : backward_dz16_kernel<false, OP, ZT>;
   }
   const int dz_cols = OP == OPERAND_FP32 ? kDzTile : 2 * kDzTile, dz_tiles = ceil_div(p.n, kDzTile);
   for (int t0 = 0; t0 < dz_tiles; t0 += kMaxGridY) {
@@ -547,6 +547,20 @@ const char* launch_train_backward(const BackwardProblem& p, cudaStream_t st) {
     FL_CHECK_LAUNCH();
   }
   return nullptr;
+}
+
+// Z's type, a template argument: float32, or a 16-bit Z' (sums, fused) in OP's type, or beside
+// float32 dY and Y (autocast: the scale promotes Y) in either 16-bit type.
+template <int OP>
+const char* launch_train_backward(const BackwardProblem& p, cudaStream_t st) {
+  if (p.z_type == OPERAND_FP32) return launch_train_backward<OP, OPERAND_FP32>(p, st);
+  if constexpr (OP != OPERAND_FP32) {
+    if (p.z_type == OP) return launch_train_backward<OP, OP>(p, st);
+  } else {
+    if (p.z_type == OPERAND_BF16) return launch_train_backward<OP, OPERAND_BF16>(p, st);
+    if (p.z_type == OPERAND_FP16) return launch_train_backward<OP, OPERAND_FP16>(p, st);
+  }
+  return "z: a 16-bit Z takes dY and Y in its type or in float32";
 }
 
 }  // namespace fl
