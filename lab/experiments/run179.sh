@@ -4,7 +4,8 @@
 # The parts of run151.sh, in calls of at most 10 minutes:
 #   PART=large     build (the build cache back in parts, flcache.part-*: copy them into .cache/ and
 #                  carry .cache, with large.json as .cache/gpu-suite/large.json), the large part
-#   PART=suite     every other part of the GPU suite; validation.json back
+#   PART=suite     every other part of the GPU suite; validation.json back (with the large part's
+#                  file of an earlier PART=large of this call, else .cache/gpu-suite/large.json)
 #   PART=84        bench 84 with ceilings and profiles (--fresh)
 #   PART=33        bench 33/39 with profiles, then the size sweeps (SWEEPS= leaves them to PART=sweeps)
 #   PART=train     train steps, then the peers once more (PEERS= keeps the committed ones)
@@ -75,7 +76,7 @@ case $PART in
   large)  tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
          timeout 480 python tests/run_gpu_suite.py --parts large --out build/gpu-suite 2>&1 | tee $OUT/large.log
          cp build/gpu-suite/large.json $OUT/; tail -n 15 build/gpu-suite/large.log > $OUT/large-tail.log ;;
-  suite) cp .cache/gpu-suite/large.json build/gpu-suite/
+  suite) [ -f build/gpu-suite/large.json ] || cp .cache/gpu-suite/large.json build/gpu-suite/  # (PART=large's of this call first)
          timeout 540 python tests/run_gpu_suite.py --out build/gpu-suite \
            --skip large 2>&1 | tee $OUT/suite.log
          tail -n 3 build/gpu-suite/*.log > $OUT/suite-tails.log
