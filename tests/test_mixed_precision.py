@@ -4,7 +4,7 @@ on CUDA, against eager
 PyTorch's same model in the same setting: the output's dtype, and the output, the running
 buffers and every gradient within twice eager's own error against float64. Errors are the root
 mean square over SEEDS fresh cases of each case's normwise relative error, with one exception:
-84's scale gradient is one sum over N·M terms of both signs (|Σ| down to 1 % of Σ|terms| at these
+84's scale gradient is one sum over N·M terms of both signs (|Σ| down to 0.5 % of Σ|terms| at these
 seeds), and its error relative to |Σ| swings by 10× and more between seeds for eager and fused
 alike, so one nearly cancelling seed decided the mean. Its error is taken relative to Σ|terms|
 instead (the sum's condition: Higham, Accuracy and Stability of Numerical Algorithms, §4.2), with
