@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run211 (one H200 or H100; issue 36; prepared): run211-rows.py's copy of the kernels (the pipelined
+# run211 (one H200 or H100; issue 36; prepared, on branch ztma's kernels: Z' in bf16): run211-rows.py's copy of the kernels (the pipelined
 # row pass of 84's fused stage) written and its fused stage built, then run211-rows.py (the row
 # kernel's bits and time, package against the variants, bf16 and tf32). Returns run211.log and
 # run211-rows.csv. About 3 minutes.
