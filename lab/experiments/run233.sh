@@ -5,7 +5,7 @@
 # in the landing's calls), the new GPU tests, the fused stage's bf16 forward kernels against cuBLAS
 # at the presets (run233-time.py), the rest of the GPU tests of tests/test_mixed_precision.py and
 # test_gpu_operator.py, then 39's train step in tf32 and bf16 (naive, fused, eager: the backward's
-# time beside eager's, against results/<gpu>/train_step.csv). NAME=run235 names a rerun's files.
+# time beside eager's, against results/<gpu>/train_step.csv) and its kernels (run233-bwd.py). NAME=run235 names a rerun's files.
 # Returns $NAME.log, $NAME-out.tgz (the tests' output, the CSVs), flcache.part-*. About 8 minutes:
 # give it 590 s.
 NAME=${NAME:-run233}; LOG=$NAME.log
@@ -25,8 +25,10 @@ timeout $left python -m pytest -m gpu -q tests/test_mixed_precision.py tests/tes
   > $O/mixed.out 2>&1
 say "test_mixed_precision + test_gpu_operator (GPU, ${left} s at most): rc=$? ($(( $(date +%s) - t0 )) s)"
 grep -h "^FAILED\|passed\|failed" $O/mixed.out | tail -n 12 | tee -a $OUT/$LOG
-left=$(( 570 - ($(date +%s) - t0) ))
+left=$(( 510 - ($(date +%s) - t0) ))
 timeout $left python -m fusedlib train-step --problem 39 --precision tf32,bf16 --impl naive,fused,eager \
   --out $O/train39.csv --fresh > $O/train39.out 2>&1
 say "train step 39 (${left} s at most): rc=$? ($(( $(date +%s) - t0 )) s)"; grep " step " $O/train39.out | tee -a $OUT/$LOG
+OUT=$O timeout 60 python lab/experiments/run233-bwd.py > $O/bwd.out 2>&1
+say "39's train-step kernels: rc=$? ($(( $(date +%s) - t0 )) s)"; grep -i "backward\|precision" $O/bwd.out | cut -c1-160 | tee -a $OUT/$LOG
 tar czf $OUT/$NAME-out.tgz -C /tmp $NAME
