@@ -1,6 +1,6 @@
 """run233 / run235 (see run233.sh): the kernels of one train step of the fused stage at 39's
 KernelBench shape (16384 × 4096 → 4096), tf32 and bf16, with the backward's two passes beside
-their DRAM floors: the partials read dY and Z (and Y at 84), the dZ' pass reads them again and writes
+their DRAM floors at the measured copy bandwidth: the partials read dY and Z (and Y at 84), the dZ' pass reads them again and writes
 dZ' (and its transpose for the float32 GEMMs). run234b's train steps put the branch's backward
 100-240 µs above main's at 39; this lists where the time goes. Prints a table; writes
 $OUT/run233-bwd.csv."""
@@ -10,15 +10,16 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from fusedlib.lab.course import ceilings
 from fusedlib.lab.profiling import profile_kernels
 from fusedlib.modules import from_reference
 from fusedlib.reference import PRESETS, make_reference
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
-DRAM_TBS = 4.8  # the H200's HBM3e, TB/s (an H100 SXM: 3.35)
 
 
 def main() -> None:
+    gbs = ceilings()["bandwidth"]  # the copy bandwidth measured in results/<gpu>/env.json (GB/s)
     sh = PRESETS["39"]
     ref = make_reference("39", sh.in_features, sh.out_features, seed=0)
     rows = []
@@ -36,7 +37,7 @@ def main() -> None:
         floors = {"backward_partials": 2 * elem * plane, "backward_dz": (2 + (1 if elem == 2 else 2)) * elem * plane}
         for name, launches, us in profile_kernels(step, x, calls=5):
             key = next((k for k in floors if k in name), None)
-            floor_us = floors[key] / (DRAM_TBS * 1e6) if key else None
+            floor_us = floors[key] / (gbs * 1e3) if key else None
             rows.append(dict(precision=precision, kernel=name[:90], launches=launches, us=round(us, 1),
                              dram_floor_us=None if floor_us is None else round(floor_us, 1)))
     df = pd.DataFrame(rows)
