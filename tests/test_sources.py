@@ -73,7 +73,9 @@ def test_validation_record_is_consistent(path):
     for r in record.get("kernelbench", []):  # fusedlib.kernelbench.evaluate's rule
         assert r["passed"] == (r["passed_trials"] == r["trials"] == len(r["max_abs_diff"])), r
     for r in record.get("mixed_precision", []):  # tests/test_mixed_precision.py's rule
-        worst = max(got / max(2 * eager, r["unit"]) for got, eager in r["errors"].values())
+        factor = r.get("unit_factor", {})  # the floor in the quantity's own units (_budget)
+        worst = max(got / max(2 * eager, r["unit"] * factor.get(k, 1.0))
+                    for k, (got, eager) in r["errors"].items())
         assert r["worst_ratio"] == pytest.approx(worst) and r["passed"] == (worst <= 1.0), r
     tools = {(s["tool"], s["stage"]): s["errors"] for s in record["sanitizer"]}
     assert set(tools) == {(t, st) for t in ("memcheck", "racecheck") for st in build.STAGE_FILES}
