@@ -695,6 +695,41 @@ def test_the_backward_reads_a_sixteen_bit_z_widened(kind, dtype, shape, monkeypa
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kind", ["84", "33"])
+@pytest.mark.parametrize("dy_dtype", ["dtype", "float32"])
+def test_the_backward_passes_give_the_same_bits_off_column_pairs(kind, dtype, dy_dtype, monkeypatch):
+    """At an even M a 16-bit dY, Y or Z is read a column pair at a time (the partials kernel's
+    V = 2, the 16-bit dZ' kernel's pairs). The same tensors one element past that alignment (a
+    storage offset of 1) are read a column at a time, the float32 route's way: every output bit for
+    bit the aligned call's, with 300 rows (a last row tile of 44), every output poisoned first."""
+    from fusedlib.build import load_backward
+    monkeypatch.setenv("FUSEDLIB_POISON", "1")
+    ext = load_backward(torch.cuda.current_device())
+    n, m = 300, 130
+    g = torch.Generator(device="cuda").manual_seed(7)
+    ddtype = dtype if dy_dtype == "dtype" else torch.float32
+    tensors = [(torch.randn(n, m, device="cuda", generator=g) * 3 + 1).to(dtype),  # Z
+               torch.softmax(torch.randn(n, m, device="cuda", generator=g), dim=1).to(ddtype),  # Y
+               torch.randn(n, m, device="cuda", generator=g).to(ddtype)]  # dY
+    scale = torch.rand(1 if kind == "84" else m, device="cuda", generator=g) + 0.5
+    gamma, beta = torch.randn(m, device="cuda", generator=g), torch.randn(m, device="cuda", generator=g)
+    outs = []
+    for offset in (0, 1):
+        views = []
+        for t in tensors:
+            buf = torch.empty(t.numel() + offset, dtype=t.dtype, device="cuda")
+            views.append(buf[offset:].view(n, m))
+            views[-1].copy_(t)
+            assert (views[-1].data_ptr() % (2 * t.element_size()) == 0) == (offset == 0)
+        z, y, dy = views
+        outs.append(ext.backward_passes(dy, y if kind == "84" else z, z, scale, gamma, beta, kind, 1e-5, False))
+    for name, a, b in zip(("dz", "dzt", "dgamma", "dbeta", "dscale_cols"), *outs):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert not a.isnan().any() and torch.equal(a, b), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("stage", ["sums", "fused"])
 @pytest.mark.parametrize("kind", ["84", "33"])
 @pytest.mark.parametrize("vectors", ["dtype", "float32"])

@@ -4,9 +4,9 @@
 // one of two, after dY's dtype):
 //   row_dot_kernel           (84) r_i = Σ_j dY_ij·Y_ij, one block a row, 16-byte loads (4 of
 //                            dY and 4 of Y a thread in flight)
-//   backward_partials_kernel one pass over row tiles × 32 columns: per tile the column
-//                            partials of Z (mean_t, M2_t) and of G = Y∘(dY − r) (84) or dY
-//                            (33): S1_t = Σ G, C_t = Σ G∘(Z − mean_t); the last tile of each
+//   backward_partials_kernel one pass over row tiles × 32 columns (64, a pair a thread, where dY
+//                            or Z is 16-bit): per tile the column partials of Z (mean_t,
+//                            M2_t) and of G = Y∘(dY − r) (84) or dY (33): S1_t = Σ G, C_t = Σ G∘(Z − mean_t); the last tile of each
 //                            column block (tile counter + fence, as the forward's
 //                            ColumnStatsMerge, in warp 0 alone: the warp that wrote the tile's
 //                            partials) merges them in tile order (blocked) into μ, σ², S1 and
@@ -148,6 +148,29 @@ __device__ __forceinline__ float backward_grad(const BackwardProblem& p, bool k8
   return k84 ? softmax_dv(load<OP>(p.y, q), d, p.r[i]) : d;
 }
 
+// Elements q, q + 1 of type OP from base (q even, the pair's bytes aligned to their size):
+// widened as load does, or rounded from a and b as store does, in one access.
+template <int OP> __device__ __forceinline__ float2 load2(const float* base, size_t q) {
+  using T = typename Element<OP>::T;
+  struct alignas(2 * sizeof(T)) Pair { T e[2]; };
+  const Pair v = reinterpret_cast<const Pair*>(base)[q / 2];
+  return make_float2(widen(v.e[0]), widen(v.e[1]));
+}
+template <int OP> __device__ __forceinline__ void store2(float* base, size_t q, float a, float b) {
+  using T = typename Element<OP>::T;
+  struct alignas(2 * sizeof(T)) Pair { T e[2]; };
+  reinterpret_cast<Pair*>(base)[q / 2] = Pair{{narrow<OP>(a), narrow<OP>(b)}};
+}
+
+// G at elements q, q + 1 of row i (q even, the pair aligned to its size: load2), as backward_grad.
+template <int OP>
+__device__ __forceinline__ float2 backward_grad2(const BackwardProblem& p, bool k84, size_t q, int i) {
+  const float2 d = load2<OP>(p.dy, q);
+  if (!k84) return d;
+  const float2 y = load2<OP>(p.y, q);
+  return make_float2(softmax_dv(y.x, d.x, p.r[i]), softmax_dv(y.y, d.y, p.r[i]));
+}
+
 // Column j's coefficients and parameter gradients from the merged sums (algebra.train_backward_fused):
 // s1, s2 this process's (dγ, dβ, the scale's terms), g1, g2 over the n rows of the batch the
 // statistics are of (the coefficients). One process: the same sums, n = N. Data parallelism:
@@ -202,82 +225,11 @@ __global__ void backward_rank_columns_kernel(const BackwardProblem p) {
                   p.total[2 * m + p.k], true, l[2 * m], l[3 * m]);
 }
 
-// Block (32, 8) on row tile t = tile0 + blockIdx.y × columns 32·blockIdx.x …: thread (c, g) holds
-// rows g, g + 8, … of column c in registers; the 8 row groups' sums are added in group order.
-// Warp 0 (g = 0) writes the tile's partials, and it alone fences, counts the tile and, in the
-// column block's last tile, merges: the other warps return after the reductions.
-// (__launch_bounds__' minimum of blocks an SM: without one, a 16-bit dY or Z makes ptxas hold 64
-// registers and spill on sm_75, sm_100 and sm_120. 16-bit dY: 84 asks for 2 (≤ 128 registers; it
-// takes 63–72), 33 for 3 (≤ 80: it takes 80, where 2 let it take 89–110 and run 2 blocks an SM).
-// Float32 dY beside a 16-bit Z (autocast): 2 (at 3, 33's spills 4 bytes on sm_120). Float32 dY and
-// Z: 0, the choice left to ptxas.)
-template <bool K84, int OP, int ZT>
-constexpr int partials_min_blocks() {
-  return OP == OPERAND_FP32 && ZT == OPERAND_FP32 ? 0 : K84 || OP == OPERAND_FP32 ? 2 : 3;
-}
-template <bool K84, int OP, int ZT>
-__global__ void __launch_bounds__(kBwdCols * kBwdGroups, partials_min_blocks<K84, OP, ZT>())
-    backward_partials_kernel(const BackwardProblem p, int tile0) {
-  constexpr int U = kBwdTileRows / kBwdGroups;
-  __shared__ float red[4][kBwdGroups][kBwdCols + 1];
-  const int c = threadIdx.x, g = threadIdx.y, j = blockIdx.x * kBwdCols + c, t = tile0 + blockIdx.y;
-  const int T = backward_tiles(p.n);  // over every launch (kMaxGridY row tiles each: common.cuh)
-  const int r0 = t * kBwdTileRows, rows = min(kBwdTileRows, p.n - r0);
-  const bool col_ok = j < p.m;
-  float z[U], gr[U], sz = 0.f;
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    z[u] = gr[u] = 0.f;
-    const int i = g + kBwdGroups * u;
-    if (col_ok && i < rows) {
-      const size_t q = (size_t)(r0 + i) * p.m + j;
-      z[u] = load<ZT>(p.z, q);
-      gr[u] = backward_grad<OP>(p, K84, q, r0 + i);
-      sz += z[u];
-    }
-  }
-  red[0][g][c] = sz;
-  __syncthreads();
-  float mean = 0.f;
-  for (int q = 0; q < kBwdGroups; ++q) mean += red[0][q][c];
-  mean /= (float)rows;
-  float m2 = 0.f, s1 = 0.f, cr = 0.f;
-#pragma unroll
-  for (int u = 0; u < U; ++u)
-    if (g + kBwdGroups * u < rows) {
-      const float d = z[u] - mean;
-      m2 += d * d;
-      s1 += gr[u];
-      cr += gr[u] * d;
-    }
-  red[1][g][c] = m2;
-  red[2][g][c] = s1;
-  red[3][g][c] = cr;
-  __syncthreads();
-  if (g != 0) return;
-  if (col_ok) {
-    float tot[3] = {0.f, 0.f, 0.f};
-    for (int q = 0; q < kBwdGroups; ++q)
-#pragma unroll
-      for (int k = 0; k < 3; ++k) tot[k] += red[1 + k][q][c];
-    float* pt = p.part + (size_t)(4 * t) * p.m + j;
-    pt[0] = mean;
-    pt[p.m] = tot[0];
-    pt[2 * (size_t)p.m] = tot[1];
-    pt[3 * (size_t)p.m] = tot[2];
-  }
-  __threadfence();  // this tile's partials visible device-wide before it is counted
-  __syncwarp();  // every lane fenced before lane 0 counts
-  unsigned last = 0;
-  if (c == 0) {
-    last = atomicAdd(p.counters + blockIdx.x, 1u) == (unsigned)T - 1;
-    if (last) p.counters[blockIdx.x] = 0;  // every tile of the block has counted
-  }
-  if (!__shfl_sync(0xffffffffu, last, 0) || !col_ok) return;
-  __threadfence();
-  // Merge the tiles in order, blocked (merge_blocked: batches of millions of rows keep fp32
-  // accuracy), the tile means taken about tile 0's (ref, as merge_quarter): Chan for (n, mean,
-  // M2), then S1 and the cross moment about the mean.
+// Column j's tiles merged, by the column block's last tile: in tile order, blocked
+// (merge_blocked: batches of millions of rows keep fp32 accuracy), the tile means taken about
+// tile 0's (ref, as merge_quarter): Chan for (n, mean, M2), then S1 and the cross moment about
+// the mean; then the column (backward_column), or this rank's sums (data parallelism, phase 1).
+__device__ __forceinline__ void backward_merge_column(const BackwardProblem& p, int j, int T) {
   const float* pj = p.part + j;
   const auto tile = [&](int u) { return pj + (size_t)(4 * u) * p.m; };
   const float ref = __ldcg(pj);
@@ -293,6 +245,112 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups, partials_min_blocks<K84
       [](float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); });
   if (p.sync_phase == 1) return backward_rank_sums(p, j, acc.n, acc.mean + ref, acc.m2, s12.x, s12.y);
   backward_column(p, j, acc.mean + ref, acc.m2 / acc.n, s12.x, s12.y, s12.x, s12.y, (float)p.n);
+}
+
+// Block (32, 8) on row tile t = tile0 + blockIdx.y × the V·32 columns from V·32·blockIdx.x: thread
+// (c, g) holds rows g, g + 8, … of columns j … j + V − 1 (j = V·32·blockIdx.x + V·c) in registers;
+// the 8 row groups' sums are added in group order. Warp 0 (g = 0) writes the tile's partials, and
+// it alone fences, counts the tile and, in the column block's last tile, merges
+// (backward_merge_column, a column at a time): the other warps return after the reductions.
+// V = 2 (a 16-bit dY or Z, M even, the tensors aligned to pairs: launch_train_backward): one load
+// of each operand a column pair, so that a warp reads 128 bytes of a 16-bit row at once, not 64
+// (a 16-bit 39 ran at a quarter of its DRAM floor with V = 1). Each column's sums run in the same
+// order for either V: the same bits.
+// (__launch_bounds__' minimum of blocks an SM: without one, a 16-bit dY or Z makes ptxas hold 64
+// registers and spill on sm_75, sm_100 and sm_120. 16-bit dY: 84 asks for 2 (≤ 128 registers; it
+// takes 63–72), 33 for 3 (≤ 80: it takes 80, where 2 let it take 89–110 and run 2 blocks an SM).
+// Float32 dY beside a 16-bit Z (autocast): 2 (at 3, 33's spills 4 bytes on sm_120). V = 2: 2 (twice
+// the rows' values in registers). Float32 dY and Z: 0, the choice left to ptxas.)
+template <bool K84, int OP, int ZT, int V>
+constexpr int partials_min_blocks() {
+  return OP == OPERAND_FP32 && ZT == OPERAND_FP32 ? 0 : K84 || OP == OPERAND_FP32 || V == 2 ? 2 : 3;
+}
+template <bool K84, int OP, int ZT, int V>
+__global__ void __launch_bounds__(kBwdCols * kBwdGroups, partials_min_blocks<K84, OP, ZT, V>())
+    backward_partials_kernel(const BackwardProblem p, int tile0) {
+  static_assert(V == 1 || V == 2, "one column a thread, or a pair");
+  constexpr int U = kBwdTileRows / kBwdGroups, W = V * kBwdCols;  // W columns a block
+  __shared__ float red[4][kBwdGroups][W + 1];
+  const int c = threadIdx.x, g = threadIdx.y, j = blockIdx.x * W + V * c, t = tile0 + blockIdx.y;
+  const int T = backward_tiles(p.n);  // over every launch (kMaxGridY row tiles each: common.cuh)
+  const int r0 = t * kBwdTileRows, rows = min(kBwdTileRows, p.n - r0);
+  const bool col_ok = j < p.m;  // (V = 2: M even, so j + 1 < M as well)
+  float z[U][V], gr[U][V], sz[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) sz[v] = 0.f;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) z[u][v] = gr[u][v] = 0.f;
+    const int i = g + kBwdGroups * u;
+    if (col_ok && i < rows) {
+      const size_t q = (size_t)(r0 + i) * p.m + j;
+      if constexpr (V == 1) {
+        z[u][0] = load<ZT>(p.z, q);
+        gr[u][0] = backward_grad<OP>(p, K84, q, r0 + i);
+      } else {
+        const float2 zz = load2<ZT>(p.z, q), gg = backward_grad2<OP>(p, K84, q, r0 + i);
+        z[u][0] = zz.x, z[u][1] = zz.y, gr[u][0] = gg.x, gr[u][1] = gg.y;
+      }
+#pragma unroll
+      for (int v = 0; v < V; ++v) sz[v] += z[u][v];
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < V; ++v) red[0][g][V * c + v] = sz[v];
+  __syncthreads();
+  float mean[V], m2[V], s1[V], cr[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    mean[v] = 0.f;
+    for (int q = 0; q < kBwdGroups; ++q) mean[v] += red[0][q][V * c + v];
+    mean[v] /= (float)rows;
+    m2[v] = s1[v] = cr[v] = 0.f;
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (g + kBwdGroups * u < rows) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const float d = z[u][v] - mean[v];
+        m2[v] += d * d;
+        s1[v] += gr[u][v];
+        cr[v] += gr[u][v] * d;
+      }
+    }
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    red[1][g][V * c + v] = m2[v];
+    red[2][g][V * c + v] = s1[v];
+    red[3][g][V * c + v] = cr[v];
+  }
+  __syncthreads();
+  if (g != 0) return;
+  if (col_ok) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      float tot[3] = {0.f, 0.f, 0.f};
+      for (int q = 0; q < kBwdGroups; ++q)
+#pragma unroll
+        for (int k = 0; k < 3; ++k) tot[k] += red[1 + k][q][V * c + v];
+      float* pt = p.part + (size_t)(4 * t) * p.m + j + v;
+      pt[0] = mean[v];
+      pt[p.m] = tot[0];
+      pt[2 * (size_t)p.m] = tot[1];
+      pt[3 * (size_t)p.m] = tot[2];
+    }
+  }
+  __threadfence();  // this tile's partials visible device-wide before it is counted
+  __syncwarp();  // every lane fenced before lane 0 counts
+  unsigned last = 0;
+  if (c == 0) {
+    last = atomicAdd(p.counters + blockIdx.x, 1u) == (unsigned)T - 1;
+    if (last) p.counters[blockIdx.x] = 0;  // every tile of the block has counted
+  }
+  if (!__shfl_sync(0xffffffffu, last, 0) || !col_ok) return;
+  __threadfence();
+#pragma unroll
+  for (int v = 0; v < V; ++v) backward_merge_column(p, j + v, T);
 }
 
 // Column j's dZ' coefficients (backward_column), and dZ' = a1·G + a2·(Z − μ) + a0 of one element
@@ -342,20 +400,6 @@ __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz_kernel(const
   }
 }
 
-// Elements q, q + 1 of type OP from base (q even, the pair's bytes aligned to their size):
-// widened as load does, or rounded from a and b as store does, in one access.
-template <int OP> __device__ __forceinline__ float2 load2(const float* base, size_t q) {
-  using T = typename Element<OP>::T;
-  struct alignas(2 * sizeof(T)) Pair { T e[2]; };
-  const Pair v = reinterpret_cast<const Pair*>(base)[q / 2];
-  return make_float2(widen(v.e[0]), widen(v.e[1]));
-}
-template <int OP> __device__ __forceinline__ void store2(float* base, size_t q, float a, float b) {
-  using T = typename Element<OP>::T;
-  struct alignas(2 * sizeof(T)) Pair { T e[2]; };
-  reinterpret_cast<Pair*>(base)[q / 2] = Pair{{narrow<OP>(a), narrow<OP>(b)}};
-}
-
 // dZ' for 16-bit dY and Y (OP), row-major alone, rounded to that dtype: a 32-row × 64-column
 // tile a block, thread (c, g) on columns j, j + 1 (j = 64·blockIdx.x + 2c) of rows g, g + 8, ….
 // Pairs (M even, the tensors aligned to them): 4-byte loads of dY and Y and stores of dZ',
@@ -375,12 +419,7 @@ __global__ void __launch_bounds__(kDzTile * kBwdGroups) backward_dz16_kernel(con
     const int i = i0 + u;
     const size_t q = (size_t)i * p.m + j;
     if (pairs) {
-      float2 gr = load2<OP>(p.dy, q);
-      if (K84) {
-        const float2 y = load2<OP>(p.y, q);
-        gr = make_float2(softmax_dv(y.x, gr.x, p.r[i]), softmax_dv(y.y, gr.y, p.r[i]));
-      }
-      const float2 z = load2<ZT>(p.z, q);
+      const float2 gr = backward_grad2<OP>(p, K84, q, i), z = load2<ZT>(p.z, q);
       store2<OP>(p.dz, q, dz_value(a, gr.x, z.x), dz_value(b, gr.y, z.y));
     } else {
       store<OP>(p.dz, q, dz_value(a, backward_grad<OP>(p, K84, q, i), load<ZT>(p.z, q)));
@@ -522,10 +561,16 @@ const char* launch_train_backward(const BackwardProblem& p, cudaStream_t st) {
       FL_CHECK_LAUNCH();
     }
     // row tiles in launches of at most kMaxGridY (common.cuh): N > 2 097 120 takes several dZ' launches
-    const auto partials = k84 ? backward_partials_kernel<true, OP, ZT> : backward_partials_kernel<false, OP, ZT>;
-    const int tiles = backward_tiles(p.n);
+    // column pairs (V = 2) where a 16-bit dY or Z is read and every operand is aligned to them
+    constexpr size_t dy_pair = 2 * sizeof(typename Element<OP>::T), z_pair = 2 * sizeof(typename Element<ZT>::T);
+    const bool pairs = (OP != OPERAND_FP32 || ZT != OPERAND_FP32) && p.m % 2 == 0 && (uintptr_t)p.dy % dy_pair == 0 &&
+                       (!k84 || (uintptr_t)p.y % dy_pair == 0) && (uintptr_t)p.z % z_pair == 0;
+    auto partials = k84 ? backward_partials_kernel<true, OP, ZT, 1> : backward_partials_kernel<false, OP, ZT, 1>;
+    if constexpr (OP != OPERAND_FP32 || ZT != OPERAND_FP32)
+      if (pairs) partials = k84 ? backward_partials_kernel<true, OP, ZT, 2> : backward_partials_kernel<false, OP, ZT, 2>;
+    const int tiles = backward_tiles(p.n), cols = (pairs ? 2 : 1) * kBwdCols;
     for (int t0 = 0; t0 < tiles; t0 += kMaxGridY) {
-      partials<<<dim3(ceil_div(p.m, kBwdCols), std::min(tiles - t0, kMaxGridY)), block, 0, st>>>(p, t0);
+      partials<<<dim3(ceil_div(p.m, cols), std::min(tiles - t0, kMaxGridY)), block, 0, st>>>(p, t0);
       FL_CHECK_LAUNCH();
     }
     if (p.sync_phase == 1) return nullptr;
