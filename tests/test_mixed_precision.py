@@ -588,6 +588,14 @@ def test_strided_sixteen_bit_vectors_give_the_contiguous_bits(stage, kind, train
         assert not torch.equal(buffers[0], vectors[4])  # (the running mean was written)
 
 
+def _assert_same_bits(got, want, names=("dz", "dzt", "dgamma", "dbeta", "dscale_cols")):
+    """Outputs (backward_passes' by default) of the same dtype and shape, each written (poisoned
+    first: an unwritten element reads NaN) and bit for bit equal."""
+    for name, a, b in zip(names, got, want, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert not a.isnan().any() and torch.equal(a, b), name
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("kind", ["84", "33"])
@@ -657,9 +665,7 @@ def test_the_sixteen_bit_backward_call_is_its_parts(kind, dtype, vectors, need_d
     want = (dz @ weight if need_dx else x.new_empty(0), dz.t() @ x, torch.zeros_like(gamma),
             scale_gradient(ds_cols, scale).to(vdtype), dgamma.to(vdtype), dbeta.to(vdtype))
     assert len(got) == 6
-    for name, a, b in zip(("dx", "dweight", "dbias", "dscale", "dgamma", "dbeta"), got, want):
-        assert a.dtype == b.dtype and a.shape == b.shape, name
-        assert not a.isnan().any() and torch.equal(a, b), name
+    _assert_same_bits(got, want, ("dx", "dweight", "dbias", "dscale", "dgamma", "dbeta"))
 
 
 @pytest.mark.gpu
@@ -688,9 +694,7 @@ def test_the_backward_reads_a_sixteen_bit_z_widened(kind, dtype, shape, monkeypa
         want = ext.backward_passes(d, yy if kind == "84" else z.float(), z.float(), scale, gamma, beta, kind, 1e-5,
                                    False)
         assert got[0].dtype == (dtype if d.dtype == dtype else torch.float32)
-        for name, a, b in zip(("dz", "dzt", "dgamma", "dbeta", "dscale_cols"), got, want):
-            assert a.dtype == b.dtype and a.shape == b.shape, name
-            assert not a.isnan().any() and torch.equal(a, b), name
+        _assert_same_bits(got, want)
 
 
 @pytest.mark.gpu
@@ -723,9 +727,7 @@ def test_the_backward_passes_give_the_same_bits_off_column_pairs(kind, dtype, dy
             assert (views[-1].data_ptr() % (2 * t.element_size()) == 0) == (offset == 0)
         z, y, dy = views
         outs.append(ext.backward_passes(dy, y if kind == "84" else z, z, scale, gamma, beta, kind, 1e-5, False))
-    for name, a, b in zip(("dz", "dzt", "dgamma", "dbeta", "dscale_cols"), *outs):
-        assert a.dtype == b.dtype and a.shape == b.shape, name
-        assert not a.isnan().any() and torch.equal(a, b), name
+    _assert_same_bits(*outs)
 
 
 @pytest.mark.gpu
