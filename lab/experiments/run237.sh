@@ -4,8 +4,9 @@
 # 66.5 µs). Carry .cache (only the backward rebuilds). The backward's GPU tests (the 16-bit passes
 # bit for bit the float32 ones', aligned and one element off the pairs), then the train step's
 # kernels of the fused stage at the presets in tf32, bf16 and fp16 against the passes' DRAM floors
-# (run233-bwd.py), then the train steps in bf16 (fused, eager; 84, 33, 39) beside
-# results/<gpu>/train_step.csv. Returns run237.log, run237-out.tgz. About 5 minutes: give it 420 s.
+# (run233-bwd.py), ncu's sections of the partials kernel at 39 in bf16 and tf32 (run237-step.py), then
+# the train steps in bf16 (fused, eager; 84, 33, 39) beside
+# results/<gpu>/train_step.csv. Returns run237.log, run237-out.tgz. About 6 minutes: give it 480 s.
 NAME=run237; LOG=$NAME.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
 . lab/experiments/start_builds.sh
@@ -17,7 +18,14 @@ say "backward tests: rc=$? ($(( $(date +%s) - t0 )) s)"; grep -h "^FAILED\|passe
 OUT=$O NAME=$NAME PROBLEMS=84,33,39 PRECISIONS=tf32,bf16,fp16 timeout 120 python lab/experiments/run233-bwd.py > $O/bwd.out 2>&1
 say "the train step's kernels: rc=$? ($(( $(date +%s) - t0 )) s)"
 grep -i "backward\|precision" $O/bwd.out | cut -c1-170 | tee -a $OUT/$LOG
-left=$(( 400 - ($(date +%s) - t0) ))
+for prec in bf16 tf32; do  # the partials kernel's counters in the third step (ncu reads them where the machine lets it)
+  PRECISION=$prec timeout 60 ncu --clock-control none -k "regex:backward_partials" --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section Occupancy --section MemoryWorkloadAnalysis --section LaunchStats \
+    python lab/experiments/run237-step.py > $O/ncu-$prec.txt 2>&1
+  say "ncu $prec: rc=$? ($(( $(date +%s) - t0 )) s)"
+  grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|L2 Hit|Mem Busy" $O/ncu-$prec.txt | tee -a $OUT/$LOG
+done
+left=$(( 460 - ($(date +%s) - t0) ))
 timeout $left python -m fusedlib train-step --problem 84,33,39 --precision bf16 --impl fused,eager \
   --out $O/train.csv --fresh > $O/train.out 2>&1
 say "train steps (${left} s at most): rc=$? ($(( $(date +%s) - t0 )) s)"; grep " step " $O/train.out | tee -a $OUT/$LOG
