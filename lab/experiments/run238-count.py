@@ -162,13 +162,14 @@ def bit_checks(package, copy, mod, x, **labels) -> dict:
 
 
 def smoke() -> None:
-    """Every mode on small shapes (partial tiles; 84 and 33; bf16 and tf32), bits against the package's."""
+    """Every mode on small shapes (partial tiles; 84 and 33; bf16 and tf32), bits against the package's:
+    required of the package's count and warp 1's."""
     package, copy = load_stage("fused"), load_stage("fused", 0, COPY)
     for problem, shape in (("33", (300, 64, 264)), ("84", (1000, 512, 1024)), ("33", (520, 256, 776))):
         for precision in DTYPES:
             mod, x = module_and_input(problem, shape, precision)
             row = bit_checks(package, copy, mod, x, problem=problem, shape=shape, precision=precision)
-            assert all(row[m] for m in MODES), row
+            assert row["count: package"] and row["count: warp 1"], row  # (no fence: reported, not required)
 
 
 def main() -> None:
