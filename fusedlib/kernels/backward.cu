@@ -229,14 +229,16 @@ __global__ void backward_rank_columns_kernel(const BackwardProblem p) {
 // (merge_blocked: batches of millions of rows keep fp32 accuracy), the tile means taken about
 // tile 0's (ref, as merge_quarter): Chan for (n, mean, M2), then S1 and the cross moment about
 // the mean; then the column (backward_column), or this rank's sums (data parallelism, phase 1).
+// AHEAD: the tiles' loads in flight (merge_blocked), the same bits at any.
+template <int AHEAD>
 __device__ __forceinline__ void backward_merge_column(const BackwardProblem& p, int j, int T) {
   const float* pj = p.part + j;
   const auto tile = [&](int u) { return pj + (size_t)(4 * u) * p.m; };
   const float ref = __ldcg(pj);
-  const Moments acc = merge_blocked<Moments>(
+  const Moments acc = merge_blocked<Moments, AHEAD>(
       T, [&](int u) { return Moments{(float)min(kBwdTileRows, p.n - u * kBwdTileRows), __ldcg(tile(u)) - ref, __ldcg(tile(u) + p.m)}; },
       chan_merge);
-  const float2 s12 = merge_blocked<float2>(
+  const float2 s12 = merge_blocked<float2, AHEAD>(
       T,
       [&](int u) {
         const float su = __ldcg(tile(u) + 2 * (size_t)p.m);
@@ -254,7 +256,8 @@ __device__ __forceinline__ void backward_merge_column(const BackwardProblem& p, 
 // (backward_merge_column, a column at a time): the other warps return after the reductions.
 // V = 2 (a 16-bit dY or Z, M even, the tensors aligned to pairs: launch_train_backward): one load
 // of each operand a column pair, so that a warp reads 128 bytes of a 16-bit row at once, not 64
-// (with V = 1, 39 in bf16 took 4.6 × the time its bytes take at DRAM speed). Each column's sums run in the same
+// (with V = 1, 39 in bf16 took 4.6 × the time its bytes take at DRAM speed); its merge keeps 8 tiles'
+// loads in flight (4 at V = 1), for its two columns in turn. Each column's sums run in the same
 // order for either V: the same bits.
 // (__launch_bounds__' minimum of blocks an SM: without one, a 16-bit dY or Z makes ptxas hold 64
 // registers and spill on sm_75, sm_100 and sm_120. 16-bit dY: 84 asks for 2 (≤ 128 registers; it
@@ -350,7 +353,7 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups, partials_min_blocks<K84
   if (!__shfl_sync(0xffffffffu, last, 0) || !col_ok) return;
   __threadfence();
 #pragma unroll
-  for (int v = 0; v < V; ++v) backward_merge_column(p, j + v, T);
+  for (int v = 0; v < V; ++v) backward_merge_column<V == 2 ? 8 : 4>(p, j + v, T);  // (V = 2: two columns a thread)
 }
 
 // Column j's dZ' coefficients (backward_column), and dZ' = a1·G + a2·(Z − μ) + a0 of one element

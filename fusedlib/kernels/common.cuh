@@ -332,10 +332,11 @@ __device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) 
 // through at most 64 + 64 + ⌈T/4096⌉ roundings instead of T: what a sum or a merge over millions
 // of row tiles needs, in registers and in a fixed order (deterministic). The items are loaded
 // kAhead ahead of their merge (a ring in registers; the last index repeats past the end), so a
-// thread has that many loads in flight instead of one load's latency an item.
-template <class V, class Load, class Merge>
+// thread has that many loads in flight instead of one load's latency an item (the order, and so
+// the bits, whatever kAhead).
+template <class V, int kAhead = 4, class Load, class Merge>
 __device__ V merge_blocked(int T, Load load, Merge merge) {
-  constexpr int kRun = kMergeRun, kAhead = 4;
+  constexpr int kRun = kMergeRun;
   V next[kAhead];
 #pragma unroll
   for (int a = 0; a < kAhead; ++a) next[a] = load(min(a, T - 1));
