@@ -5,7 +5,7 @@
 //   row_dot_kernel           (84) r_i = Σ_j dY_ij·Y_ij, one block a row, 16-byte loads (4 of
 //                            dY and 4 of Y a thread in flight)
 //   backward_partials_kernel one pass over row tiles × 32 columns (64, a pair a thread, where dY
-//                            or Z is 16-bit): per tile the column partials of Z (mean_t,
+//                            is 16-bit): per tile the column partials of Z (mean_t,
 //                            M2_t) and of G = Y∘(dY − r) (84) or dY (33): S1_t = Σ G, C_t = Σ G∘(Z − mean_t); the last tile of each
 //                            column block (tile counter + fence, as the forward's
 //                            ColumnStatsMerge, in warp 0 alone: the warp that wrote the tile's
@@ -254,16 +254,16 @@ __device__ __forceinline__ void backward_merge_column(const BackwardProblem& p, 
 // the 8 row groups' sums are added in group order. Warp 0 (g = 0) writes the tile's partials, and
 // it alone fences, counts the tile and, in the column block's last tile, merges
 // (backward_merge_column, a column at a time): the other warps return after the reductions.
-// V = 2 (a 16-bit dY or Z, M even, the tensors aligned to pairs: launch_train_backward): one load
+// V = 2 (a 16-bit dY, M even, the tensors aligned to pairs: launch_train_backward): one load
 // of each operand a column pair, so that a warp reads 128 bytes of a 16-bit row at once, not 64
 // (with V = 1, 39 in bf16 took 4.6 × the time its bytes take at DRAM speed); its merge keeps 8 tiles'
 // loads in flight (4 at V = 1), for its two columns in turn. Each column's sums run in the same
 // order for either V: the same bits.
 // (__launch_bounds__' minimum of blocks an SM: without one, a 16-bit dY or Z makes ptxas hold 64
-// registers and spill on sm_75, sm_100 and sm_120. 16-bit dY: 84 asks for 2 (≤ 128 registers; it
-// takes 63–72), 33 for 3 (≤ 80: it takes 80, where 2 let it take 89–110 and run 2 blocks an SM).
-// Float32 dY beside a 16-bit Z (autocast): 2 (at 3, 33's spills 4 bytes on sm_120). V = 2: 2 (twice
-// the rows' values in registers). Float32 dY and Z: 0, the choice left to ptxas.)
+// registers and spill on sm_75, sm_100 and sm_120. 16-bit dY: 84 asks for 2 (≤ 128 registers), 33
+// for 3 (≤ 80, where 2 let it take 89–110 and run 2 blocks an SM). Float32 dY beside a 16-bit Z
+// (autocast): 2 (at 3, 33's spills 4 bytes on sm_120). V = 2: 2 (twice the rows' values). Float32
+// dY and Z: 0, the choice left to ptxas (79–80 registers on sm_90a with every load first: 3 blocks).)
 template <bool K84, int OP, int ZT, int V>
 constexpr int partials_min_blocks() {
   return OP == OPERAND_FP32 && ZT == OPERAND_FP32 ? 0 : K84 || OP == OPERAND_FP32 || V == 2 ? 2 : 3;
@@ -278,25 +278,34 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups, partials_min_blocks<K84
   const int T = backward_tiles(p.n);  // over every launch (kMaxGridY row tiles each: common.cuh)
   const int r0 = t * kBwdTileRows, rows = min(kBwdTileRows, p.n - r0);
   const bool col_ok = j < p.m;  // (V = 2: M even, so j + 1 < M as well)
+  // Every row's loads first, unguarded (a row past the tile reads the tile's row 0, a column past M
+  // column 0: values dropped below), in one block of code, so that they are all in flight at once;
+  // then the sums. (Loads guarded row by row, each followed by its add, kept two loads a thread in
+  // flight: 39 in bf16 ran at 0.9 TB/s.)
   float z[U][V], gr[U][V], sz[V];
+  const int jc = col_ok ? j : 0;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int i = g + kBwdGroups * u, ic = i < rows ? i : 0;
+    const size_t q = (size_t)(r0 + ic) * p.m + jc;
+    if constexpr (V == 1) {
+      z[u][0] = load<ZT>(p.z, q);
+      gr[u][0] = backward_grad<OP>(p, K84, q, r0 + ic);
+    } else {
+      const float2 zz = load2<ZT>(p.z, q), gg = backward_grad2<OP>(p, K84, q, r0 + ic);
+      z[u][0] = zz.x, z[u][1] = zz.y, gr[u][0] = gg.x, gr[u][1] = gg.y;
+    }
+  }
 #pragma unroll
   for (int v = 0; v < V; ++v) sz[v] = 0.f;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
+    const bool ok = col_ok && g + kBwdGroups * u < rows;
 #pragma unroll
-    for (int v = 0; v < V; ++v) z[u][v] = gr[u][v] = 0.f;
-    const int i = g + kBwdGroups * u;
-    if (col_ok && i < rows) {
-      const size_t q = (size_t)(r0 + i) * p.m + j;
-      if constexpr (V == 1) {
-        z[u][0] = load<ZT>(p.z, q);
-        gr[u][0] = backward_grad<OP>(p, K84, q, r0 + i);
-      } else {
-        const float2 zz = load2<ZT>(p.z, q), gg = backward_grad2<OP>(p, K84, q, r0 + i);
-        z[u][0] = zz.x, z[u][1] = zz.y, gr[u][0] = gg.x, gr[u][1] = gg.y;
-      }
-#pragma unroll
-      for (int v = 0; v < V; ++v) sz[v] += z[u][v];
+    for (int v = 0; v < V; ++v) {
+      z[u][v] = ok ? z[u][v] : 0.f;
+      gr[u][v] = ok ? gr[u][v] : 0.f;
+      if (ok) sz[v] += z[u][v];
     }
   }
 #pragma unroll
@@ -564,12 +573,12 @@ const char* launch_train_backward(const BackwardProblem& p, cudaStream_t st) {
       FL_CHECK_LAUNCH();
     }
     // row tiles in launches of at most kMaxGridY (common.cuh): N > 2 097 120 takes several dZ' launches
-    // column pairs (V = 2) where a 16-bit dY or Z is read and every operand is aligned to them
+    // column pairs (V = 2) where dY is 16-bit and every operand is aligned to them
     constexpr size_t dy_pair = 2 * sizeof(typename Element<OP>::T), z_pair = 2 * sizeof(typename Element<ZT>::T);
-    const bool pairs = (OP != OPERAND_FP32 || ZT != OPERAND_FP32) && p.m % 2 == 0 && (uintptr_t)p.dy % dy_pair == 0 &&
+    const bool pairs = OP != OPERAND_FP32 && p.m % 2 == 0 && (uintptr_t)p.dy % dy_pair == 0 &&
                        (!k84 || (uintptr_t)p.y % dy_pair == 0) && (uintptr_t)p.z % z_pair == 0;
     auto partials = k84 ? backward_partials_kernel<true, OP, ZT, 1> : backward_partials_kernel<false, OP, ZT, 1>;
-    if constexpr (OP != OPERAND_FP32 || ZT != OPERAND_FP32)
+    if constexpr (OP != OPERAND_FP32)
       if (pairs) partials = k84 ? backward_partials_kernel<true, OP, ZT, 2> : backward_partials_kernel<false, OP, ZT, 2>;
     const int tiles = backward_tiles(p.n), cols = (pairs ? 2 : 1) * kBwdCols;
     for (int t0 = 0; t0 < tiles; t0 += kMaxGridY) {
