@@ -280,8 +280,8 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups, partials_min_blocks<K84
   const bool col_ok = j < p.m;  // (V = 2: M even, so j + 1 < M as well)
   // Every row's loads first, unguarded (a row past the tile reads the tile's row 0, a column past M
   // column 0: values dropped below), in one block of code, so that they are all in flight at once;
-  // then the sums. (Loads guarded row by row, each followed by its add, kept two loads a thread in
-  // flight: 39 in bf16 ran at 0.9 TB/s.)
+  // then the sums. (Loads guarded row by row, each followed by its add, are a branch a row in the
+  // PTX, with about two loads a thread in flight: 39 in bf16 moved 0.9 TB/s so.)
   float z[U][V], gr[U][V], sz[V];
   const int jc = col_ok ? j : 0;
 #pragma unroll

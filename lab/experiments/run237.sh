@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# run237 (one H200 or H100; issue 36): the backward's partials kernel reading a 16-bit dY and Z a
-# column pair a thread (V = 2, branch bwdpairs), against run235's 305 µs for 39 in bf16 (DRAM floor
-# 66.5 µs). Carry .cache (only the backward rebuilds). The backward's GPU tests (the 16-bit passes
+# run237 (one H200 or H100; issue 36): the backward's partials kernel on branch bwdpairs (every row's
+# loads issued first, then the sums; a 16-bit dY a column pair a thread, V = 2, its merge 8 tiles'
+# loads in flight), against run235's 305.1 µs for 39 in bf16 (DRAM floor 66.5 µs) and 259.6 in tf32
+# (floor 133.0). Carry .cache (only the backward rebuilds). The backward's GPU tests (the 16-bit passes
 # bit for bit the float32 ones', aligned and one element off the pairs), then the train step's
 # kernels of the fused stage at the presets in tf32, bf16 and fp16 against the passes' DRAM floors
 # (run233-bwd.py), ncu's sections of the partials kernel at 39 in bf16 and tf32 (run237-step.py), then
