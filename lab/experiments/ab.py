@@ -1,7 +1,8 @@
 """Shared by the experiments that load a copy of the kernels beside the package's (run211,
-run213, run214, run227–run232): the edits that make a copy (each old text found once), a module's train forward through one extension's eager_forward (not the
+run213, run214, run227–run232, run238, run239): the edits that make a copy (each old text found once), a module's train forward through one extension's eager_forward (not the
 dispatcher, where the extension loaded last answers for every copy), one forward that leaves
-the running buffers as it found them, so that every variant starts from the same state, a call
+the running buffers as it found them, so that every variant starts from the same state, a
+module and its input at a shape and precision, the bits of variants against one call, a call
 with $FUSEDLIB_* knobs set for its duration, and the normwise relative error; and by
 those that time the autocast train step (run215, run221): its steps as the harness builds them."""
 
@@ -25,6 +26,29 @@ def forward_keeping_buffers(call, x, bn) -> tuple:
     for b, s in zip(buffers, saved):
         b.copy_(s)
     return out
+
+
+def module_case(problem: str, shape, precision: str, stage: str = "fused", seed: int = 0):
+    """(module, x): ``problem``'s ``stage`` module at ``shape`` (batch, in_features, out_features), in
+    train mode on CUDA in ``precision``'s dtype (tf32: float32 at its GEMM precision; bf16, fp16),
+    and an input in that dtype from a seeded generator (run238, run239)."""
+    import torch
+
+    from fusedlib.modules import from_reference
+    from fusedlib.reference import make_reference
+    n, k, m = shape
+    dtype = {"tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    mod = from_reference(make_reference(problem, k, m, seed=seed), stage=stage, precision="tf32").cuda().train()
+    return mod.to(dtype), torch.randn(n, k, device="cuda", dtype=dtype, generator=torch.Generator("cuda").manual_seed(seed))
+
+
+def same_bits(want_call, calls: dict, x, bn) -> dict:
+    """name → whether ``calls[name](x)`` gives ``want_call(x)``'s Y and running buffers bit for bit,
+    each from the same state (:func:`forward_keeping_buffers`)."""
+    import torch
+    want = forward_keeping_buffers(want_call, x, bn)
+    return {name: all(torch.equal(a, b) for a, b in zip(forward_keeping_buffers(call, x, bn), want))
+            for name, call in calls.items()}
 
 
 def with_env(call, **env):

@@ -29,10 +29,9 @@ from pathlib import Path
 import torch
 
 from fusedlib.build import copy_kernels, load_stage
-from fusedlib.modules import from_reference
-from fusedlib.reference import PRESETS, make_reference
+from fusedlib.reference import PRESETS
 
-from ab import apply_edits, eager_call, forward_keeping_buffers, kernel_rounds, report, round_robin_rows, with_env
+from ab import apply_edits, eager_call, kernel_rounds, module_case, report, round_robin_rows, same_bits, with_env
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run238-count")
@@ -131,7 +130,7 @@ inline Problem run238_problem(const Problem& p) {
 }
 
 MODES = {"count: package": "0", "count: warp 1": "1", "count: no fence (bound)": "2"}
-DTYPES = {"bf16": torch.bfloat16, "tf32": torch.float32}
+PRECISIONS = ("bf16", "tf32")
 
 
 def count_kernels(dest: Path) -> Path:
@@ -141,22 +140,11 @@ def count_kernels(dest: Path) -> Path:
     return dest
 
 
-def module_and_input(problem: str, shape, precision: str, stage: str = "fused", seed: int = 0):
-    """The ``stage`` module of ``problem`` at ``shape`` (batch, in_features, out_features) in
-    ``precision``'s dtype, train mode, and an input."""
-    n, k, m = shape
-    mod = from_reference(make_reference(problem, k, m, seed=seed), stage=stage, precision="tf32").cuda().train()
-    dtype = DTYPES[precision]
-    return mod.to(dtype), torch.randn(n, k, device="cuda", dtype=dtype, generator=torch.Generator("cuda").manual_seed(seed))
-
-
 def bit_checks(package, copy, mod, x, **labels) -> dict:
     """Y and the running buffers of each mode against the package's fused stage, bit for bit."""
-    want = forward_keeping_buffers(eager_call(package, mod, "tf32"), x, mod.bn)
-    row = dict(labels)
-    for name, mode in MODES.items():
-        got = forward_keeping_buffers(with_env(eager_call(copy, mod, "tf32"), count=mode), x, mod.bn)
-        row[name] = all(torch.equal(a, b) for a, b in zip(got, want))
+    row = dict(labels, **same_bits(eager_call(package, mod, "tf32"),
+                                   {name: with_env(eager_call(copy, mod, "tf32"), count=mode) for name, mode in MODES.items()},
+                                   x, mod.bn))
     print(row, flush=True)
     return row
 
@@ -166,8 +154,8 @@ def smoke() -> None:
     required of the package's count and warp 1's."""
     package, copy = load_stage("fused"), load_stage("fused", 0, COPY)
     for problem, shape in (("33", (300, 64, 264)), ("84", (1000, 512, 1024)), ("33", (520, 256, 776))):
-        for precision in DTYPES:
-            mod, x = module_and_input(problem, shape, precision)
+        for precision in PRECISIONS:
+            mod, x = module_case(problem, shape, precision)
             row = bit_checks(package, copy, mod, x, problem=problem, shape=shape, precision=precision)
             assert row["count: package"] and row["count: warp 1"], row  # (no fence: reported, not required)
 
@@ -177,13 +165,13 @@ def main() -> None:
     checks, krows, rrows = [], [], []
     for problem in ("39", "84", "33"):
         sh = PRESETS[problem]
-        for precision in DTYPES:
+        for precision in PRECISIONS:
             label = f"{problem} {precision}"
             shape = (sh.batch, sh.in_features, sh.out_features)
-            mod, x = module_and_input(problem, shape, precision)
+            mod, x = module_case(problem, shape, precision)
             checks.append(bit_checks(package, copy, mod, x, problem=label))
             w, b = mod.gemm.weight, mod.gemm.bias
-            variants = {"fused": eager_call(package, mod, "tf32"), "sums": module_and_input(problem, shape, precision, "sums")[0],
+            variants = {"fused": eager_call(package, mod, "tf32"), "sums": module_case(problem, shape, precision, "sums")[0],
                         **{name: with_env(eager_call(copy, mod, "tf32"), count=mode) for name, mode in MODES.items()},
                         "cuBLAS": lambda x, w=w, b=b: torch.nn.functional.linear(x, w, b)}
             with torch.no_grad():

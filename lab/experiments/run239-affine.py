@@ -27,10 +27,9 @@ import torch
 from fusedlib.build import copy_kernels, load_stage
 from fusedlib.lab.course import ceilings
 from fusedlib.lab.profiling import profile_kernels
-from fusedlib.modules import from_reference
-from fusedlib.reference import PRESETS, make_reference
+from fusedlib.reference import PRESETS
 
-from ab import apply_edits, eager_call, forward_keeping_buffers, with_env  # (lab/experiments, the script's folder)
+from ab import apply_edits, eager_call, module_case, same_bits, with_env  # (lab/experiments, the script's folder)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run239-affine")
@@ -126,35 +125,22 @@ def affine_kernels(dest: Path) -> Path:
     return dest
 
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
+PRECISIONS = ("bf16", "fp16", "tf32")
 ROWS = ("1", "2", "4", "8")
-
-
-def case(problem: str, shape, precision: str, seed: int = 0):
-    """The fused module of ``problem`` (33 or 39) at ``shape`` (batch, in_features, out_features) in
-    ``precision``'s dtype, train mode, and an input."""
-    n, k, m = shape
-    mod = from_reference(make_reference(problem, k, m, seed=seed), stage="fused", precision="tf32").cuda().train()
-    dtype = DTYPES[precision]
-    return mod.to(dtype), torch.randn(n, k, device="cuda", dtype=dtype, generator=torch.Generator("cuda").manual_seed(seed))
 
 
 def bits(package, copy, mod, x) -> dict:
     """Y and the buffers of the copy at each R (and unset) against the package's, bit for bit."""
-    want = forward_keeping_buffers(eager_call(package, mod, "tf32"), x, mod.bn)
-    out = {}
-    for r in ("0", *ROWS):
-        got = forward_keeping_buffers(with_env(eager_call(copy, mod, "tf32"), affine_rows=r), x, mod.bn)
-        out[f"R={r}"] = all(torch.equal(a, b) for a, b in zip(got, want))
-    return out
+    return same_bits(eager_call(package, mod, "tf32"),
+                     {f"R={r}": with_env(eager_call(copy, mod, "tf32"), affine_rows=r) for r in ("0", *ROWS)}, x, mod.bn)
 
 
 def smoke() -> None:
     """Bits on small and odd shapes (M % 8 != 0 takes the package's kernel), 33 and 39, each dtype."""
     package, copy = load_stage("fused"), load_stage("fused", 0, COPY)
     for problem, shape in (("33", (300, 64, 264)), ("39", (1000, 256, 4104)), ("33", (77, 64, 100)), ("39", (5, 32, 2056))):
-        for precision in DTYPES:
-            mod, x = case(problem, shape, precision)
+        for precision in PRECISIONS:
+            mod, x = module_case(problem, shape, precision)
             row = bits(package, copy, mod, x)
             print(problem, shape, precision, row, flush=True)
             assert all(row.values()), (problem, shape, precision, row)
@@ -166,8 +152,8 @@ def main() -> None:
     rows = []
     for problem in ("39", "33"):
         sh = PRESETS[problem]
-        for precision in DTYPES:
-            mod, x = case(problem, (sh.batch, sh.in_features, sh.out_features), precision)
+        for precision in PRECISIONS:
+            mod, x = module_case(problem, (sh.batch, sh.in_features, sh.out_features), precision)
             same = bits(package, copy, mod, x)
             z_bytes = 2 if precision != "tf32" else 4
             floor_us = 2 * sh.batch * sh.out_features * z_bytes / (gbs * 1e3)  # Z′ read, Y written
