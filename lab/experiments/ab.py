@@ -9,11 +9,17 @@ those that time the autocast train step (run215, run221): its steps as the harne
 
 def eager_call(ext, module, precision: str):
     """``call(x)``: ``module``'s train-mode forward (its tensors, kind, eps, momentum) by ``ext``'s
-    kernels at the GEMM ``precision`` (fp32, tf32, 3xtf32; a 16-bit module's: tf32)."""
+    kernels at the GEMM ``precision`` (fp32, tf32, 3xtf32; a 16-bit module's: tf32), without a
+    gradient; raises RuntimeError where the extension declines the call."""
+    import torch
     t, bn = module._tensors(), module.bn
 
     def call(x):
-        return ext.eager_forward(x, *t, module._kind, precision, True, bn.eps, bn.momentum)
+        with torch.no_grad():  # (with a gradient needed, eager_forward returns None: the operator's way)
+            y = ext.eager_forward(x, *t, module._kind, precision, True, bn.eps, bn.momentum)
+        if y is None:
+            raise RuntimeError("eager_forward declined the call (a dispatch mode, $FUSEDLIB_GEMM_PATH, or a failed check)")
+        return y
     return call
 
 
