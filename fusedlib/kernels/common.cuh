@@ -72,6 +72,32 @@ template <int OP> __device__ __forceinline__ void store4(float* base, size_t q4,
   }
 }
 
+// Elements 8·q8 … 8·q8 + 7 widened into v (two 16-byte loads of float32, one of a 16-bit type), and
+// v rounded into them (likewise): base and q8 aligned to those bytes.
+template <int OP> __device__ __forceinline__ void load8(const float* base, size_t q8, float (&v)[8]) {
+  if constexpr (OP == OPERAND_FP32) {
+    const float4 lo = reinterpret_cast<const float4*>(base)[2 * q8], hi = reinterpret_cast<const float4*>(base)[2 * q8 + 1];
+    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+  } else {
+    const uint4 u = reinterpret_cast<const uint4*>(base)[q8];
+    const auto* e = reinterpret_cast<const typename Element<OP>::T*>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = widen(e[i]);
+  }
+}
+template <int OP> __device__ __forceinline__ void store8(float* base, size_t q8, const float (&v)[8]) {
+  if constexpr (OP == OPERAND_FP32) {
+    reinterpret_cast<float4*>(base)[2 * q8] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(base)[2 * q8 + 1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    uint4 u;
+    auto* e = reinterpret_cast<typename Element<OP>::T*>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e[i] = narrow<OP>(v[i]);
+    reinterpret_cast<uint4*>(base)[q8] = u;
+  }
+}
+
 // Everything a stage needs; pointers are device pointers to contiguous float32 tensors.
 struct Problem {
   const float* x;          // (N, K) input (with operand ≠ OPERAND_FP32: the address of 16-bit elements)
@@ -374,7 +400,8 @@ __device__ __forceinline__ float step_momentum(const Problem& p) {
 // step's last kernel, after every kernel that reads the counter (step_momentum); nothing in
 // eval mode (num_batches_tracked == nullptr).
 __device__ __forceinline__ void count_train_step(long long* num_batches_tracked) {
-  if (num_batches_tracked && blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) *num_batches_tracked += 1;
+  if (num_batches_tracked && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0)
+    *num_batches_tracked += 1;
 }
 
 // The first-row shift (train mode at fp32 and 3xTF32: p.z0 set; algebra.train_gemm): the GEMM
