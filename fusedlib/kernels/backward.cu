@@ -6,10 +6,10 @@
 //                            dY and 4 of Y a thread in flight)
 //   backward_partials_kernel one pass over row tiles × 32 columns (64, a pair a thread, where dY
 //                            is 16-bit): per tile the column partials of Z (mean_t,
-//                            M2_t) and of G = Y∘(dY − r) (84) or dY (33): S1_t = Σ G, C_t = Σ G∘(Z − mean_t); the last tile of each
-//                            column block (tile counter + fence, as the forward's
-//                            ColumnStatsMerge, in warp 0 alone: the warp that wrote the tile's
-//                            partials) merges them in tile order (blocked) into μ, σ², S1 and
+//                            M2_t) and of G = Y∘(dY − r) (84) or dY (33): S1_t = Σ G, C_t = Σ G∘(Z − mean_t); the
+//                            block of each column block's last tile (warp 0's tile counter +
+//                            fence, as the forward's ColumnStatsMerge) merges them, the whole
+//                            block bringing them in, in tile order (blocked) into μ, σ², S1 and
 //                            S2 = Σ_i G∘(Z − μ) = Σ_t C_t + S1_t·(mean_t − μ) (Chan's merge of a
 //                            cross moment: no cancellation), then dγ, dβ, the scale's column
 //                            terms and the coefficients a1, a2, a0
@@ -148,18 +148,20 @@ __device__ __forceinline__ float backward_grad(const BackwardProblem& p, bool k8
   return k84 ? softmax_dv(load<OP>(p.y, q), d, p.r[i]) : d;
 }
 
-// Elements q, q + 1 of type OP from base (q even, the pair's bytes aligned to their size):
-// widened as load does, or rounded from a and b as store does, in one access.
+// V elements of type OP from element q of base (q a multiple of V, their bytes aligned to their
+// size: V = 2, the column pairs of launch_train_backward), in one access: as stored (load_elements),
+// widened as load does (load2), or rounded from a and b as store does (store2).
+template <int OP, int V>
+struct alignas(V * sizeof(typename Element<OP>::T)) Elements { typename Element<OP>::T e[V]; };
+template <int OP, int V> __device__ __forceinline__ Elements<OP, V> load_elements(const float* base, size_t q) {
+  return reinterpret_cast<const Elements<OP, V>*>(base)[q / V];
+}
 template <int OP> __device__ __forceinline__ float2 load2(const float* base, size_t q) {
-  using T = typename Element<OP>::T;
-  struct alignas(2 * sizeof(T)) Pair { T e[2]; };
-  const Pair v = reinterpret_cast<const Pair*>(base)[q / 2];
+  const Elements<OP, 2> v = load_elements<OP, 2>(base, q);
   return make_float2(widen(v.e[0]), widen(v.e[1]));
 }
 template <int OP> __device__ __forceinline__ void store2(float* base, size_t q, float a, float b) {
-  using T = typename Element<OP>::T;
-  struct alignas(2 * sizeof(T)) Pair { T e[2]; };
-  reinterpret_cast<Pair*>(base)[q / 2] = Pair{{narrow<OP>(a), narrow<OP>(b)}};
+  reinterpret_cast<Elements<OP, 2>*>(base)[q / 2] = Elements<OP, 2>{{narrow<OP>(a), narrow<OP>(b)}};
 }
 
 // G at elements q, q + 1 of row i (q even, the pair aligned to its size: load2), as backward_grad.
@@ -225,97 +227,140 @@ __global__ void backward_rank_columns_kernel(const BackwardProblem p) {
                   p.total[2 * m + p.k], true, l[2 * m], l[3 * m]);
 }
 
-// Column j's tiles merged, by the column block's last tile: in tile order, blocked
-// (merge_blocked: batches of millions of rows keep fp32 accuracy), the tile means taken about
-// tile 0's (ref, as merge_quarter): Chan for (n, mean, M2), then S1 and the cross moment about
-// the mean; then the column (backward_column), or this rank's sums (data parallelism, phase 1).
-// AHEAD: the tiles' loads in flight (merge_blocked), the same bits at any.
-template <int AHEAD>
-__device__ __forceinline__ void backward_merge_column(const BackwardProblem& p, int j, int T) {
-  const float* pj = p.part + j;
-  const auto tile = [&](int u) { return pj + (size_t)(4 * u) * p.m; };
-  const float ref = __ldcg(pj);
-  const Moments acc = merge_blocked<Moments, AHEAD>(
-      T, [&](int u) { return Moments{(float)min(kBwdTileRows, p.n - u * kBwdTileRows), __ldcg(tile(u)) - ref, __ldcg(tile(u) + p.m)}; },
-      chan_merge);
-  const float2 s12 = merge_blocked<float2, AHEAD>(
-      T,
-      [&](int u) {
-        const float su = __ldcg(tile(u) + 2 * (size_t)p.m);
-        return make_float2(su, __ldcg(tile(u) + 3 * (size_t)p.m) + su * ((__ldcg(tile(u)) - ref) - acc.mean));
-      },
-      [](float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); });
-  if (p.sync_phase == 1) return backward_rank_sums(p, j, acc.n, acc.mean + ref, acc.m2, s12.x, s12.y);
-  backward_column(p, j, acc.mean + ref, acc.m2 / acc.n, s12.x, s12.y, s12.x, s12.y, (float)p.n);
+constexpr int kMergeStage = 8;  // row tiles a chunk of backward_merge_columns
+
+// The column block's tiles merged, by the block of its last tile, every column in tile order,
+// blocked (BlockedMerge: batches of millions of rows keep fp32 accuracy), the tile means taken
+// about tile 0's (ref, as merge_quarter): Chan for (n, mean, M2), then S1 and the cross moment
+// about the mean; then the column (backward_column), or this rank's sums (data parallelism,
+// phase 1). The block's 256 threads bring kMergeStage tiles' partials of its W columns into
+// shared memory (stage) at a time, the next chunk's loads in flight while warp v (v < V) merges
+// this one, column V·c + v at lane c. (One warp loading a column's tiles as it merged them kept
+// a few loads in flight: at 39, 128 tiles a column, the merges ran on after the last tiles with
+// most SMs idle, 32 % of the kernel's SM cycles.)
+template <int V>
+__device__ __forceinline__ void backward_merge_columns(const BackwardProblem& p, float* stage, int T) {
+  constexpr int W = V * kBwdCols, S = kMergeStage, B = kBwdCols * kBwdGroups;
+  const int tid = threadIdx.y * kBwdCols + threadIdx.x, lc = V * threadIdx.x + threadIdx.y;
+  const int j0 = blockIdx.x * W, j = j0 + lc;
+  const bool merges = threadIdx.y < V && j < p.m;
+  const float ref = merges ? __ldcg(p.part + j) : 0.f;
+  // Chunk u0 of NK partials (NK = 2: mean_t, M2_t; NK = 3: mean_t, S1_t, C_t) of tiles u0 …
+  // u0 + S − 1 as stage[(s·NK + k)·W + col]: each thread's NK·S·W / B loads issued by chunk (a tile
+  // past T reads tile T − 1, a column past M column M − 1: never merged), stored by put.
+  const auto chunk = [&](auto nk, int u0, float* v) {
+    constexpr int NK = decltype(nk)::value;
+#pragma unroll
+    for (int a = 0; a < NK * S * W / B; ++a) {
+      const int e = tid + a * B, col = e % W, k = e / W % NK, u = min(u0 + e / (W * NK), T - 1);
+      const int which = NK == 2 || k == 0 ? k : k + 1;  // the partial's plane (mean_t, M2_t, S1_t, C_t)
+      v[a] = __ldcg(p.part + (size_t)(4 * u + which) * p.m + min(j0 + col, p.m - 1));
+    }
+  };
+  const auto put = [&](auto nk, const float* v) {
+    constexpr int NK = decltype(nk)::value;
+    __syncthreads();  // the chunk before merged
+#pragma unroll
+    for (int a = 0; a < NK * S * W / B; ++a) stage[tid + a * B] = v[a];
+    __syncthreads();
+  };
+  using Two = std::integral_constant<int, 2>;
+  using Three = std::integral_constant<int, 3>;
+  float v[3 * S * W / B];
+  const auto chan = [](Moments a, Moments b) { return chan_merge(a, b); };
+  BlockedMerge<Moments, decltype(chan)> acc{T, chan};
+  chunk(Two{}, 0, v);
+  for (int u0 = 0; u0 < T; u0 += S) {
+    put(Two{}, v);
+    if (u0 + S < T) chunk(Two{}, u0 + S, v);
+    if (merges)
+#pragma unroll 1
+      for (int s = 0; s < S && u0 + s < T; ++s) {
+        const int u = u0 + s;
+        acc.add(u, Moments{(float)min(kBwdTileRows, p.n - u * kBwdTileRows), stage[2 * s * W + lc] - ref,
+                           stage[(2 * s + 1) * W + lc]});
+      }
+  }
+  const Moments mo = acc.total;
+  const auto add = [](float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); };
+  BlockedMerge<float2, decltype(add)> s12{T, add};
+  chunk(Three{}, 0, v);
+  for (int u0 = 0; u0 < T; u0 += S) {
+    put(Three{}, v);
+    if (u0 + S < T) chunk(Three{}, u0 + S, v);
+    if (merges)
+#pragma unroll 1
+      for (int s = 0; s < S && u0 + s < T; ++s) {
+        const float su = stage[(3 * s + 1) * W + lc];
+        s12.add(u0 + s, make_float2(su, stage[(3 * s + 2) * W + lc] + su * ((stage[3 * s * W + lc] - ref) - mo.mean)));
+      }
+  }
+  if (!merges) return;
+  const float2 s = s12.total;
+  if (p.sync_phase == 1) return backward_rank_sums(p, j, mo.n, mo.mean + ref, mo.m2, s.x, s.y);
+  backward_column(p, j, mo.mean + ref, mo.m2 / mo.n, s.x, s.y, s.x, s.y, (float)p.n);
 }
 
-// Block (32, 8) on row tile t = tile0 + blockIdx.y × the V·32 columns from V·32·blockIdx.x: thread
-// (c, g) holds rows g, g + 8, … of columns j … j + V − 1 (j = V·32·blockIdx.x + V·c) in registers;
-// the 8 row groups' sums are added in group order. Warp 0 (g = 0) writes the tile's partials, and
-// it alone fences, counts the tile and, in the column block's last tile, merges
-// (backward_merge_column, a column at a time): the other warps return after the reductions.
+// Block (32, 8) on row tile t = tile0 + blockIdx.y × the W = V·32 columns from W·blockIdx.x: thread
+// (c, g) holds rows g, g + 8, … of columns j … j + V − 1 (j = W·blockIdx.x + V·c) in registers, as
+// loaded (a 16-bit pair in one), widened where used; the 8 row groups' sums are added in group
+// order. Warp 0 (g = 0) writes the tile's partials, fences and counts the tile; the block of the
+// column block's last tile merges them (backward_merge_columns), the others return.
 // V = 2 (a 16-bit dY, M even, the tensors aligned to pairs: launch_train_backward): one load
-// of each operand a column pair, so that a warp reads 128 bytes of a 16-bit row at once, not 64
-// (with V = 1, 39 in bf16 took 4.6 × the time its bytes take at DRAM speed); its merge keeps 8 tiles'
-// loads in flight (4 at V = 1), for its two columns in turn. Each column's sums run in the same
-// order for either V: the same bits.
-// (__launch_bounds__' minimum of blocks an SM: without one, a 16-bit dY or Z makes ptxas hold 64
-// registers and spill on sm_75, sm_100 and sm_120. 16-bit dY: 84 asks for 2 (≤ 128 registers), 33
-// for 3 (≤ 80, where 2 let it take 89–110 and run 2 blocks an SM). Float32 dY beside a 16-bit Z
-// (autocast): 2 (at 3, 33's spills 4 bytes on sm_120). V = 2: 2 (twice the rows' values). Float32
-// dY and Z: 0, the choice left to ptxas (79–80 registers on sm_90a with every load first: 3 blocks).)
+// of each operand a column pair, so that a warp reads 128 bytes of a 16-bit row at once, not 64.
+// Each column's sums run in the same order for either V: the same bits.
+// (__launch_bounds__' minimum of blocks an SM, none spilling on any architecture of the compile
+// matrix: 33 with a 16-bit operand 3 (80 registers on sm_90a); 84, and 33 in float32, 2 (109–128
+// and 85). Left to ptxas, float32 33 took 64 and spilled on sm_100; at 3 it spilled there too.)
 template <bool K84, int OP, int ZT, int V>
 constexpr int partials_min_blocks() {
-  return OP == OPERAND_FP32 && ZT == OPERAND_FP32 ? 0 : K84 || OP == OPERAND_FP32 || V == 2 ? 2 : 3;
+  return K84 || (OP == OPERAND_FP32 && ZT == OPERAND_FP32) ? 2 : 3;
 }
 template <bool K84, int OP, int ZT, int V>
 __global__ void __launch_bounds__(kBwdCols * kBwdGroups, partials_min_blocks<K84, OP, ZT, V>())
     backward_partials_kernel(const BackwardProblem p, int tile0) {
   static_assert(V == 1 || V == 2, "one column a thread, or a pair");
   constexpr int U = kBwdTileRows / kBwdGroups, W = V * kBwdCols;  // W columns a block
-  __shared__ float red[4][kBwdGroups][W + 1];
+  constexpr int kRed = 4 * kBwdGroups * (W + 1), kStage = 3 * kMergeStage * W;
+  __shared__ float smem[kRed > kStage ? kRed : kStage];  // the row groups' sums, then the merge's chunks
+  __shared__ unsigned last_tile;
+  const auto red = [&](int k, int q, int col) -> float& { return smem[(k * kBwdGroups + q) * (W + 1) + col]; };
   const int c = threadIdx.x, g = threadIdx.y, j = blockIdx.x * W + V * c, t = tile0 + blockIdx.y;
   const int T = backward_tiles(p.n);  // over every launch (kMaxGridY row tiles each: common.cuh)
   const int r0 = t * kBwdTileRows, rows = min(kBwdTileRows, p.n - r0);
   const bool col_ok = j < p.m;  // (V = 2: M even, so j + 1 < M as well)
   // Every row's loads first, unguarded (a row past the tile reads the tile's row 0, a column past M
-  // column 0: values dropped below), in one block of code, so that they are all in flight at once;
-  // then the sums. (Loads guarded row by row, each followed by its add, are a branch a row in the
-  // PTX, with about two loads a thread in flight: 39 in bf16 moved 0.9 TB/s so.)
-  float z[U][V], gr[U][V], sz[V];
+  // column 0: never summed), in one block of code, so that they are all in flight at once; then
+  // the sums. (Loads guarded row by row, each followed by its add, are a branch a row in the PTX,
+  // with about two loads a thread in flight: 39 in bf16 moved 0.9 TB/s so.)
+  Elements<ZT, V> z[U];
+  Elements<OP, V> dy[U], y[K84 ? U : 1];
+  float r[K84 ? U : 1];
   const int jc = col_ok ? j : 0;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int i = g + kBwdGroups * u, ic = i < rows ? i : 0;
     const size_t q = (size_t)(r0 + ic) * p.m + jc;
-    if constexpr (V == 1) {
-      z[u][0] = load<ZT>(p.z, q);
-      gr[u][0] = backward_grad<OP>(p, K84, q, r0 + ic);
-    } else {
-      const float2 zz = load2<ZT>(p.z, q), gg = backward_grad2<OP>(p, K84, q, r0 + ic);
-      z[u][0] = zz.x, z[u][1] = zz.y, gr[u][0] = gg.x, gr[u][1] = gg.y;
-    }
+    z[u] = load_elements<ZT, V>(p.z, q);
+    dy[u] = load_elements<OP, V>(p.dy, q);
+    if constexpr (K84) y[u] = load_elements<OP, V>(p.y, q), r[u] = p.r[r0 + ic];
   }
+  float sz[V], mean[V], m2[V], s1[V], cr[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) sz[v] = 0.f;
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const bool ok = col_ok && g + kBwdGroups * u < rows;
+  for (int u = 0; u < U; ++u)
+    if (g + kBwdGroups * u < rows) {
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      z[u][v] = ok ? z[u][v] : 0.f;
-      gr[u][v] = ok ? gr[u][v] : 0.f;
-      if (ok) sz[v] += z[u][v];
+      for (int v = 0; v < V; ++v) sz[v] += widen(z[u].e[v]);
     }
-  }
 #pragma unroll
-  for (int v = 0; v < V; ++v) red[0][g][V * c + v] = sz[v];
+  for (int v = 0; v < V; ++v) red(0, g, V * c + v) = sz[v];
   __syncthreads();
-  float mean[V], m2[V], s1[V], cr[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     mean[v] = 0.f;
-    for (int q = 0; q < kBwdGroups; ++q) mean[v] += red[0][q][V * c + v];
+    for (int q = 0; q < kBwdGroups; ++q) mean[v] += red(0, q, V * c + v);
     mean[v] /= (float)rows;
     m2[v] = s1[v] = cr[v] = 0.f;
   }
@@ -324,45 +369,47 @@ __global__ void __launch_bounds__(kBwdCols * kBwdGroups, partials_min_blocks<K84
     if (g + kBwdGroups * u < rows) {
 #pragma unroll
       for (int v = 0; v < V; ++v) {
-        const float d = z[u][v] - mean[v];
+        const float d = widen(z[u].e[v]) - mean[v], dyv = widen(dy[u].e[v]);
+        const float gr = K84 ? softmax_dv(widen(y[u].e[v]), dyv, r[u]) : dyv;  // G (backward_grad)
         m2[v] += d * d;
-        s1[v] += gr[u][v];
-        cr[v] += gr[u][v] * d;
+        s1[v] += gr;
+        cr[v] += gr * d;
       }
     }
 #pragma unroll
   for (int v = 0; v < V; ++v) {
-    red[1][g][V * c + v] = m2[v];
-    red[2][g][V * c + v] = s1[v];
-    red[3][g][V * c + v] = cr[v];
+    red(1, g, V * c + v) = m2[v];
+    red(2, g, V * c + v) = s1[v];
+    red(3, g, V * c + v) = cr[v];
   }
   __syncthreads();
-  if (g != 0) return;
-  if (col_ok) {
+  if (g == 0) {
+    if (col_ok) {
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      float tot[3] = {0.f, 0.f, 0.f};
-      for (int q = 0; q < kBwdGroups; ++q)
+      for (int v = 0; v < V; ++v) {
+        float tot[3] = {0.f, 0.f, 0.f};
+        for (int q = 0; q < kBwdGroups; ++q)
 #pragma unroll
-        for (int k = 0; k < 3; ++k) tot[k] += red[1 + k][q][V * c + v];
-      float* pt = p.part + (size_t)(4 * t) * p.m + j + v;
-      pt[0] = mean[v];
-      pt[p.m] = tot[0];
-      pt[2 * (size_t)p.m] = tot[1];
-      pt[3 * (size_t)p.m] = tot[2];
+          for (int k = 0; k < 3; ++k) tot[k] += red(1 + k, q, V * c + v);
+        float* pt = p.part + (size_t)(4 * t) * p.m + j + v;
+        pt[0] = mean[v];
+        pt[p.m] = tot[0];
+        pt[2 * (size_t)p.m] = tot[1];
+        pt[3 * (size_t)p.m] = tot[2];
+      }
+    }
+    __threadfence();  // this tile's partials visible device-wide before it is counted
+    __syncwarp();  // every lane fenced before lane 0 counts
+    if (c == 0) {
+      const bool last = atomicAdd(p.counters + blockIdx.x, 1u) == (unsigned)T - 1;
+      if (last) p.counters[blockIdx.x] = 0;  // every tile of the block has counted
+      last_tile = last;
     }
   }
-  __threadfence();  // this tile's partials visible device-wide before it is counted
-  __syncwarp();  // every lane fenced before lane 0 counts
-  unsigned last = 0;
-  if (c == 0) {
-    last = atomicAdd(p.counters + blockIdx.x, 1u) == (unsigned)T - 1;
-    if (last) p.counters[blockIdx.x] = 0;  // every tile of the block has counted
-  }
-  if (!__shfl_sync(0xffffffffu, last, 0) || !col_ok) return;
+  __syncthreads();
+  if (!last_tile) return;
   __threadfence();
-#pragma unroll
-  for (int v = 0; v < V; ++v) backward_merge_column<V == 2 ? 8 : 4>(p, j + v, T);  // (V = 2: two columns a thread)
+  backward_merge_columns<V>(p, smem, T);
 }
 
 // Column j's dZ' coefficients (backward_column), and dZ' = a1·G + a2·(Z − μ) + a0 of one element

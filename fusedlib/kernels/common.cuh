@@ -293,7 +293,7 @@ __device__ __forceinline__ Moments chan_merge(Moments a, Moments b) {
 // the T row tiles of a column cut into kMergeQuarters contiguous quarters, each quarter into
 // kMergeChains contiguous chains (chain g of a quarter of Q tiles from lo: tiles
 // [lo + ⌊gQ/G⌋, lo + ⌊(g+1)Q/G⌋)); each chain cut into runs of kMergeRun tiles from its start,
-// each run merged in tile order and a chain's runs in order (blocked, as merge_blocked: a chain
+// each run merged in tile order and a chain's runs in order (blocked, as BlockedMerge: a chain
 // of thousands of tiles otherwise adds each tile's small M2 to a large one thousands of times,
 // which biases the variance at tens of millions of rows), a quarter's chains in chain order, then the
 // quarters in order. Four threads can merge a column's quarters side by side
@@ -356,30 +356,23 @@ __device__ Moments merge_quarter(const Problem& p, int j, int tile_rows, int q) 
 // Items 0..T−1 (T ≥ 1) combined in order by blocked summation (Higham, "The accuracy of floating
 // point summation", 1993): runs of 64 items, runs of 64 runs, then those in turn. A result passes
 // through at most 64 + 64 + ⌈T/4096⌉ roundings instead of T: what a sum or a merge over millions
-// of row tiles needs, in registers and in a fixed order (deterministic). The items are loaded
-// kAhead ahead of their merge (a ring in registers; the last index repeats past the end), so a
-// thread has that many loads in flight instead of one load's latency an item (the order, and so
-// the bits, whatever kAhead).
-template <class V, int kAhead = 4, class Load, class Merge>
-__device__ V merge_blocked(int T, Load load, Merge merge) {
-  constexpr int kRun = kMergeRun;
-  V next[kAhead];
-#pragma unroll
-  for (int a = 0; a < kAhead; ++a) next[a] = load(min(a, T - 1));
-  V total = next[0], outer = next[0], inner = next[0];
-  for (int u = 0; u < T; ++u) {
-    const V v = next[0];
-#pragma unroll
-    for (int a = 0; a + 1 < kAhead; ++a) next[a] = next[a + 1];
-    next[kAhead - 1] = load(min(u + kAhead, T - 1));
+// of row tiles needs, in registers and in a fixed order (deterministic). add(u, v) takes item u,
+// u = 0, 1, …, T − 1 in turn (from wherever the caller keeps them: the backward's partials kernel
+// brings them into shared memory a chunk at a time); total holds the result after item T − 1.
+template <class V, class Merge>
+struct BlockedMerge {
+  int T;
+  Merge merge;
+  V total{}, outer{}, inner{};
+  __device__ __forceinline__ void add(int u, const V& v) {
+    constexpr int kRun = kMergeRun;
     inner = u % kRun == 0 ? v : merge(inner, v);                                // a run of items
-    if ((u + 1) % kRun != 0 && u + 1 != T) continue;
+    if ((u + 1) % kRun != 0 && u + 1 != T) return;
     outer = u % (kRun * kRun) < kRun ? inner : merge(outer, inner);             // a run of runs
-    if ((u + 1) % (kRun * kRun) != 0 && u + 1 != T) continue;
+    if ((u + 1) % (kRun * kRun) != 0 && u + 1 != T) return;
     total = u < kRun * kRun ? outer : merge(total, outer);                      // those in turn
   }
-  return total;
-}
+};
 
 // All T row-tile partials of column j, merged in that order by one thread.
 __device__ Moments merge_column_partials(const Problem& p, int j, int tile_rows) {
