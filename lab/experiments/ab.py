@@ -109,7 +109,7 @@ def report(run: str, out, checks: list, krows: list, rrows: list) -> None:
     """``out``/<run>-checks.csv, -kernels.csv (:func:`kernel_rounds`' rows) and -rounds.csv
     (:func:`round_robin_rows`') written; then printed: the checks, each variant's median GEMM and
     forward µs over the profiled rounds with the GEMM's ratio to cuBLAS's (a variant named
-    "cuBLAS"), and the rounds with each median over cuBLAS's."""
+    "cuBLAS"), and the rounds (if any) with each median over cuBLAS's."""
     import pandas as pd
     c, k, rr = pd.DataFrame(checks), pd.DataFrame(krows), pd.DataFrame(rrows)
     for name, table in (("checks", c), ("kernels", k), ("rounds", rr)):
@@ -119,9 +119,10 @@ def report(run: str, out, checks: list, krows: list, rrows: list) -> None:
     med = k.groupby(["problem", "variant"], sort=False)[["gemm_us", "total_us"]].median().unstack(0)
     gemm = med["gemm_us"]
     print(med.assign(**{f"GEMM x cuBLAS {p}": gemm[p] / gemm.loc["cuBLAS", p] for p in gemm.columns}).round(3).to_string())
-    cub = rr[rr.variant == "cuBLAS"].set_index("problem").median_ms
-    rr["over_cuBLAS"] = rr.median_ms / rr.problem.map(cub)
-    print(rr.round(4).to_string(index=False))
+    if rrows:
+        cub = rr[rr.variant == "cuBLAS"].set_index("problem").median_ms
+        rr["over_cuBLAS"] = rr.median_ms / rr.problem.map(cub)
+        print(rr.round(4).to_string(index=False))
 
 
 def autocast_steps(problem: str, impls=("fused", "sums", "eager")) -> tuple:
