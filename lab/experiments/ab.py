@@ -158,6 +158,40 @@ def apply_edits(dest, edits: dict) -> None:
         path.write_text(src)
 
 
+def problem_knob(run: str, field: str, env: str) -> dict:
+    """Edits (file name → [(old, new), …], for :func:`apply_edits` through :func:`merge_edits`) that
+    add ``int field`` to a copy's Problem and set it from ``$env`` (0 when unset) at each launch of
+    the wgmma GEMM (launch_wg): the knob a copy's kernels read, e.g. run238's count_mode from
+    $FUSEDLIB_COUNT."""
+    fn = f"{run}_problem"
+    return {
+        "common.cuh": [("  int ranks;               // R\n};",
+                        f"  int ranks;               // R\n  int {field};  // {run}: ${env}\n}};")],
+        "gemm_wgmma.cuh": [
+            ("      p, out, a, b0, row0, b1);", f"      {fn}(p), out, a, b0, row0, b1);"),
+            ("// One launch of the width-BN kernel:",
+             f"""// {run}: ${env} (0 when unset), read at each launch.
+inline Problem {fn}(const Problem& p) {{
+  Problem q = p;
+  const char* e = std::getenv("{env}");
+  q.{field} = e ? std::atoi(e) : 0;
+  return q;
+}}
+
+// One launch of the width-BN kernel:"""),
+        ],
+    }
+
+
+def merge_edits(*edits: dict) -> dict:
+    """Several edit dicts (file name → [(old, new), …]) as one, each file's lists joined in order."""
+    out: dict = {}
+    for e in edits:
+        for name, pairs in e.items():
+            out.setdefault(name, []).extend(pairs)
+    return out
+
+
 def add_patch_files(dest, patch) -> None:
     """Write into the copy at ``dest`` the new files of ``patch`` (a Path to a `git diff` that only
     adds files, one hunk each, as run228_pingpong.patch and run230_offload.patch; `git apply

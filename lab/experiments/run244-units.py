@@ -28,14 +28,12 @@ import torch
 from fusedlib.build import copy_kernels, load_stage
 from fusedlib.reference import PRESETS
 
-from ab import apply_edits, eager_call, kernel_rounds, module_case, report, same_bits, with_env
+from ab import apply_edits, eager_call, kernel_rounds, merge_edits, module_case, problem_knob, report, same_bits, with_env
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run244-units")
 
 EDITS = {
-    "common.cuh": [("  int ranks;               // R\n};",
-                    "  int ranks;               // R\n  int units_mode;          // run244 (run244-units.py)\n};")],
     "epilogue.cuh": [
         ("""  const int col_block = n0 / BN, row_tiles = ceil_div(p.n, BM);
   __threadfence();  // this tile's partials visible device-wide before it is counted""",
@@ -50,20 +48,9 @@ EDITS = {
     "gemm_wgmma.cuh": [
         ("""  const int all_units = units + (kUnits ? ceil_div(p.m, 64) : 0);""",
          """  const int all_units = units + (kUnits && p.units_mode != 2 ? ceil_div(p.m, 64) : 0);  // run244: 2 none"""),
-        ("""      p, out, a, b0, row0, b1);""",
-         """      run244_problem(p), out, a, b0, row0, b1);"""),
-        ("""// One launch of the width-BN kernel:""",
-         """// run244: $FUSEDLIB_UNITS (0 when unset), read at each launch.
-inline Problem run244_problem(const Problem& p) {
-  Problem q = p;
-  const char* e = std::getenv("FUSEDLIB_UNITS");
-  q.units_mode = e ? std::atoi(e) : 0;
-  return q;
-}
-
-// One launch of the width-BN kernel:"""),
     ],
 }
+EDITS = merge_edits(problem_knob("run244", "units_mode", "FUSEDLIB_UNITS"), EDITS)
 
 MODES = {"units: package": "0", "units: no merges": "1", "no count, no units": "2"}
 PRECISIONS = ("bf16", "tf32")
