@@ -109,7 +109,7 @@ def report(run: str, out, checks: list, krows: list, rrows: list) -> None:
     """``out``/<run>-checks.csv, -kernels.csv (:func:`kernel_rounds`' rows) and -rounds.csv
     (:func:`round_robin_rows`') written; then printed: the checks, each variant's median GEMM and
     forward µs over the profiled rounds with the GEMM's ratio to cuBLAS's (a variant named
-    "cuBLAS"), and the rounds with each median over cuBLAS's."""
+    "cuBLAS"), and the rounds (if any) with each median over cuBLAS's."""
     import pandas as pd
     c, k, rr = pd.DataFrame(checks), pd.DataFrame(krows), pd.DataFrame(rrows)
     for name, table in (("checks", c), ("kernels", k), ("rounds", rr)):
@@ -119,9 +119,10 @@ def report(run: str, out, checks: list, krows: list, rrows: list) -> None:
     med = k.groupby(["problem", "variant"], sort=False)[["gemm_us", "total_us"]].median().unstack(0)
     gemm = med["gemm_us"]
     print(med.assign(**{f"GEMM x cuBLAS {p}": gemm[p] / gemm.loc["cuBLAS", p] for p in gemm.columns}).round(3).to_string())
-    cub = rr[rr.variant == "cuBLAS"].set_index("problem").median_ms
-    rr["over_cuBLAS"] = rr.median_ms / rr.problem.map(cub)
-    print(rr.round(4).to_string(index=False))
+    if rrows:
+        cub = rr[rr.variant == "cuBLAS"].set_index("problem").median_ms
+        rr["over_cuBLAS"] = rr.median_ms / rr.problem.map(cub)
+        print(rr.round(4).to_string(index=False))
 
 
 def autocast_steps(problem: str, impls=("fused", "sums", "eager")) -> tuple:
@@ -155,6 +156,40 @@ def apply_edits(dest, edits: dict) -> None:
             assert src.count(old) == 1, (name, old[:60])
             src = src.replace(old, new)
         path.write_text(src)
+
+
+def problem_knob(run: str, field: str, env: str) -> dict:
+    """Edits (file name → [(old, new), …], for :func:`apply_edits` through :func:`merge_edits`) that
+    add ``int field`` to a copy's Problem and set it from ``$env`` (0 when unset) at each launch of
+    the wgmma GEMM (launch_wg): the knob a copy's kernels read, e.g. run238's count_mode from
+    $FUSEDLIB_COUNT."""
+    fn = f"{run}_problem"
+    return {
+        "common.cuh": [("  int ranks;               // R\n};",
+                        f"  int ranks;               // R\n  int {field};  // {run}: ${env}\n}};")],
+        "gemm_wgmma.cuh": [
+            ("      p, out, a, b0, row0, b1);", f"      {fn}(p), out, a, b0, row0, b1);"),
+            ("// One launch of the width-BN kernel:",
+             f"""// {run}: ${env} (0 when unset), read at each launch.
+inline Problem {fn}(const Problem& p) {{
+  Problem q = p;
+  const char* e = std::getenv("{env}");
+  q.{field} = e ? std::atoi(e) : 0;
+  return q;
+}}
+
+// One launch of the width-BN kernel:"""),
+        ],
+    }
+
+
+def merge_edits(*edits: dict) -> dict:
+    """Several edit dicts (file name → [(old, new), …]) as one, each file's lists joined in order."""
+    out: dict = {}
+    for e in edits:
+        for name, pairs in e.items():
+            out.setdefault(name, []).extend(pairs)
+    return out
 
 
 def add_patch_files(dest, patch) -> None:

@@ -31,7 +31,8 @@ import torch
 from fusedlib.build import copy_kernels, load_stage
 from fusedlib.reference import PRESETS
 
-from ab import apply_edits, eager_call, kernel_rounds, module_case, report, round_robin_rows, same_bits, with_env
+from ab import (apply_edits, eager_call, kernel_rounds, merge_edits, module_case, problem_knob, report, round_robin_rows,
+                same_bits, with_env)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run238-count")
@@ -80,8 +81,6 @@ __device__ __forceinline__ void count_handed(unsigned int* counters) {
 // Count a finished tile"""
 
 EDITS = {
-    "common.cuh": [("  int ranks;               // R\n};",
-                    "  int ranks;               // R\n  int count_mode;          // run238: the persistent GEMM's tile count (run238-count.py)\n};")],
     "epilogue.cuh": [
         ("// Count a finished tile", HANDOFF),
         ("""  const int col_block = n0 / BN, row_tiles = ceil_div(p.n, BM);
@@ -114,20 +113,9 @@ EDITS = {
         ("""    if (OP != OPERAND_FP32 && wg_z_tma(p) && threadIdx.x % 128 == 0)  // Z's last stores done before the CTA ends""",
          """    if (kUnits && p.count_mode == 1 && threadIdx.x == 128) hand_count(-1);  // run238: warp 1's end
     if (OP != OPERAND_FP32 && wg_z_tma(p) && threadIdx.x % 128 == 0)  // Z's last stores done before the CTA ends"""),
-        ("""      p, out, a, b0, row0, b1);""",
-         """      run238_problem(p), out, a, b0, row0, b1);"""),
-        ("""// One launch of the width-BN kernel:""",
-         """// run238: $FUSEDLIB_COUNT (0 when unset), read at each launch.
-inline Problem run238_problem(const Problem& p) {
-  Problem q = p;
-  const char* e = std::getenv("FUSEDLIB_COUNT");
-  q.count_mode = e ? std::atoi(e) : 0;
-  return q;
-}
-
-// One launch of the width-BN kernel:"""),
     ],
 }
+EDITS = merge_edits(problem_knob("run238", "count_mode", "FUSEDLIB_COUNT"), EDITS)
 
 MODES = {"count: package": "0", "count: warp 1": "1", "count: no fence (bound)": "2"}
 PRECISIONS = ("bf16", "tf32")
