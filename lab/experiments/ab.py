@@ -48,6 +48,15 @@ def module_case(problem: str, shape, precision: str, stage: str = "fused", seed:
     return mod.to(dtype), torch.randn(n, k, device="cuda", dtype=dtype, generator=torch.Generator("cuda").manual_seed(seed))
 
 
+def smoke_cases(precisions):
+    """(labels, module, x) of the copies' smoke tests: the fused stage at small shapes with partial
+    tiles (33 at 300 × 64 → 264 and 520 × 256 → 776, 84 at 1000 × 512 → 1024) in each of
+    ``precisions`` (:func:`module_case`); labels: problem, shape, precision (run238, run244)."""
+    for problem, shape in (("33", (300, 64, 264)), ("84", (1000, 512, 1024)), ("33", (520, 256, 776))):
+        for precision in precisions:
+            yield dict(problem=problem, shape=shape, precision=precision), *module_case(problem, shape, precision)
+
+
 def same_bits(want_call, calls: dict, x, bn) -> dict:
     """name → whether ``calls[name](x)`` gives ``want_call(x)``'s Y and running buffers bit for bit,
     each from the same state (:func:`forward_keeping_buffers`)."""
@@ -144,6 +153,15 @@ def autocast_steps(problem: str, impls=("fused", "sums", "eager")) -> tuple:
         model, module = bench.build_impl(impl, ref, build_precision(precision))
         steps[impl] = (train_step(model, dy, module), step_context(precision, impl))
     return x, steps
+
+
+def edited_copy(dest, edits: dict):
+    """A copy of the package's kernels at ``dest`` (fusedlib.build.copy_kernels) with ``edits``
+    applied (:func:`apply_edits`); returns ``dest``."""
+    from fusedlib.build import copy_kernels
+    copy_kernels(dest)
+    apply_edits(dest, edits)
+    return dest
 
 
 def apply_edits(dest, edits: dict) -> None:

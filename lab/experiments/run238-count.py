@@ -28,11 +28,11 @@ from pathlib import Path
 
 import torch
 
-from fusedlib.build import copy_kernels, load_stage
+from fusedlib.build import load_stage
 from fusedlib.reference import PRESETS
 
-from ab import (apply_edits, eager_call, kernel_rounds, merge_edits, module_case, problem_knob, report, round_robin_rows,
-                same_bits, with_env)
+from ab import (eager_call, edited_copy, kernel_rounds, merge_edits, module_case, problem_knob,
+                report, round_robin_rows, same_bits, smoke_cases, with_env)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run238-count")
@@ -123,9 +123,7 @@ PRECISIONS = ("bf16", "tf32")
 
 def count_kernels(dest: Path) -> Path:
     """A copy of the kernels with the count's modes, chosen by $FUSEDLIB_COUNT."""
-    copy_kernels(dest)
-    apply_edits(dest, EDITS)
-    return dest
+    return edited_copy(dest, EDITS)
 
 
 def bit_checks(package, copy, mod, x, **labels) -> dict:
@@ -141,11 +139,9 @@ def smoke() -> None:
     """Every mode on small shapes (partial tiles; 84 and 33; bf16 and tf32), bits against the package's:
     required of the package's count and warp 1's."""
     package, copy = load_stage("fused"), load_stage("fused", 0, COPY)
-    for problem, shape in (("33", (300, 64, 264)), ("84", (1000, 512, 1024)), ("33", (520, 256, 776))):
-        for precision in PRECISIONS:
-            mod, x = module_case(problem, shape, precision)
-            row = bit_checks(package, copy, mod, x, problem=problem, shape=shape, precision=precision)
-            assert row["count: package"] and row["count: warp 1"], row  # (no fence: reported, not required)
+    for labels, mod, x in smoke_cases(PRECISIONS):
+        row = bit_checks(package, copy, mod, x, **labels)
+        assert row["count: package"] and row["count: warp 1"], row  # (no fence: reported, not required)
 
 
 def main() -> None:

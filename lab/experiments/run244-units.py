@@ -25,10 +25,11 @@ from pathlib import Path
 
 import torch
 
-from fusedlib.build import copy_kernels, load_stage
+from fusedlib.build import load_stage
 from fusedlib.reference import PRESETS
 
-from ab import apply_edits, eager_call, kernel_rounds, merge_edits, module_case, problem_knob, report, same_bits, with_env
+from ab import (eager_call, edited_copy, kernel_rounds, merge_edits, module_case, problem_knob,
+                report, same_bits, smoke_cases, with_env)
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 COPY = Path("build/run244-units")
@@ -58,9 +59,7 @@ PRECISIONS = ("bf16", "tf32")
 
 def units_kernels(dest: Path) -> Path:
     """A copy of the kernels with the merge units' modes, chosen by $FUSEDLIB_UNITS."""
-    copy_kernels(dest)
-    apply_edits(dest, EDITS)
-    return dest
+    return edited_copy(dest, EDITS)
 
 
 def bit_check(package, copy, mod, x, **labels) -> dict:
@@ -82,11 +81,9 @@ def bit_check(package, copy, mod, x, **labels) -> dict:
 def smoke() -> None:
     """Mode 0's bits on small shapes (partial tiles; 84 and 33; bf16 and tf32), and after the others."""
     package, copy = load_stage("fused"), load_stage("fused", 0, COPY)
-    for problem, shape in (("33", (300, 64, 264)), ("84", (1000, 512, 1024)), ("33", (520, 256, 776))):
-        for precision in PRECISIONS:
-            mod, x = module_case(problem, shape, precision)
-            row = bit_check(package, copy, mod, x, problem=problem, shape=shape, precision=precision)
-            assert all(v for k, v in row.items() if k.startswith(("units", "package"))), row
+    for labels, mod, x in smoke_cases(PRECISIONS):
+        row = bit_check(package, copy, mod, x, **labels)
+        assert all(v for k, v in row.items() if k.startswith(("units", "package"))), row
 
 
 def main() -> None:
