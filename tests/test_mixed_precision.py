@@ -522,7 +522,8 @@ def test_autocast_keeps_the_master_weights_gradient_in_float32(kind, training, d
 @pytest.mark.parametrize("kind", ["84", "33"])
 @pytest.mark.parametrize("stage", fusedlib.STAGES)
 def test_the_last_pass_writes_a_sixteen_bit_y(stage, kind, training, dtype, monkeypatch):
-    """A bf16/fp16 module's Y comes from the stage's last pass in the dtype: bit for bit the same
+    """A bf16/fp16 module's Y comes from the stage's last writer in the dtype (a pass; in eval mode
+    33's GEMM epilogue under sums and fused): bit for bit the same
     kernels' float32 Y rounded to it (the operator with a float32 scale returns float32 Y, every
     other vector in the dtype), every output poisoned first (an unwritten element reads NaN), and
     the running buffers alike; M = 96 (16-byte rows: the vectorised and register row passes) and
@@ -778,6 +779,47 @@ def test_sums_and_fused_keep_a_sixteen_bit_z_in_the_dtype(stage, kind, dtype, ve
     name = {torch.bfloat16: "BFloat16", torch.float16: "Half"}[dtype]
     with torch.no_grad(), pytest.raises(RuntimeError, match=f"z_out: expected a contiguous {name} "):
         op(x, *t, kind, "tf32", True, module.bn.eps, module.bn.momentum, None, z_out=torch.empty(n, m, device="cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("stage", ["sums", "fused"])
+@pytest.mark.parametrize("shape", [(300, 64, 264), (130, 72, 100), (700, 128, 1032), (1, 64, 96)], ids=str)
+def test_the_eval_epilogue_writes_a_sixteen_bit_y_on_each_path(stage, dtype, shape, monkeypatch):
+    """In eval mode sums and fused write 33's Y from the GEMM's AffineStore epilogue, in a 16-bit
+    module's dtype (docs/design.md §15; on wgmma through the TMA epilogue where M % 8 == 0, else from
+    the registers; on mma.sync from the C tile): on each GEMM path the GPU has, bit for bit the same
+    kernels' float32 Y rounded to the dtype (the operator with a float32 scale returns float32 Y,
+    every other vector in the dtype), Y poisoned first (an unwritten element reads NaN), the
+    running buffers untouched."""
+    monkeypatch.setenv("FUSEDLIB_POISON", "1")
+    n, k, m = shape
+    ref = make_reference("33", k, m, seed=n)
+    module = fusedlib.from_reference(ref, stage=stage, precision="tf32").cuda().eval().to(dtype)
+    with torch.no_grad():  # running statistics that are not the initial ones
+        module.bn.running_mean.copy_(torch.randn(m, device="cuda"))
+        module.bn.running_var.copy_(torch.rand(m, device="cuda") + 0.5)
+    g = torch.Generator(device="cuda").manual_seed(n + k + m)
+    x = torch.randn(n, k, device="cuda", generator=g).to(dtype)
+    t = list(module._tensors())
+    from fusedlib.build import load_stage
+    load_stage(stage, x.get_device())  # registers the operator's CUDA kernel
+    op = getattr(torch.ops.fusedlib, stage)
+    paths = ["mma"] + (["wgmma"] if torch.cuda.get_device_capability() >= (9, 0) else [])
+    for path in paths:
+        outs = []
+        for scale in (t[2], t[2].float()):
+            buffers = [b.clone() for b in t[5:8]]
+            with torch.no_grad():
+                y = op(x, *t[:2], scale, *t[3:5], *buffers, "33", "tf32", False, module.bn.eps, module.bn.momentum,
+                       path)
+            for a, b in zip(buffers, t[5:8]):
+                assert torch.equal(a, b), path
+            outs.append(y)
+        y16, y32 = outs
+        assert y16.dtype == dtype and y32.dtype == torch.float32, path
+        assert not y32.isnan().any() and not y16.isnan().any(), path
+        assert torch.equal(y16, y32.to(dtype)), path
 
 
 @pytest.mark.gpu

@@ -6,7 +6,8 @@
 // Data parallelism (p.sync_phase, common.cuh): phase 1 stops at this rank's moments, phase 2
 // merges every rank's and runs the row pass.
 // Eval mode: the GEMM's AffineStore epilogue computes the coefficients a, c from the
-// running buffers (bias folded into c) and applies them, then the softmax (84).
+// running buffers (bias folded into c) and applies them, writing 33/39's Y (in a 16-bit
+// module's dtype, rounded once), then the softmax (84).
 // Specification: algebra.stage_forward("sums"), algebra.tile_rows.
 #include "gemm.cuh"
 #include "passes.cuh"
@@ -27,10 +28,11 @@ extern "C" const char* fl_sums_forward(const fl::Problem* pp, cudaStream_t st) {
   using namespace fl;
   const Problem& p = *pp;
   const char* err;
-  if (!p.training) {  // BN (running statistics), the scale and the bias in the GEMM's epilogue
+  if (!p.training) {  // BN (running statistics), the scale and the bias in the GEMM's epilogue:
+    // 33/39's Y itself (at p.z, in p.z_type: a 16-bit module's dtype), 84's softmax input (float32)
+    if (p.kind != 84) return launch_gemm<AffineStore>(p, p.x, p.w, p.z, st);
     if ((err = launch_gemm<AffineStore>(p, p.x, p.w, p.y, st))) return err;
-    return p.kind == 84 ? launch_affine_softmax_rows(ZIn{p.y, OPERAND_FP32}, nullptr, y_out(p), p.n, p.m, nullptr, st)
-                        : launch_narrow(p.y, y_out(p), p.n, p.m, st);
+    return launch_affine_softmax_rows(ZIn{p.y, OPERAND_FP32}, nullptr, y_out(p), p.n, p.m, nullptr, st);
   }
   if (p.sync_phase != 2) {
     if ((err = launch_gemm<ColumnStats>(p, p.x, p.w, p.z, st))) return err;  // Z', partials

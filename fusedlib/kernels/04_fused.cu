@@ -5,7 +5,8 @@
 // V = a∘Z' + c and (84) the softmax from online (max, Σexp) partials, writing Y once.
 // What changes from sums: the finalize kernel moves into the epilogue and the row softmax
 // reads each row once (online). Eval mode: as sums (coefficients from the running buffers
-// in the GEMM's AffineStore epilogue), then the online softmax (84). Two kernels a forward.
+// in the GEMM's AffineStore epilogue), then the online softmax (84). Two kernels a forward (one
+// in eval mode at 33/39).
 // The column-tile counters are the host's, zero between calls (torch_op.cuh). Data parallelism
 // (p.sync_phase, common.cuh): phase 1 stops after the GEMM, whose merge wrote this rank's
 // moments; phase 2 merges every rank's and runs the row pass.
@@ -17,10 +18,11 @@ extern "C" const char* fl_fused_forward(const fl::Problem* pp, cudaStream_t st) 
   using namespace fl;
   const Problem& p = *pp;
   const char* err;
-  if (!p.training) {  // BN (running statistics), the scale and the bias in the GEMM's epilogue
+  if (!p.training) {  // BN (running statistics), the scale and the bias in the GEMM's epilogue:
+    // 33/39's Y itself (at p.z, in p.z_type: a 16-bit module's dtype), 84's softmax input (float32)
+    if (p.kind != 84) return launch_gemm<AffineStore>(p, p.x, p.w, p.z, st);
     if ((err = launch_gemm<AffineStore>(p, p.x, p.w, p.y, st))) return err;
-    return p.kind == 84 ? launch_online_softmax_rows(ZIn{p.y, OPERAND_FP32}, nullptr, y_out(p), p.n, p.m, nullptr, st)
-                        : launch_narrow(p.y, y_out(p), p.n, p.m, st);
+    return launch_online_softmax_rows(ZIn{p.y, OPERAND_FP32}, nullptr, y_out(p), p.n, p.m, nullptr, st);
   }
   if (p.sync_phase != 2) {
     if ((err = launch_gemm<ColumnStatsMerge>(p, p.x, p.w, p.z, st))) return err;  // Z', partials, a, c

@@ -110,13 +110,15 @@ struct Problem {
   float* running_var;      // (M)    bn.running_var, updated in train mode
   float* y;                // (N, M) output
   float* y16;              // (N, M) or null: Y in operand's 16-bit dtype, written by the stage's last pass
-                           //        (then y holds the float32 values that pass reads; y_out)
+                           //        (then y holds the float32 values that pass reads; y_out), or by
+                           //        the GEMM's epilogue (eval mode, 33/39, sums and fused: z = y16)
   float* z;                // (N, M) Z = XWᵀ + b or Z' = XWᵀ, in Y's memory: the passes after the
                            //        GEMM read and write it in place, the last one leaves Y there
   int z_type;              // Operand of the elements at z: OPERAND_FP32, or (sums, fused: a 16-bit module
                            //        in train mode, docs/design.md §15) the operand's 16-bit type, as eager
                            //        PyTorch's Linear rounds its output; the statistics come from the
-                           //        float32 accumulators before that rounding
+                           //        float32 accumulators before that rounding. Eval mode, 33/39: z is
+                           //        Y's memory, and a 16-bit type there is Y's dtype
   float* part;             // (T, 2, M) per-row-tile partials: mean_t, M2_t (naive: row max, Σexp)
   float* coef;             // (4, M) a, c, then batch mean and variance scratch
   unsigned int* counters;  // (ceil(M / 32)) column-tile counters of ColumnStatsMerge: zero

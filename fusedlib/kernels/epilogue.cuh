@@ -99,7 +99,8 @@ enum class Store { kPlain, kBias, kAffine };
 
 // Store the valid part of the tile, rows m0…, columns n0…, coalesced (consecutive threads
 // write consecutive columns): as is, plus the bias, or a∘C + c with the tile's coefficients
-// a = ac[0:BN], c = ac[BN:2BN].
+// a = ac[0:BN], c = ac[BN:2BN]. As is or affine, in p.z_type: a 16-bit type rounds the float32
+// value once (train's Z', eval's Y of 33/39: common.cuh Problem::z_type).
 template <int BM, int BN, int THREADS, Store S>
 __device__ __forceinline__ void store_tile(const Problem& p, const float* C, float* out, int m0, int n0, int tid,
                                            const float* ac = nullptr) {
@@ -112,8 +113,8 @@ __device__ __forceinline__ void store_tile(const Problem& p, const float* C, flo
       if (S == Store::kBias && !p.z0) v += p.bias[j];  // (Z − Z₀ of the first-row shift has none)
       if (S == Store::kAffine) v = ac[c] * v + ac[BN + c];
       const size_t q = (size_t)(m0 + r) * p.m + j;
-      if (S == Store::kPlain && p.z_type == OPERAND_BF16) store<OPERAND_BF16>(out, q, v);  // Z' in 16 bits
-      else if (S == Store::kPlain && p.z_type == OPERAND_FP16) store<OPERAND_FP16>(out, q, v);
+      if (S != Store::kBias && p.z_type == OPERAND_BF16) store<OPERAND_BF16>(out, q, v);  // Z' or eval's Y in 16 bits
+      else if (S != Store::kBias && p.z_type == OPERAND_FP16) store<OPERAND_FP16>(out, q, v);
       else out[q] = v;
     }
   }
@@ -414,12 +415,23 @@ __device__ __forceinline__ void z_staging_drained(int tid) {
   epilogue_sync<THREADS>();
 }
 
-// OP: the GEMM's operand type; a 16-bit OP stores a 16-bit Z' (p.z_type) from the registers, or
-// through TMA (store_z_tma) where the mainloop gives Z's map (zmap) and kZStaging bytes at smem.
+// Eval's coefficients of column n0 + tid, for a 16-bit Y by TMA (take_coef's values, column by
+// thread): a mainloop takes them before its first product, where the accumulators are not yet live
+// (beside them, eval_affine's division and square root would spill). Elsewhere unused.
+template <class Epi, int OP>
+__device__ __forceinline__ Affine early_coef(const Problem& p, int n0, int tid, bool tma) {
+  if constexpr (OP != OPERAND_FP32 && Epi::kStore == Store::kAffine)
+    if (tma && n0 + tid < p.m) return eval_affine(p, n0 + tid, true);
+  return {1.f, 0.f};
+}
+
+// OP: the GEMM's operand type; a 16-bit OP stores a 16-bit Z' or eval's Y (p.z_type) from the registers, or
+// through TMA (store_z_tma) where the mainloop gives Z's map (zmap) and kZStaging bytes at smem; eval's
+// Y by TMA then takes column n0 + tid's coefficients as `early` (early_coef, before the mainloop).
 template <int BN, class Epi, bool DEFER = false, int OP = OPERAND_FP32>
 __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float (&d)[BN / 2], float* smem,
                                                         float* out, int m0, int n0, int tid,
-                                                        const void* zmap = nullptr) {
+                                                        const void* zmap = nullptr, Affine early = {1.f, 0.f}) {
   constexpr int THREADS = 256, BM = 128, NV = BN / 4, V = (NV + 7) / 8 * 8;
   constexpr int CH = NV % 32 == 0 ? 32 : V;  // the statistics' values a thread sums at a time
   float* coef = smem;           // [2][BN]
@@ -437,25 +449,40 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
       d[4 * j + 1] = take_shift_row(p, d[4 * j + 1], 0, n0 + 8 * j + 2 * t + 1);
     }
   }
-  // Z' stored (C + bias, the affine, or as it is)
-  const auto store_z = [&] {
-    if (Epi::kStore != Store::kPlain) {
-      for (int c = tid; c < BN; c += THREADS) {
-        float a = 1.f, b = 0.f;
-        if (c < cols) {
-          if (Epi::kStore == Store::kBias) {
-            b = p.z0 ? 0.f : p.bias[n0 + c];  // (Z − Z₀ of the first-row shift has none)
-          } else {
-            const Affine ac = eval_affine(p, n0 + c, true);
-            a = ac.a;
-            b = ac.c;
-          }
+  // Z' or Y in 16 bits where p.z_type is OP: as it is (train's Z') or the affine (eval's Y of 33/39)
+  constexpr bool k16 = OP != OPERAND_FP32 && Epi::kStore != Store::kBias;
+  // The coefficients of a bias or an affine store, into coef
+  const auto take_coef = [&] {
+    for (int c = tid; c < BN; c += THREADS) {
+      float a = 1.f, b = 0.f;
+      if (c < cols) {
+        if (Epi::kStore == Store::kBias) {
+          b = p.z0 ? 0.f : p.bias[n0 + c];  // (Z − Z₀ of the first-row shift has none)
+        } else {
+          const Affine ac = eval_affine(p, n0 + c, true);
+          a = ac.a;
+          b = ac.c;
         }
-        coef[c] = a;
-        coef[BN + c] = b;
       }
-      epilogue_sync<THREADS>();
+      coef[c] = a;
+      coef[BN + c] = b;
     }
+    epilogue_sync<THREADS>();
+  };
+  // The four values of column pair j (columns 8j + 2t, + 1; rows r, r + 8) as stored: C + bias
+  // (as store_tile), the affine, or as they are
+  const auto stored = [&](int j, float& v0, float& v1, float& v2, float& v3) {
+    const int c = 8 * j + 2 * t;
+    if (Epi::kStore == Store::kBias) {
+      v0 += coef[BN + c], v1 += coef[BN + c + 1], v2 += coef[BN + c], v3 += coef[BN + c + 1];
+    } else if (Epi::kStore == Store::kAffine) {
+      v0 = coef[c] * v0 + coef[BN + c], v1 = coef[c + 1] * v1 + coef[BN + c + 1];
+      v2 = coef[c] * v2 + coef[BN + c], v3 = coef[c + 1] * v3 + coef[BN + c + 1];
+    }
+  };
+  // Z' (or Y) stored from the registers
+  const auto store_z = [&] {
+    if (Epi::kStore != Store::kPlain) take_coef();
     float* row0 = out + (size_t)(m0 + r) * p.m + n0;
     float* row1 = row0 + (size_t)8 * p.m;
     const bool pairs = (p.m & 1) == 0 && ((uintptr_t)out & 7) == 0;  // 8-byte aligned column pairs
@@ -463,14 +490,9 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
     for (int j = 0; j < BN / 8; ++j) {
       const int c = 8 * j + 2 * t;
       float v0 = d[4 * j], v1 = d[4 * j + 1], v2 = d[4 * j + 2], v3 = d[4 * j + 3];
-      if (Epi::kStore == Store::kBias) {  // as store_tile: C + bias
-        v0 += coef[BN + c], v1 += coef[BN + c + 1], v2 += coef[BN + c], v3 += coef[BN + c + 1];
-      } else if (Epi::kStore == Store::kAffine) {
-        v0 = coef[c] * v0 + coef[BN + c], v1 = coef[c + 1] * v1 + coef[BN + c + 1];
-        v2 = coef[c] * v2 + coef[BN + c], v3 = coef[c + 1] * v3 + coef[BN + c + 1];
-      }
-      if constexpr (OP != OPERAND_FP32 && Epi::kStore == Store::kPlain) {
-        if (p.z_type == OP) {  // Z' in 16 bits (elements, not floats, from out)
+      stored(j, v0, v1, v2, v3);
+      if constexpr (k16) {
+        if (p.z_type == OP) {  // 16 bits (elements, not floats, from out)
           const size_t e0 = (size_t)(m0 + r) * p.m + n0 + c, e1 = e0 + (size_t)8 * p.m;
           if (ok0) store_pair16<OP>(out, e0, v0, v1, c, cols, pairs);
           if (ok1) store_pair16<OP>(out, e1, v2, v3, c, cols, pairs);
@@ -485,10 +507,10 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
   // then waits for the partials alone, not for the tile's stores as well (nothing in this kernel
   // reads Z'). Without a merge there is no fence, and the stores go first, draining while the
   // statistics are taken.
-  // a 16-bit Z' by TMA: after the statistics (the staging area is this shared memory), once the
-  // last tile's stores have read it
+  // a 16-bit Z' (or eval's Y) by TMA: after the statistics (the staging area is this shared
+  // memory), once the last tile's stores have read it
   bool tma = false;
-  if constexpr (OP != OPERAND_FP32 && Epi::kStore == Store::kPlain) tma = p.z_type == OP && zmap != nullptr;
+  if constexpr (k16) tma = p.z_type == OP && zmap != nullptr;
   if (!Epi::kMerge && !tma) store_z();
   if (tma) z_staging_drained<THREADS>(tid);
   bool last = false;
@@ -534,9 +556,17 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
     }
     if (Epi::kMerge) last = count_tile<BM, BN, THREADS, DEFER>(p, flag, n0, tid);
   }
-  if constexpr (OP != OPERAND_FP32 && Epi::kStore == Store::kPlain) {
+  if constexpr (k16) {
     if (tma) {
-      epilogue_sync<THREADS>();  // the statistics' shared memory read (and the count's flag)
+      if constexpr (Epi::kStore == Store::kAffine) {  // eval's Y: the affine in the registers
+        static_assert(BN == THREADS, "a column a thread");
+        coef[tid] = early.a;
+        coef[BN + tid] = early.c;
+        epilogue_sync<THREADS>();
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) stored(j, d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
+      }
+      epilogue_sync<THREADS>();  // the statistics' shared memory read (and the count's flag), or coef
       store_z_tma<OP, BN>(p, d, smem, zmap, m0, n0, tid);
       if (Epi::kMerge && last) z_staging_drained<THREADS>(tid);
     }

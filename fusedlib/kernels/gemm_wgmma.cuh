@@ -493,6 +493,12 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         // row 0 stays x₀ (not with an external x₀: shift_keeps_row0); rows past N stay 0
         shift_lo = (r != 0 || !shift_keeps_row0(p)) && r < p.n, shift_hi = r + 8 < p.n;
       }
+      Affine early{1.f, 0.f};  // eval's 16-bit Y by TMA: this thread's column coefficients (early_coef)
+      if constexpr (OP != OPERAND_FP32 && Epi::kStore == Store::kAffine) {
+        int m0, n0;
+        wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
+        early = early_coef<Epi, OP>(p, n0, threadIdx.x - 128, wg_z_tma(p));
+      }
       bool prev_released = true;  // step it − 1's stage already handed back to the producer
       // 3xTF32: the A fragments (Xb and Xs) of G K slices at a time (all four; 2 at BN = 192, for
       // registers), rewritten once the wgmmas before are done; the two consumer warpgroups take
@@ -573,7 +579,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         if constexpr (SWAP) epilogue_swapped<BN, Epi>(p, d, epi, out, m0, n0, threadIdx.x - 128);
         else
           epilogue_from_fragments<BN, Epi, kUnits, OP>(p, d, epi, out, m0, n0, threadIdx.x - 128,
-                                                       OP != OPERAND_FP32 && wg_z_tma(p) ? &map_b1 : nullptr);
+                                                       OP != OPERAND_FP32 && wg_z_tma(p) ? &map_b1 : nullptr, early);
       }
       if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
     }

@@ -358,24 +358,6 @@ inline const char* launch_online_softmax_rows(ZIn z, const float* coef, YOut y, 
   });
 }
 
-// Y in a 16-bit dtype from float32 Y (y_out(p) when the stage's last writer is the GEMM's epilogue:
-// 33/39 in eval mode, sums and fused); nothing to do for float32 Y.
-template <int OUT>
-__global__ void narrow_kernel(const float* y, float* out, size_t total) {
-  for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x)
-    store<OUT>(out, q, y[q]);
-}
-
-inline const char* launch_narrow(const float* y, YOut out, int n, int m, cudaStream_t st) {
-  if (out.type == OPERAND_FP32) return nullptr;
-  const size_t total = (size_t)n * m;
-  const int blocks = (int)std::min<size_t>((total + 255) / 256, (size_t)sm_count() * 16);
-  (out.type == OPERAND_BF16 ? narrow_kernel<OPERAND_BF16> : narrow_kernel<OPERAND_FP16>)<<<blocks, 256, 0, st>>>(
-      y, out.y, total);
-  FL_CHECK_LAUNCH();
-  return nullptr;
-}
-
 // ---------------------------------------------------------------- vectors between dtypes (docs/design.md §15)
 // A bf16/fp16 module's vectors (b, the scale, γ, β, running_mean, running_var) as the kernels read
 // them, float32, before the stage's kernels; its running buffers back in their dtype after them.

@@ -36,6 +36,8 @@ namespace fl {
 // §15): sums and fused, whose GEMM epilogue stores Z' (ColumnStats: rounded once, after the
 // statistics took the float32 values, as eager PyTorch's Linear rounds its output) and whose row
 // pass and backward read it. naive and fold keep Z in float32 (fusedlib.algebra.Z16_STAGES).
+// In eval mode the same two stages' GEMM epilogue (AffineStore) writes 33/39's Y, in the module's
+// dtype where Y has it (rounded once from float32, as a pass after it would).
 #define FL_Z16_naive false
 #define FL_Z16_fold false
 #define FL_Z16_sums true
@@ -213,7 +215,9 @@ static std::optional<at::Tensor> forward_impl(
   // a 16-bit Z' not kept for the backward: in Y's 16-bit memory (the row pass runs in place there),
   // or (a float32 Y: autocast's scale promotes it) in memory of its own; the float32 working Y
   // then only where Y is float32
-  const bool z16_own = z16 && !keep_z && !y16_out, y32 = !(z16 && y16_out);
+  // eval mode, 33/39 (sums, fused): the GEMM's epilogue writes the 16-bit Y itself, no float32 Y
+  const bool y16_gemm = kStageZ16 && y16_out && !training && kind == "33";
+  const bool z16_own = z16 && !keep_z && !y16_out, y32 = !(z16 && y16_out) && !y16_gemm;
   const auto needs = [&] {
     const int64_t y_bytes = y32 ? n * m * (int64_t)sizeof(float) : 0,
                   scratch_bytes = (n_part + 5 * m) * (int64_t)sizeof(float);
@@ -291,9 +295,9 @@ static std::optional<at::Tensor> forward_impl(
     z_own = explain_oom([&] { return at::detail::empty_cuda({n, m}, z_dtype, x.device(), std::nullopt); }, needs);
   p.z = keep_z    ? static_cast<float*>(z_out->data_ptr())
         : z16_own ? static_cast<float*>(z_own.data_ptr())
-        : z16     ? p.y16
-                  : p.y;
-  p.z_type = !z16 ? OPERAND_FP32 : operand;
+        : z16 || y16_gemm ? p.y16
+                          : p.y;
+  p.z_type = z16 || y16_gemm ? operand : OPERAND_FP32;
   p.part = scratch.floats;
   p.coef = scratch.floats + n_part;
   p.counters = scratch.counters;
