@@ -528,6 +528,8 @@ def test_the_last_pass_writes_a_sixteen_bit_y(stage, kind, training, dtype, monk
     the running buffers alike; M = 96 (16-byte rows: the vectorised and register row passes) and
     M = 100 (the row passes element by element), and one row (the eval routes' 1-row batch)."""
     monkeypatch.setenv("FUSEDLIB_POISON", "1")
+    from fusedlib.build import load_stage
+    load_stage(stage)  # registers the operator's CUDA kernel (the op is called before any module's forward)
     op = ops.OPS[stage]
     for n, m in ((200, 96), (77, 100)) + (((1, 96),) if not training else ()):
         ref, x, _, _ = _case(kind, training, shape=(n, 64, m))
