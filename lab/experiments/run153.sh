@@ -13,6 +13,9 @@
 #   PART=multi             sync, routes, then bench (a 4-GPU machine: world sizes 2 and 4 in one call)
 #   PART=records           sync, then bench (WORLDS), the two records alone (no routes)
 set -u
+for a in "$@"; do  # NAME=value arguments, taken as the environment's (run153.sh PART=records WORLDS=1,2)
+  case $a in *=*) export "$a" ;; *) echo "run153.sh: expected NAME=value arguments, got '$a'" >&2; exit 2 ;; esac
+done
 export PYTHONPATH=$PWD FUSEDLIB_CACHE=$PWD/build/flcache PYTHONUNBUFFERED=1
 t0=$(date +%s)
 . lab/experiments/restore_cache.sh  # a carried .cache (build cache parts), if any
