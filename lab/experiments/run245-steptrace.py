@@ -40,7 +40,9 @@ def one_step(step, x, flush, context) -> dict:
         torch.cuda.synchronize()
     events = prof.events()
     host = next(e for e in events if e.name == "train_step")
-    kernels = sorted((e for e in events if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start)
+    # (the step's record_function also shows on the GPU, as an annotation: not a kernel)
+    kernels = sorted((e for e in events if e.device_type.name == "CUDA" and e.name != "train_step"),
+                     key=lambda e: e.time_range.start)
     kernels = kernels[1:]  # the flush's own kernel first
     spans = [(e.time_range.start, e.time_range.end, e.name) for e in kernels]
     busy, gaps = 0.0, []
