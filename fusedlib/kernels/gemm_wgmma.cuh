@@ -97,6 +97,12 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 // 256 consumer threads, all of them waiting (bar.sync); it orders the unit index's write before
 // its reads, and the reads of a slot before its next write.
 __device__ __forceinline__ void handoff_sync() { asm volatile("bar.sync 2, 288;\n" ::: "memory"); }
+// Named barrier 3: a merge unit done. The consumers arrive after it (bar.arrive: they go on to the
+// hand-off), the producer warp waits there before it claims the next unit, so that no CTA holds a
+// claimed merge behind the one it runs (run250: at 84 eight CTAs ran ten merges each, the last two
+// of each in the kernel's tail, one after the other).
+__device__ __forceinline__ void merge_done_arrive() { asm volatile("bar.arrive 3, 288;\n" ::: "memory"); }
+__device__ __forceinline__ void merge_done_sync() { asm volatile("bar.sync 3, 288;\n" ::: "memory"); }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred P;\nWAIT_%=:\n"
@@ -448,6 +454,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         if (issuer)
           for (; kt < kt1; ++kt) load_step(kt, m0, n0);
         if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
+        if (kUnits && !tile) merge_done_sync();  // a merge: the next claim once it is done
         u = claim(f + 1);  // slot (f + 1) % 2: its last reads (unit f − 1) were before this hand-off
       }
     } else if constexpr (PROMOTE && !SWAP) {  // warps 1–3 (3xTF32, one tile a CTA): W's parts of each stage as it lands
@@ -476,6 +483,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
           const int j0 = (u - units) * 64, block = j0 / BN, slices = ceil_div(min(BN, p.m - block * BN), 64);
           if (OP != OPERAND_FP32 && wg_z_tma(p)) z_staging_drained<256>(threadIdx.x - 128);  // (epi: staging)
           merge_slice(p, epi, block, j0, min(64, p.m - j0), row_tiles, slices, kWgBM, threadIdx.x - 128);
+          merge_done_arrive();
           continue;
         }
       }
