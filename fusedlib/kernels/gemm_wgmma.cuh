@@ -97,12 +97,12 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 // 256 consumer threads, all of them waiting (bar.sync); it orders the unit index's write before
 // its reads, and the reads of a slot before its next write.
 __device__ __forceinline__ void handoff_sync() { asm volatile("bar.sync 2, 288;\n" ::: "memory"); }
-// Named barrier 3: a merge unit done. The consumers arrive after it (bar.arrive: they go on to the
-// hand-off), the producer warp waits there before it claims the next unit, so that no CTA holds a
-// claimed merge behind the one it runs (run250: at 84 eight CTAs ran ten merges each, the last two
-// of each in the kernel's tail, one after the other).
-__device__ __forceinline__ void merge_done_arrive() { asm volatile("bar.arrive 3, 288;\n" ::: "memory"); }
-__device__ __forceinline__ void merge_done_sync() { asm volatile("bar.sync 3, 288;\n" ::: "memory"); }
+// Named barrier 5 (3 and 4: store_z_tma's): a merge unit done. The consumers arrive after it
+// (bar.arrive: they go on to the hand-off), the producer warp waits there before it claims the
+// next unit, so that no CTA holds a claimed merge behind the one it runs (run250: at 84 eight CTAs
+// ran ten merges each, the last two of each in the kernel's tail, one after the other).
+__device__ __forceinline__ void merge_done_arrive() { asm volatile("bar.arrive 5, 288;\n" ::: "memory"); }
+__device__ __forceinline__ void merge_done_sync() { asm volatile("bar.sync 5, 288;\n" ::: "memory"); }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred P;\nWAIT_%=:\n"
