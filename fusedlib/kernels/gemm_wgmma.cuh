@@ -99,8 +99,8 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 __device__ __forceinline__ void handoff_sync() { asm volatile("bar.sync 2, 288;\n" ::: "memory"); }
 // Named barrier 5 (3 and 4: store_z_tma's): a merge unit done. The consumers arrive after it
 // (bar.arrive: they go on to the hand-off), the producer warp waits there before it claims the
-// next unit, so that no CTA holds a claimed merge behind the one it runs (run250: at 84 eight CTAs
-// ran ten merges each, the last two of each in the kernel's tail, one after the other).
+// next unit, so that no CTA holds a claimed merge behind the one it runs: it would wait in the
+// kernel's tail. (run250: at 84 eight CTAs ran ten merges each, two of them in the tail.)
 __device__ __forceinline__ void merge_done_arrive() { asm volatile("bar.arrive 5, 288;\n" ::: "memory"); }
 __device__ __forceinline__ void merge_done_sync() { asm volatile("bar.sync 5, 288;\n" ::: "memory"); }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
