@@ -111,7 +111,10 @@ auto explain_oom(Alloc&& alloc, Need&& need) -> decltype(alloc()) {
 // run in order, calls on two streams never share it, and a grown scratch returns the old one
 // to the caching allocator, which reuses it in that stream's order. A call being captured in a
 // CUDA graph gets its own from the graph's memory pool instead, its counters zeroed in the
-// graph, so a graph never refers to memory this cache may free.
+// graph, so a graph never refers to memory this cache may free. Its floats start 16-byte aligned
+// there too (after aligned_floats(n_count) words): the kernels' vector paths (the register-row
+// softmax, TMA) test their pointers' alignment, and a captured call must take the path an eager
+// call takes, with the same bits.
 struct Scratch {
   unsigned int* counters;
   float* floats;
@@ -126,9 +129,10 @@ inline bool is_capturing(cudaStream_t stream) {
 inline Scratch stream_scratch(const at::Tensor& x, cudaStream_t stream, bool capturing, int64_t n_count,
                               int64_t n_floats, at::Tensor& captured) {
   if (capturing) {
-    captured = at::empty({n_count + n_floats}, x.options().dtype(at::kFloat));  // (x may be bf16/fp16)
+    const int64_t head = aligned_floats(n_count);
+    captured = at::empty({head + n_floats}, x.options().dtype(at::kFloat));  // (x may be bf16/fp16)
     C10_CUDA_CHECK(cudaMemsetAsync(captured.data_ptr(), 0, n_count * sizeof(float), stream));
-    return {reinterpret_cast<unsigned int*>(captured.data_ptr<float>()), captured.data_ptr<float>() + n_count};
+    return {reinterpret_cast<unsigned int*>(captured.data_ptr<float>()), captured.data_ptr<float>() + head};
   }
   static std::mutex mu;  // the map is never destroyed: no tensor outlives the CUDA runtime at exit
   static auto* cache = new std::map<std::pair<int, cudaStream_t>, std::pair<at::Tensor, at::Tensor>>;
