@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# run253 (one H200 or H100; about 7 minutes, no .cache): branch item5b with item5's captured-scratch
+# alignment (torch_common.cuh stream_scratch). The landing's suite (run254a) failed
+# test_cuda_graph_replay_in_train_mode at the fused stage: a captured call's coefficients were
+# misaligned, so it took the row softmax's fallback kernel, whose bits differ from the register
+# rows'. Here: every stage and the traced copy built, the operator tests (CUDA graphs, opcheck,
+# torch.compile), then run252's check, bits across persistent grid sizes, and the timeline at 84
+# and 39 of merge_quarter<4> (item5b).
+LOG=run253.log
+. lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
+. lab/experiments/start_builds.sh
+python lab/experiments/run250-timeline.py copy
+python -c "from pathlib import Path; from fusedlib.build import load_stage; load_stage('fused', 0, Path('build/run250-trace'))" \
+  > /tmp/build-run250.log 2>&1 &
+wait
+say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | tee -a $OUT/$LOG
+timeout 240 python -m pytest -q -m gpu tests/test_gpu_operator.py -p no:cacheprovider > $OUT/operator.log 2>&1
+say "operator: rc=$? ($(( $(date +%s) - t0 )) s) $(tail -n 1 $OUT/operator.log)"
+grep "^FAILED" $OUT/operator.log | head -5 | tee -a $OUT/$LOG
+timeout 60 python -m fusedlib check --device cuda --problem 84,33 --stage fused --mode train --precision tf32 \
+  --shape 257x192:320 --shape 1000x132:97 --shape 84 --inputs randn,offset --seeds 2 > $OUT/check.log 2>&1
+say "check: rc=$? ($(( $(date +%s) - t0 )) s) $(tail -n 1 $OUT/check.log)"
+timeout 40 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "fused and persistent_grid" > $OUT/tests.log 2>&1
+say "grid sizes: rc=$? ($(( $(date +%s) - t0 )) s) $(tail -n 1 $OUT/tests.log)"
+for P in 84 39; do
+  timeout 40 python lab/experiments/run250-timeline.py trace $P > $OUT/run250-trace-$P.txt 2> /tmp/trace-$P.err
+  python lab/experiments/run250-timeline.py parse $OUT/run250-trace-$P.txt $P 2>&1 | head -n 6 | tee -a $OUT/$LOG
+done
