@@ -61,6 +61,17 @@ template <int OP> __device__ __forceinline__ float4 load4(const float* base, siz
 template <int OP> __device__ __forceinline__ void store(float* base, size_t q, float v) {
   reinterpret_cast<typename Element<OP>::T*>(base)[q] = narrow<OP>(v);
 }
+// The same with the type known at run time (type: an Operand): a module's vectors in their dtype.
+__device__ __forceinline__ float load_as(const void* base, int type, size_t q) {
+  const float* b = static_cast<const float*>(base);
+  return type == OPERAND_BF16 ? load<OPERAND_BF16>(b, q) : type == OPERAND_FP16 ? load<OPERAND_FP16>(b, q) : b[q];
+}
+__device__ __forceinline__ void store_as(void* base, int type, size_t q, float v) {
+  float* b = static_cast<float*>(base);
+  if (type == OPERAND_BF16) store<OPERAND_BF16>(b, q, v);
+  else if (type == OPERAND_FP16) store<OPERAND_FP16>(b, q, v);
+  else b[q] = v;
+}
 template <int OP> __device__ __forceinline__ void store4(float* base, size_t q4, float4 v) {
   if constexpr (OP == OPERAND_FP32) {
     reinterpret_cast<float4*>(base)[q4] = v;
@@ -108,6 +119,10 @@ struct Problem {
   const float* beta;       // (M)    bn.bias
   float* running_mean;     // (M)    bn.running_mean, updated in train mode
   float* running_var;      // (M)    bn.running_var, updated in train mode
+  void* running16[2];      // train mode, a bf16/fp16 module: its running_mean and running_var in their dtype
+                           //        (operand's; element i at i·running16_stride), which update_running
+                           //        writes beside the float32 copies above, rounded once; or null
+  long long running16_stride[2];
   float* y;                // (N, M) output
   float* y16;              // (N, M) or null: Y in operand's 16-bit dtype, written by the stage's last pass
                            //        (then y holds the float32 values that pass reads; y_out), or by
@@ -420,11 +435,16 @@ __device__ __forceinline__ float column_shift(const Problem& p, int j) { return 
 __device__ __forceinline__ bool shift_keeps_row0(const Problem& p) { return !p.x0_external; }
 
 // running ← (1 − m)·running + m·batch for column j, of what BatchNorm saw (its batch mean and
-// biased variance over n rows); the variance stored unbiased, ×n/(n−1).
+// biased variance over n rows); the variance stored unbiased, ×n/(n−1). A 16-bit module's buffers
+// take the float32 values rounded once (p.running16), as a tensor's .to(dtype) rounds them.
 __device__ __forceinline__ void update_running(const Problem& p, int j, float mean, float var, float n) {
   const float mom = step_momentum(p);
-  p.running_mean[j] = (1.f - mom) * p.running_mean[j] + mom * mean;
-  p.running_var[j] = (1.f - mom) * p.running_var[j] + mom * (var * (n / (n - 1.f)));
+  const float rm = (1.f - mom) * p.running_mean[j] + mom * mean;
+  const float rv = (1.f - mom) * p.running_var[j] + mom * (var * (n / (n - 1.f)));
+  p.running_mean[j] = rm;
+  p.running_var[j] = rv;
+  if (p.running16[0]) store_as(p.running16[0], p.operand, (size_t)(j * p.running16_stride[0]), rm);
+  if (p.running16[1]) store_as(p.running16[1], p.operand, (size_t)(j * p.running16_stride[1]), rv);
 }
 
 // Train mode, column j: coefficients a, c with V = a·Z + c from the batch mean and biased

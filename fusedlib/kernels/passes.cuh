@@ -379,7 +379,8 @@ inline const char* launch_online_softmax_rows(ZIn z, const float* coef, YOut y, 
 
 // ---------------------------------------------------------------- vectors between dtypes (docs/design.md §15)
 // A bf16/fp16 module's vectors (b, the scale, γ, β, running_mean, running_var) as the kernels read
-// them, float32, before the stage's kernels; its running buffers back in their dtype after them.
+// them, float32, before the stage's kernels (its running buffers go back in their dtype where the
+// kernels update them: common.cuh update_running).
 // Up to kMaxVectors 1-D vectors in one launch, vector v in blockIdx.y: element i of src[v] (of type
 // src_type[v], at i·src_stride[v]) to element i of dst[v] (of type dst_type[v], at i·dst_stride[v]).
 // Widening to float32 is exact; narrowing rounds to nearest even, as a tensor's .to(dtype) does.
@@ -392,20 +393,12 @@ struct VectorCopy {
   int count;
 };
 
-__device__ __forceinline__ float load_as(const void* base, int type, size_t q) {
-  const float* b = static_cast<const float*>(base);
-  return type == OPERAND_BF16 ? load<OPERAND_BF16>(b, q) : type == OPERAND_FP16 ? load<OPERAND_FP16>(b, q) : b[q];
-}
-
 __global__ void __launch_bounds__(256) copy_vectors_kernel(const VectorCopy c) {
   const int v = blockIdx.y;
   float* dst = static_cast<float*>(c.dst[v]);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < c.n[v]; i += (int64_t)gridDim.x * blockDim.x) {
-    const float e = load_as(c.src[v], c.src_type[v], (size_t)(i * c.src_stride[v]));
-    const size_t q = (size_t)(i * c.dst_stride[v]);
-    if (c.dst_type[v] == OPERAND_BF16) store<OPERAND_BF16>(dst, q, e);
-    else if (c.dst_type[v] == OPERAND_FP16) store<OPERAND_FP16>(dst, q, e);
-    else dst[q] = e;
+    store_as(dst, c.dst_type[v], (size_t)(i * c.dst_stride[v]),
+             load_as(c.src[v], c.src_type[v], (size_t)(i * c.src_stride[v])));
   }
 }
 

@@ -137,9 +137,9 @@ static std::optional<at::Tensor> forward_impl(
                ", got x ", shape_str(x_in), " and weight ", shape_str(weight_in));
   // bf16/fp16 vectors (a module .to(dtype), docs/design.md §15): the kernels read float32 vectors, so
   // each vector in x's 16-bit dtype is widened into the stream's scratch by one launch before the
-  // stage's kernels (copy_vectors_kernel; no tensor is made for it), the running buffers are written
-  // back in their dtype by one after them, and Y is returned in x's dtype promoted with the scale's
-  // (the fake's dtype). Nothing is kept between calls.
+  // stage's kernels (copy_vectors_kernel; no tensor is made for it), the kernel that updates the
+  // running buffers writes them in their dtype too (common.cuh update_running, p.running16), and Y
+  // is returned in x's dtype promoted with the scale's (the fake's dtype). Nothing is kept between calls.
   const at::Tensor* in[6] = {&bias_in, &scale_in, &gamma_in, &beta_in, &running_mean_in, &running_var_in};
   bool cast[6];
   for (int i = 0; i < 6; ++i)
@@ -262,21 +262,19 @@ static std::optional<at::Tensor> forward_impl(
   p.w = static_cast<const float*>(w.data_ptr());
   // the vectors as the kernels read them: a widened one at its place in the scratch's last 6·M floats
   float* widened = scratch.floats + n_floats - n_widened;
-  VectorCopy widen{}, narrow_back{};
+  VectorCopy widen{};
   float* vec[6];
   for (int i = 0; i < 6; ++i) {
     vec[i] = cast[i] ? widened + i * n_vec : static_cast<float*>(in[i]->data_ptr());
+    if (i >= 4) {  // a 16-bit running buffer, written in its dtype where the kernels update it
+      p.running16[i - 4] = training && cast[i] ? in[i]->data_ptr() : nullptr;
+      p.running16_stride[i - 4] = cast[i] ? in[i]->stride(0) : 1;
+    }
     if (!cast[i]) continue;
     const int v = widen.count++;
     widen.src[v] = in[i]->data_ptr(), widen.dst[v] = vec[i], widen.n[v] = in[i]->numel();
     widen.src_stride[v] = in[i]->stride(0), widen.dst_stride[v] = 1;
     widen.src_type[v] = operand, widen.dst_type[v] = OPERAND_FP32;
-    if (training && i >= 4) {  // the running buffers back, after the kernels
-      const int u = narrow_back.count++;
-      narrow_back.src[u] = vec[i], narrow_back.dst[u] = in[i]->data_ptr(), narrow_back.n[u] = in[i]->numel();
-      narrow_back.src_stride[u] = 1, narrow_back.dst_stride[u] = in[i]->stride(0);
-      narrow_back.src_type[u] = OPERAND_FP32, narrow_back.dst_type[u] = operand;
-    }
   }
   p.bias = vec[0];
   p.scale = vec[1];
@@ -344,7 +342,6 @@ static std::optional<at::Tensor> forward_impl(
   }
   const char* err = launch_copy_vectors(widen, stream);
   if (!err) err = FL_ENTRY(&p, stream);
-  if (!err) err = launch_copy_vectors(narrow_back, stream);  // the running buffers back in their dtype
   TORCH_CHECK(err == nullptr, "fusedlib " FL_STR(FL_STAGE) " kernels: ", err ? err : "");
   if (training) {
     for (at::Tensor* t : {&running_mean_in, &running_var_in, &num_batches_tracked})  // the schema's (a!), (b!), (c!)

@@ -1379,8 +1379,8 @@ def sixteen_bit_time_md(problem: str = "84", precision: str = "bf16", mode: str 
             f"The kernels account for the whole time; the host took {host:.0f} µs to enqueue it.")
     return (f"At {problem}'s KernelBench shape ({mode} mode) the {precision} fused forward takes **{total:.0f} µs** "
             f"(`bench.csv`). Its kernels, per forward (`profile.csv`): the GEMM with its statistics epilogue "
-            f"**{g:.0f} µs**, the row pass {r:.0f} µs, and {launches} dtype conversions {c:.0f} µs (the "
-            f"vectors to float32, and back to {precision} what the kernels wrote in float32). {wait} "
+            f"**{g:.0f} µs**, the row pass {r:.0f} µs, and {launches} dtype conversion{'s' if launches != 1 else ''} "
+            f"{c:.0f} µs (the module's {precision} vectors to float32, as the kernels read them). {wait} "
             "With the GEMM twice as fast as in tf32, what lies around it weighs twice as much: the conversions "
             f"and the wait, noise beside a tf32 GEMM, are **{(c + max(idle, 0)) / total:.0%}** of this forward.")
 
