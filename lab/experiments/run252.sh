@@ -11,12 +11,4 @@ python -c "from pathlib import Path; from fusedlib.build import load_stage; load
   > /tmp/build-run250.log 2>&1 &
 wait
 say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | tee -a $OUT/$LOG
-timeout 60 python -m fusedlib check --device cuda --problem 84,33 --stage fused --mode train --precision tf32 \
-  --shape 257x192:320 --shape 1000x132:97 --shape 84 --inputs randn,offset --seeds 2 > $OUT/check.log 2>&1
-say "check: rc=$? ($(( $(date +%s) - t0 )) s) $(tail -n 1 $OUT/check.log)"
-timeout 40 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "fused and persistent_grid" > $OUT/tests.log 2>&1
-say "grid sizes: rc=$? ($(( $(date +%s) - t0 )) s) $(tail -n 1 $OUT/tests.log)"
-for P in 84 39; do
-  timeout 40 python lab/experiments/run250-timeline.py trace $P > $OUT/run250-trace-$P.txt 2> /tmp/trace-$P.err
-  python lab/experiments/run250-timeline.py parse $OUT/run250-trace-$P.txt $P 2>&1 | head -n 6 | tee -a $OUT/$LOG
-done
+. lab/experiments/fused_check_timeline.sh  # the check, the grid-size bits, the timeline
