@@ -112,9 +112,9 @@ auto explain_oom(Alloc&& alloc, Need&& need) -> decltype(alloc()) {
 // to the caching allocator, which reuses it in that stream's order. A call being captured in a
 // CUDA graph gets its own from the graph's memory pool instead, its counters zeroed in the
 // graph, so a graph never refers to memory this cache may free. Its floats start 16-byte aligned
-// there too (after aligned_floats(n_count) words): the kernels' vector paths (the register-row
-// softmax, TMA) test their pointers' alignment, and a captured call must take the path an eager
-// call takes, with the same bits.
+// there too (after aligned_floats(n_count) words), as an eager call's do: the register-row softmax
+// tests the coefficients' alignment, and a captured call must take the path an eager call takes,
+// with the same bits.
 struct Scratch {
   unsigned int* counters;
   float* floats;
