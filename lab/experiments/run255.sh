@@ -6,7 +6,8 @@
 #      within twice eager's error;
 #   2. a 16-bit module's running buffers written in their dtype by update_running (common.cuh), with no
 #      narrowing launch after the kernels: every stage's 16-bit tests of the running buffers (strided
-#      vectors against contiguous ones, the last pass's Y and buffers, the eager call's bits).
+#      vectors against contiguous ones, the last pass's Y and buffers, the eager call's bits, the
+#      module's outputs and buffers within twice eager's error).
 LOG=run255.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
 . lab/experiments/start_builds.sh
@@ -15,6 +16,7 @@ head -n 3 $OUT/run249.log | tee -a $OUT/$LOG
 wait
 say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | tee -a $OUT/$LOG
 timeout 240 python -m pytest -q -m gpu tests/test_mixed_precision.py -p no:cacheprovider \
-  -k "strided or last_pass or operators_bits or (fused and 84 and within_twice_eager)" > $OUT/tests.log 2>&1
+  -k "strided or last_pass or operators_bits or module_in_low_precision_within_twice_eager or (fused and 84 and within_twice_eager)" \
+  > $OUT/tests.log 2>&1
 say "16-bit tests: rc=$? ($(( $(date +%s) - t0 )) s) $(tail -n 1 $OUT/tests.log)"
 grep "^FAILED" $OUT/tests.log | head -8 | tee -a $OUT/$LOG
