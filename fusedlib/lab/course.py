@@ -1355,7 +1355,9 @@ def sixteen_bit_time_md(problem: str = "84", precision: str = "bf16", mode: str 
     KernelBench shape, from the committed records: its median time (bench.csv), its kernels per
     forward in three groups (profile.csv: the GEMM with its epilogue, the dtype conversions
     (kernels whose name holds "copy"), the passes), the time no kernel of it ran, and the host
-    time to enqueue it (``host_us``). Times in µs. None where either file lacks the row."""
+    time to enqueue it (``host_us``) against the L2 flush's time before each timed call (its
+    FLUSH_MB written at the measured copy bandwidth): only a host slower than the flush leaves
+    the GPU waiting for it. Times in µs. None where either file lacks the row."""
     prof, bench = profile(gpu), measured(gpu=gpu)
     if prof is None or bench is None:
         return None
@@ -1372,17 +1374,28 @@ def sixteen_bit_time_md(problem: str = "84", precision: str = "bf16", mode: str 
     launches = int(sel.calls[copies].sum())
     total, host = 1e3 * float(row.median_ms.iloc[0]), float(row.host_us.iloc[0])
     idle = total - (g + c + r)
-    wait = (f"For the other **{idle:.0f} µs** no kernel of it ran: the GPU waited for the host (the CPU "
-            f"running Python and issuing the launches), which took {host:.0f} µs to enqueue the forward (the "
-            "bench's `host_us`). The L2 flush before each timed call keeps "
-            "the GPU busy for only the first tens of those µs." if idle > 0 else
-            f"The kernels account for the whole time; the host took {host:.0f} µs to enqueue it.")
+    from .timing import FLUSH_MB
+    flush = FLUSH_MB * 2**20 / (ceilings(gpu)["bandwidth"] * 1e3)  # µs: FLUSH_MB written at the copy's DRAM rate
+    kernels = int(sel.calls.sum())
+    if idle <= 0:
+        wait = f"The kernels account for the whole time; the host took {host:.0f} µs to enqueue it."
+    elif host > flush:
+        wait = (f"For the other **{idle:.0f} µs** no kernel of it ran. The host (the CPU running Python and "
+                f"issuing the launches) took {host:.0f} µs to enqueue the forward (the bench's `host_us`), longer "
+                f"than the L2 flush before each timed call keeps the GPU busy (about {flush:.0f} µs), so part of "
+                f"that is the GPU waiting for the host; the rest lies between its {kernels} kernels.")
+    else:
+        wait = (f"For the other **{idle:.0f} µs** no kernel of it ran: the gaps between its {kernels} kernels "
+                f"and around them. The host (the CPU running Python and issuing the launches) took only "
+                f"{host:.0f} µs to enqueue the forward (the bench's `host_us`), within the L2 flush before each "
+                f"timed call (about {flush:.0f} µs), so the GPU did not wait for it.")
     return (f"At {problem}'s KernelBench shape ({mode} mode) the {precision} fused forward takes **{total:.0f} µs** "
             f"(`bench.csv`). Its kernels, per forward (`profile.csv`): the GEMM with its statistics epilogue "
             f"**{g:.0f} µs**, the row pass {r:.0f} µs, and {launches} dtype conversion{'s' if launches != 1 else ''} "
             f"{c:.0f} µs (the module's {precision} vectors to float32, as the kernels read them). {wait} "
             "With the GEMM twice as fast as in tf32, what lies around it weighs twice as much: the conversions "
-            f"and the wait, noise beside a tf32 GEMM, are **{(c + max(idle, 0)) / total:.0%}** of this forward.")
+            f"and the time between kernels, noise beside a tf32 GEMM, are **{(c + max(idle, 0)) / total:.0%}** "
+            "of this forward.")
 
 
 def sixteen_bit_note(gpu: str = RESULTS_GPU) -> str | None:
