@@ -556,8 +556,8 @@ def test_the_last_pass_writes_a_sixteen_bit_y(stage, kind, training, dtype, monk
 @pytest.mark.parametrize("kind", ["84", "33"])
 @pytest.mark.parametrize("stage", ["naive", "fused"])
 def test_strided_sixteen_bit_vectors_give_the_contiguous_bits(stage, kind, training, dtype, monkeypatch):
-    """The C++ forward widens a bf16/fp16 module's vectors into its scratch and writes the running
-    buffers back, whatever their stride: with every vector (bias, scale, γ, β, running_mean,
+    """The C++ forward widens a bf16/fp16 module's vectors into its scratch, and the kernel that
+    updates the running buffers writes them in their dtype, whatever their stride: with every vector (bias, scale, γ, β, running_mean,
     running_var) a view of every other element of a larger tensor, the operator gives Y and the
     running buffers of contiguous copies bit for bit (every output and the scratch poisoned first),
     and leaves the elements between the views' as they were."""
