@@ -120,7 +120,7 @@ def main(argv=None) -> int:
             if args.log and folder.name != "results":
                 for log in sorted(folder.glob("*.log")) + sorted(folder.glob("*.out")):
                     prefix = args.log if folder == args.files_at else f"{args.log}-{folder.name}"
-                    shutil.copy2(log, results / "logs" / (f"{prefix}.log" if log.stem in ("run220", "run153")
+                    shutil.copy2(log, results / "logs" / (f"{prefix}.log" if log.stem in ("run220", "run153", args.log)
                                                           else f"{prefix}-{log.name}"))
     for line in dict.fromkeys(failed):
         print(f"FAILED in this call: {line}")
