@@ -120,14 +120,15 @@ def main(argv=None) -> int:
             if args.log and folder.name != "results":
                 for log in sorted(folder.glob("*.log")) + sorted(folder.glob("*.out")):
                     prefix = args.log if folder == args.files_at else f"{args.log}-{folder.name}"
-                    shutil.copy2(log, results / "logs" / (f"{prefix}.log" if log.stem in ("run220", "run153", args.log)
-                                                          else f"{prefix}-{log.name}"))
+                    own = log.stem in ("run220", "run153", args.log)  # the call's own log
+                    shutil.copy2(log, results / "logs" / (f"{prefix}.log" if own else f"{prefix}-{log.name}"))
     for line in dict.fromkeys(failed):
         print(f"FAILED in this call: {line}")
     missing = []
     for record in RECORDS:
         changed = stale(results, record)
-        state = "missing (or not a whole suite's)" if changed is None else "current" if not changed else "stale: " + ", ".join(changed)
+        state = ("missing (or not a whole suite's)" if changed is None else "current" if not changed
+                 else "stale: " + ", ".join(changed))
         print(f"results/{args.gpu}/{record}: {state}")
         missing += [record] if changed != [] else []
     return 1 if missing or failed else 0
