@@ -454,7 +454,10 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         if (issuer)
           for (; kt < kt1; ++kt) load_step(kt, m0, n0);
         if (!wg_persistent(PROMOTE)) break;  // one tile a CTA
-        if (kUnits && !tile) merge_done_sync();  // a merge: the next claim once it is done
+        if (kUnits && !tile) {  // a merge: the next claim once it is done
+          __syncwarp();  // (as before the hand-off: bar.sync wants the whole warp)
+          merge_done_sync();
+        }
         u = claim(f + 1);  // slot (f + 1) % 2: its last reads (unit f − 1) were before this hand-off
       }
     } else if constexpr (PROMOTE && !SWAP) {  // warps 1–3 (3xTF32, one tile a CTA): W's parts of each stage as it lands
