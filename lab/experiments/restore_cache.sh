@@ -7,6 +7,12 @@
 # while building leaves torch's lock file in its folder, on which the next build would wait.
 # FUSEDLIB_CACHE_RESTORED=1 (run220.sh, whose parts run side by side): already restored, and a
 # lock file may be the other part's: all left alone.
+# CARRIED=0 where a build was carried; pack_build (after the build) puts it in $OUT as
+# flcache.part-* unless one was, for the next call to carry (EXCLUDE: a tar pattern left out).
+ls .cache/flcache.part-* > /dev/null 2>&1; CARRIED=$?
+pack_build() {
+  [ $CARRIED -eq 0 ] || tar czf - --exclude="${EXCLUDE:-}" build/flcache | split -b 7M - $OUT/flcache.part-
+}
 [ -n "${FUSEDLIB_CACHE_RESTORED:-}" ] && return 0
 if ls .cache/flcache.part-* > /dev/null 2>&1; then
   cat .cache/flcache.part-* | tar xzf -

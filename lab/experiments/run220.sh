@@ -13,11 +13,10 @@
 # packing runs inside the call's 600 s; results/<gpu> (as the timed parts left it) comes back in g0.tgz.
 LOG=run220.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
-ls .cache/flcache.part-* > /dev/null 2>&1; CARRIED=$?
 . lab/experiments/start_builds.sh
 wait
 say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | tee -a $OUT/$LOG
-[ $CARRIED -eq 0 ] || tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
+pack_build
 export FUSEDLIB_CACHE_RESTORED=1  # (restore_cache.sh: the parts' run179.sh leave build/flcache as it is)
 N=$(nproc); H=$(( N / 2 ))
 rm -rf /tmp/g0 /tmp/g0b /tmp/g1 /tmp/g1b  # (a warm machine keeps the last call's)

@@ -8,6 +8,7 @@ tiles and its end, and the CTA's end (after its last bulk stores), in %globaltim
 SM clocks). One traced train forward at 84 and 39 in bf16 after untraced ones. (run250's first call
 printed them with printf, whose cost made every merge last hundreds of µs: the records replace it.)
   python run250-timeline.py copy        the copy (build/run250-trace)
+  python run250-timeline.py build       the copy, then its fused stage built (the run scripts, in the background)
   python run250-timeline.py trace P     one traced forward of problem P (stdout: the device's lines)
   python run250-timeline.py parse F P   the timeline in F: the tail after the last tile, the merges in it"""
 import sys
@@ -174,8 +175,11 @@ def parse(path: str, problem: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["copy"]:
+    if sys.argv[1:] in (["copy"], ["build"]):
         edited_copy(COPY, EDITS)
+        if sys.argv[1] == "build":
+            from fusedlib.build import load_stage
+            load_stage("fused", 0, COPY)
     elif sys.argv[1] == "trace":
         trace(sys.argv[2])
     else:

@@ -6,9 +6,7 @@
 LOG=run250.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
 [ "${RUN249:-1}" = 1 ] && bash lab/experiments/run249.sh build > /tmp/build-run249.log 2>&1 &
-python lab/experiments/run250-timeline.py copy
-python -c "from pathlib import Path; from fusedlib.build import load_stage; load_stage('fused', 0, Path('build/run250-trace'))" \
-  > /tmp/build-run250.log 2>&1 &
+python lab/experiments/run250-timeline.py build > /tmp/build-run250.log 2>&1 &  # the traced copy
 wait
 say "built in $(( $(date +%s) - t0 )) s"; grep -i "error" /tmp/build-*.log | head -20 | tee -a $OUT/$LOG
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw --format=csv,noheader | tee -a $OUT/$LOG

@@ -12,12 +12,9 @@
 #   PART=trace (carry .cache; about 3 minutes): run250's timeline alone (the merges' phases).
 LOG=run251.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
-CARRIED=1; ls .cache/flcache.part-* > /dev/null 2>&1 && CARRIED=0
 . lab/experiments/start_builds.sh
 G="-p no:cacheprovider"
-python lab/experiments/run250-timeline.py copy
-python -c "from pathlib import Path; from fusedlib.build import load_stage; load_stage('fused', 0, Path('build/run250-trace'))" \
-  > /tmp/build-run250.log 2>&1 &
+python lab/experiments/run250-timeline.py build > /tmp/build-run250.log 2>&1 &  # the traced copy
 TRACE_BUILD=$!
 if [ "${PART:-a}" = a ]; then
   bash lab/experiments/run249.sh build > /tmp/build-run249.log 2>&1 &
@@ -25,7 +22,7 @@ if [ "${PART:-a}" = a ]; then
 fi
 for j in $(jobs -p); do [ $j = $TRACE_BUILD ] || wait $j; done  # (PART=b: the traced copy builds on)
 say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | tee -a $OUT/$LOG
-[ $CARRIED -eq 0 ] || tar czf - --exclude='run250-trace*' build/flcache | split -b 7M - $OUT/flcache.part-
+EXCLUDE='run250-trace*' pack_build
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw --format=csv,noheader | tee -a $OUT/$LOG
 left() { echo $(( ${CALL_LIMIT:-585} - ($(date +%s) - t0) )); }
 timeline() {

@@ -6,9 +6,7 @@
 LOG=run252.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
 python -c "from fusedlib.build import load_stage; load_stage('fused')" > /tmp/build-fused.log 2>&1 &
-python lab/experiments/run250-timeline.py copy
-python -c "from pathlib import Path; from fusedlib.build import load_stage; load_stage('fused', 0, Path('build/run250-trace'))" \
-  > /tmp/build-run250.log 2>&1 &
+python lab/experiments/run250-timeline.py build > /tmp/build-run250.log 2>&1 &  # the traced copy
 wait
 say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | tee -a $OUT/$LOG
 . lab/experiments/fused_check_timeline.sh  # the check, the grid-size bits, the timeline

@@ -9,9 +9,7 @@
 LOG=run253.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
 . lab/experiments/start_builds.sh
-python lab/experiments/run250-timeline.py copy
-python -c "from pathlib import Path; from fusedlib.build import load_stage; load_stage('fused', 0, Path('build/run250-trace'))" \
-  > /tmp/build-run250.log 2>&1 &
+python lab/experiments/run250-timeline.py build > /tmp/build-run250.log 2>&1 &  # the traced copy
 wait
 say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | tee -a $OUT/$LOG
 timeout 240 python -m pytest -q -m gpu tests/test_gpu_operator.py -p no:cacheprovider > $OUT/operator.log 2>&1

@@ -12,13 +12,12 @@
 # so that the landing's first call, on the same sources, need not build again.
 LOG=run255.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
-ls .cache/flcache.part-* > /dev/null 2>&1; CARRIED=$?
 . lab/experiments/start_builds.sh
 bash lab/experiments/run249.sh > /dev/null 2>&1; say "run249: rc=$? ($(( $(date +%s) - t0 )) s)"
 head -n 3 $OUT/run249.log | tee -a $OUT/$LOG
 wait
 say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | tee -a $OUT/$LOG
-[ $CARRIED -eq 0 ] || tar czf - build/flcache | split -b 7M - $OUT/flcache.part-
+pack_build
 timeout 240 python -m pytest -q -m gpu tests/test_mixed_precision.py -p no:cacheprovider \
   -k "strided or last_pass or operators_bits or module_in_low_precision_within_twice_eager or (fused and 84 and within_twice_eager)" \
   > $OUT/tests.log 2>&1
