@@ -382,24 +382,20 @@ inline const char* launch_online_softmax_rows(ZIn z, const float* coef, YOut y, 
 // them, float32, before the stage's kernels (its running buffers go back in their dtype where the
 // kernels update them: common.cuh update_running).
 // Up to kMaxVectors 1-D vectors in one launch, vector v in blockIdx.y: element i of src[v] (of type
-// src_type[v], at i·src_stride[v]) to element i of dst[v] (of type dst_type[v], at i·dst_stride[v]).
-// Widening to float32 is exact; narrowing rounds to nearest even, as a tensor's .to(dtype) does.
+// `type`, at i·stride[v]) widened, exactly, to element i of the contiguous float32 dst[v].
 constexpr int kMaxVectors = 6;
 struct VectorCopy {
   const void* src[kMaxVectors];
-  void* dst[kMaxVectors];
-  int64_t n[kMaxVectors], src_stride[kMaxVectors], dst_stride[kMaxVectors];
-  int src_type[kMaxVectors], dst_type[kMaxVectors];  // Operand
+  float* dst[kMaxVectors];
+  int64_t n[kMaxVectors], stride[kMaxVectors];
+  int type;  // Operand: x's 16-bit type
   int count;
 };
 
 __global__ void __launch_bounds__(256) copy_vectors_kernel(const VectorCopy c) {
   const int v = blockIdx.y;
-  float* dst = static_cast<float*>(c.dst[v]);
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < c.n[v]; i += (int64_t)gridDim.x * blockDim.x) {
-    store_as(dst, c.dst_type[v], (size_t)(i * c.dst_stride[v]),
-             load_as(c.src[v], c.src_type[v], (size_t)(i * c.src_stride[v])));
-  }
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < c.n[v]; i += (int64_t)gridDim.x * blockDim.x)
+    c.dst[v][i] = load_as(c.src[v], c.type, (size_t)(i * c.stride[v]));
 }
 
 inline const char* launch_copy_vectors(const VectorCopy& c, cudaStream_t st) {

@@ -263,6 +263,7 @@ static std::optional<at::Tensor> forward_impl(
   // the vectors as the kernels read them: a widened one at its place in the scratch's last 6·M floats
   float* widened = scratch.floats + n_floats - n_widened;
   VectorCopy widen{};
+  widen.type = operand;
   float* vec[6];
   for (int i = 0; i < 6; ++i) {
     vec[i] = cast[i] ? widened + i * n_vec : static_cast<float*>(in[i]->data_ptr());
@@ -273,8 +274,7 @@ static std::optional<at::Tensor> forward_impl(
     if (!cast[i]) continue;
     const int v = widen.count++;
     widen.src[v] = in[i]->data_ptr(), widen.dst[v] = vec[i], widen.n[v] = in[i]->numel();
-    widen.src_stride[v] = in[i]->stride(0), widen.dst_stride[v] = 1;
-    widen.src_type[v] = operand, widen.dst_type[v] = OPERAND_FP32;
+    widen.stride[v] = in[i]->stride(0);
   }
   p.bias = vec[0];
   p.scale = vec[1];
