@@ -18,8 +18,7 @@
 namespace fl {
 
 // y = z ∘ s (column scale, 33) or y = s·z (scalar scale, 84); in place when z == y.
-__global__ void scale_kernel(const float* z, const float* __restrict__ scale, int scale_len, float* y, int n,
-                             int m) {
+__global__ void scale_kernel(const float* z, const Vec scale, int scale_len, float* y, int n, int m) {
   const size_t total = (size_t)n * m;
   for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x)
     y[q] = z[q] * (scale_len == 1 ? scale[0] : scale[q % m]);
@@ -30,10 +29,8 @@ __global__ void scale_kernel(const float* z, const float* __restrict__ scale, in
 // kernel: counts the train step (step = num_batches_tracked; nullptr: eval, or not last) and
 // writes Y in OUT (common.cuh store: float32, or a 16-bit module's dtype).
 template <int OUT>
-__global__ void normalize_affine_kernel(const float* z, const float* __restrict__ mean,
-                                        const float* __restrict__ var, const float* __restrict__ gamma,
-                                        const float* __restrict__ beta, float eps, float* y,
-                                        int n, int m, long long* step) {
+__global__ void normalize_affine_kernel(const float* z, const Vec mean, const Vec var, const Vec gamma,
+                                        const Vec beta, float eps, float* y, int n, int m, long long* step) {
   count_train_step(step);
   const size_t total = (size_t)n * m;
   for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x) {
@@ -100,8 +97,7 @@ extern "C" const char* fl_naive_forward(const fl::Problem* pp, cudaStream_t st) 
     FL_CHECK_LAUNCH();
     t = p.y;
   }
-  const float* mean = p.running_mean;
-  const float* var = p.running_var;
+  Vec mean = p.running_mean, var = p.running_var;
   if (p.training) {
     float* bmean = p.coef + 2 * (size_t)p.m;  // (4M may pass 2³¹)
     float* bvar = p.coef + 3 * (size_t)p.m;
@@ -115,8 +111,8 @@ extern "C" const char* fl_naive_forward(const fl::Problem* pp, cudaStream_t st) 
     } else if ((err = launch_rank_merge(p, true, false, st))) {  // every rank's moments: Z∘s's statistics
       return err;
     }
-    mean = bmean;
-    var = bvar;
+    mean = vec_f32(bmean);
+    var = vec_f32(bvar);
   }
   long long* step = p.training ? p.num_batches_tracked : nullptr;
   const YOut out = y_out(p);  // Y's memory and element type (a 16-bit module's: written by the last kernel)

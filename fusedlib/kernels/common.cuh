@@ -72,6 +72,19 @@ __device__ __forceinline__ void store_as(void* base, int type, size_t q, float v
   else if (type == OPERAND_FP16) store<OPERAND_FP16>(b, q, v);
   else b[q] = v;
 }
+// A module's vector (the Linear's bias, the scale, γ, β, running_mean, running_var) where it lies:
+// element i at i·stride, in type (an Operand): float32, or a bf16/fp16 module's own dtype, read
+// widened (exact) and written rounded once, so the kernels need no float32 copy of it.
+struct Vec {
+  const void* ptr;
+  long long stride;
+  int type;
+  __device__ __forceinline__ float operator[](long long i) const { return load_as(ptr, type, (size_t)(i * stride)); }
+  __device__ __forceinline__ void set(long long i, float v) const {
+    store_as(const_cast<void*>(ptr), type, (size_t)(i * stride), v);
+  }
+};
+inline Vec vec_f32(const float* v) { return Vec{v, 1, OPERAND_FP32}; }
 template <int OP> __device__ __forceinline__ void store4(float* base, size_t q4, float4 v) {
   if constexpr (OP == OPERAND_FP32) {
     reinterpret_cast<float4*>(base)[q4] = v;
@@ -109,20 +122,17 @@ template <int OP> __device__ __forceinline__ void store8(float* base, size_t q8,
   }
 }
 
-// Everything a stage needs; pointers are device pointers to contiguous float32 tensors.
+// Everything a stage needs; pointers are device pointers to contiguous float32 tensors (the module's
+// vectors: Vec, in their own dtype and stride).
 struct Problem {
   const float* x;          // (N, K) input (with operand ≠ OPERAND_FP32: the address of 16-bit elements)
   const float* w;          // (M, K) nn.Linear weight (likewise)
-  const float* bias;       // (M)    nn.Linear bias
-  const float* scale;      // (1) for problem 84, (M) for 33/39
-  const float* gamma;      // (M)    bn.weight
-  const float* beta;       // (M)    bn.bias
-  float* running_mean;     // (M)    bn.running_mean, updated in train mode
-  float* running_var;      // (M)    bn.running_var, updated in train mode
-  void* running16[2];      // train mode, a bf16/fp16 module: its running_mean and running_var in their dtype
-                           //        (operand's; element i at i·running16_stride), which update_running
-                           //        writes beside the float32 copies above, rounded once; or null
-  long long running16_stride[2];
+  Vec bias;                // (M)    nn.Linear bias
+  Vec scale;               // (1) for problem 84, (M) for 33/39
+  Vec gamma;               // (M)    bn.weight
+  Vec beta;                // (M)    bn.bias
+  Vec running_mean;        // (M)    bn.running_mean, updated in train mode (in its dtype)
+  Vec running_var;         // (M)    bn.running_var, updated in train mode (in its dtype)
   float* y;                // (N, M) output
   float* y16;              // (N, M) or null: Y in operand's 16-bit dtype, written by the stage's last pass
                            //        (then y holds the float32 values that pass reads; y_out), or by
@@ -436,15 +446,11 @@ __device__ __forceinline__ bool shift_keeps_row0(const Problem& p) { return !p.x
 
 // running ← (1 − m)·running + m·batch for column j, of what BatchNorm saw (its batch mean and
 // biased variance over n rows); the variance stored unbiased, ×n/(n−1). A 16-bit module's buffers
-// take the float32 values rounded once (p.running16), as a tensor's .to(dtype) rounds them.
+// take the float32 values rounded once, as a tensor's .to(dtype) rounds them.
 __device__ __forceinline__ void update_running(const Problem& p, int j, float mean, float var, float n) {
   const float mom = step_momentum(p);
-  const float rm = (1.f - mom) * p.running_mean[j] + mom * mean;
-  const float rv = (1.f - mom) * p.running_var[j] + mom * (var * (n / (n - 1.f)));
-  p.running_mean[j] = rm;
-  p.running_var[j] = rv;
-  if (p.running16[0]) store_as(p.running16[0], p.operand, (size_t)(j * p.running16_stride[0]), rm);
-  if (p.running16[1]) store_as(p.running16[1], p.operand, (size_t)(j * p.running16_stride[1]), rv);
+  p.running_mean.set(j, (1.f - mom) * p.running_mean[j] + mom * mean);
+  p.running_var.set(j, (1.f - mom) * p.running_var[j] + mom * (var * (n / (n - 1.f))));
 }
 
 // Train mode, column j: coefficients a, c with V = a·Z + c from the batch mean and biased

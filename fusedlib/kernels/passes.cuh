@@ -377,37 +377,6 @@ inline const char* launch_online_softmax_rows(ZIn z, const float* coef, YOut y, 
   });
 }
 
-// ---------------------------------------------------------------- vectors between dtypes (docs/design.md §15)
-// A bf16/fp16 module's vectors (b, the scale, γ, β, running_mean, running_var) as the kernels read
-// them, float32, before the stage's kernels (its running buffers go back in their dtype where the
-// kernels update them: common.cuh update_running).
-// Up to kMaxVectors 1-D vectors in one launch, vector v in blockIdx.y: element i of src[v] (of type
-// `type`, at i·stride[v]) widened, exactly, to element i of the contiguous float32 dst[v].
-constexpr int kMaxVectors = 6;
-struct VectorCopy {
-  const void* src[kMaxVectors];
-  float* dst[kMaxVectors];
-  int64_t n[kMaxVectors], stride[kMaxVectors];
-  int type;  // Operand: x's 16-bit type
-  int count;
-};
-
-__global__ void __launch_bounds__(256) copy_vectors_kernel(const VectorCopy c) {
-  const int v = blockIdx.y;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < c.n[v]; i += (int64_t)gridDim.x * blockDim.x)
-    c.dst[v][i] = load_as(c.src[v], c.type, (size_t)(i * c.stride[v]));
-}
-
-inline const char* launch_copy_vectors(const VectorCopy& c, cudaStream_t st) {
-  if (c.count == 0) return nullptr;
-  int longest = 1;  // (a vector's length is at most kMaxDim, an int)
-  for (int v = 0; v < c.count; ++v) longest = std::max(longest, (int)c.n[v]);
-  const dim3 grid(std::min(ceil_div(longest, 256), 64), c.count);
-  copy_vectors_kernel<<<grid, 256, 0, st>>>(c);
-  FL_CHECK_LAUNCH();
-  return nullptr;
-}
-
 // ---------------------------------------------------------------- data parallelism (docs/design.md §14)
 // Phase 1 of naive and fold: this rank's moments (n, mean, M2 = n·var) from the two column passes.
 __global__ void local_moments_kernel(const Problem p, const float* __restrict__ mean, const float* __restrict__ var) {

@@ -40,8 +40,8 @@ inline void check_vector(const at::Tensor& t, const char* name, int64_t m, const
 }
 
 // Each of `in` in dtypes[i] (docs/design.md §15: a 16-bit module's scale, γ and β as the train
-// backward's kernels read them, float32; the forward widens its vectors in a kernel of its own,
-// passes.cuh copy_vectors_kernel). When every one changes dtype, all
+// backward's kernels read them, float32; the forward's kernels read its vectors in their dtype,
+// common.cuh Vec). When every one changes dtype, all
 // from one dtype to one, on one device: one cat and one cast for all of them (two launches however
 // many; the results views of one buffer, each in its input's shape); otherwise each on its own, a
 // tensor already in its dtype returned as it is. Nothing is kept between calls.

@@ -135,11 +135,10 @@ static std::optional<at::Tensor> forward_impl(
   const int64_t n = x_in.size(0), k = x_in.size(1), m = weight_in.size(0);
   FL_ARG_CHECK(dims_fit({n, k, m}), "x, weight: batch, in_features and out_features must each be ", dims_limit(),
                ", got x ", shape_str(x_in), " and weight ", shape_str(weight_in));
-  // bf16/fp16 vectors (a module .to(dtype), docs/design.md §15): the kernels read float32 vectors, so
-  // each vector in x's 16-bit dtype is widened into the stream's scratch by one launch before the
-  // stage's kernels (copy_vectors_kernel; no tensor is made for it), the kernel that updates the
-  // running buffers writes them in their dtype too (common.cuh update_running, p.running16), and Y
-  // is returned in x's dtype promoted with the scale's (the fake's dtype). Nothing is kept between calls.
+  // bf16/fp16 vectors (a module .to(dtype), docs/design.md §15): the kernels read each vector in x's
+  // 16-bit dtype where it lies, at its stride, widened where read (common.cuh Vec), the kernel that
+  // updates the running buffers writes them in their dtype, and Y is returned in x's dtype promoted
+  // with the scale's (the fake's dtype). Nothing is copied or kept between calls.
   const at::Tensor* in[6] = {&bias_in, &scale_in, &gamma_in, &beta_in, &running_mean_in, &running_var_in};
   bool cast[6];
   for (int i = 0; i < 6; ++i)
@@ -147,7 +146,7 @@ static std::optional<at::Tensor> forward_impl(
               in[i]->device() == x_in.device();
   const char* names[6] = {"bias", "scale", "gamma", "beta", "running_mean", "running_var"};
   for (int i : {0, 2, 3, 4, 5}) {
-    if (cast[i]) {  // a vector to widen needs only its length (any stride)
+    if (cast[i]) {  // a vector in x's 16-bit dtype, read where it lies, needs only its length (any stride)
       if (eager && in[i]->size(0) != m) return std::nullopt;
       FL_ARG_CHECK(in[i]->size(0) == m, names[i], ": expected shape (", m, ",), got ", shape_str(*in[i]));
       continue;
@@ -250,8 +249,7 @@ static std::optional<at::Tensor> forward_impl(
                                         : SplitK{1, 0, 0};
   const bool shift = !sixteen && first_row_shift(precision, training);  // (its z₀ in the scratch)
   const int64_t n_count = aligned_floats((m + 31) / 32), n_sk = aligned_floats((int64_t)sk.floats());
-  const int64_t n_vec = aligned_floats(m), n_widened = std::count(cast, cast + 6, true) ? 6 * n_vec : 0;
-  const int64_t n_floats = n_part + 4 * m + n_sk + (shift ? m : 0) + n_widened;
+  const int64_t n_floats = n_part + 4 * m + n_sk + (shift ? m : 0);
   at::Tensor captured;
   const int64_t n_counters = n_count + (sk.splits > 1 ? sk.tiles : 0) + 1;
   const Scratch scratch =
@@ -260,22 +258,10 @@ static std::optional<at::Tensor> forward_impl(
   Problem p;
   p.x = static_cast<const float*>(x.data_ptr());  // (16-bit operands: their elements' address)
   p.w = static_cast<const float*>(w.data_ptr());
-  // the vectors as the kernels read them: a widened one at its place in the scratch's last 6·M floats
-  float* widened = scratch.floats + n_floats - n_widened;
-  VectorCopy widen{};
-  widen.type = operand;
-  float* vec[6];
-  for (int i = 0; i < 6; ++i) {
-    vec[i] = cast[i] ? widened + i * n_vec : static_cast<float*>(in[i]->data_ptr());
-    if (i >= 4) {  // a 16-bit running buffer, written in its dtype where the kernels update it
-      p.running16[i - 4] = training && cast[i] ? in[i]->data_ptr() : nullptr;
-      p.running16_stride[i - 4] = cast[i] ? in[i]->stride(0) : 1;
-    }
-    if (!cast[i]) continue;
-    const int v = widen.count++;
-    widen.src[v] = in[i]->data_ptr(), widen.dst[v] = vec[i], widen.n[v] = in[i]->numel();
-    widen.stride[v] = in[i]->stride(0);
-  }
+  // the vectors where they lie: a 16-bit one in its dtype at its stride, a float32 one contiguous
+  Vec vec[6];
+  for (int i = 0; i < 6; ++i)
+    vec[i] = cast[i] ? Vec{in[i]->data_ptr(), in[i]->stride(0), operand} : vec_f32(static_cast<float*>(in[i]->data_ptr()));
   p.bias = vec[0];
   p.scale = vec[1];
   p.gamma = vec[2];
@@ -340,8 +326,7 @@ static std::optional<at::Tensor> forward_impl(
     if (keep_z && p.sync_phase != 2)  // (2: Z is phase 1's)
       C10_CUDA_CHECK(cudaMemsetAsync(p.z, 0xFF, z_out->nbytes(), stream));
   }
-  const char* err = launch_copy_vectors(widen, stream);
-  if (!err) err = FL_ENTRY(&p, stream);
+  const char* err = FL_ENTRY(&p, stream);
   TORCH_CHECK(err == nullptr, "fusedlib " FL_STR(FL_STAGE) " kernels: ", err ? err : "");
   if (training) {
     for (at::Tensor* t : {&running_mean_in, &running_var_in, &num_batches_tracked})  // the schema's (a!), (b!), (c!)
