@@ -563,14 +563,29 @@ def test_sixteen_bit_time_md_adds_up_the_records(tmp_path, monkeypatch):
     if prof is None or bench is None or not ((prof.precision == "bf16") & (prof.impl == "fused")).any():
         pytest.skip("no committed bf16 profile")
     text = course.sixteen_bit_time_md("84", "bf16")
-    total, gemm, row, conv = (float(v) for v in re.search(
-        r"takes \*\*(\d+) µs\*\*.*epilogue \*\*(\d+) µs\*\*, the row pass (\d+) µs, and \d+ dtype conversions? "
-        r"(\d+) µs", text).groups())
+    total, gemm, row, conv = re.search(
+        r"takes \*\*(\d+) µs\*\*.*epilogue \*\*(\d+) µs\*\*, the row pass (\d+) µs, "
+        r"and (?:\d+ dtype conversions? (\d+) µs|no dtype conversion)", text).groups()
+    total, gemm, row, conv = float(total), float(gemm), float(row), float(conv or 0)
     kb = course.at_presets(bench)
     want = 1e3 * float(kb[(kb.problem == "84") & (kb.impl == "fused") & (kb.precision == "bf16")].median_ms.iloc[0])
     assert total == round(want)
     idle = re.search(r"For the other \*\*(-?\d+) µs\*\*", text)
     assert idle is None or abs(float(idle.group(1)) - (total - gemm - row - conv)) <= 2  # (each rounded)
+    # kernels that read the vectors in their dtype: a profile with no conversion names none, and the
+    # time between kernels is the rest
+    import shutil
+    src = course.results_dir()
+    kernels_only = tmp_path / "no_copies"
+    kernels_only.mkdir()
+    for name in ("bench.csv", "env.json"):
+        shutil.copy(src / name, kernels_only / name)
+    prof[~prof.kernel.str.contains("copy", case=False)].to_csv(kernels_only / "profile.csv", index=False)
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(kernels_only))
+    text = course.sixteen_bit_time_md("84", "bf16")
+    assert "no dtype conversion" in text and "conversions and" not in text
+    assert round(float(re.search(r"epilogue \*\*(\d+) µs\*\*", text).group(1))) == gemm
+    monkeypatch.delenv("FUSEDLIB_RESULTS")
     _results_with_16bit(tmp_path, monkeypatch, sixteen=False)  # a bench.csv without bf16 rows, no profile.csv
     assert course.sixteen_bit_time_md("84", "bf16") is None
 

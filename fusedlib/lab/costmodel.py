@@ -66,9 +66,9 @@ statistics took the float32 sums), while naive and fold keep their intermediate 
 V) and every stage its statistics partials in float32 (docs/design.md §15); the peers store Z
 and every N×M tensor in the dtype, as eager PyTorch and Inductor do. Vectors of M and N (bias, scale, BatchNorm's parameters and buffers, row
 statistics) stay counted at 4 bytes: a few M against N·M. These are the compulsory bytes of
-the 16-bit route; the CUDA modules' conversions around the kernels (the vectors and Y, and X
-and W where the 16-bit kernels do not run: docs/design.md §15) are passes this model does not
-charge. The GEMM's FLOPs do not
+the 16-bit route, where the kernels read the vectors in their dtype and write Y in it; the CUDA
+modules' conversions where the 16-bit kernels do not run (X, W and the vectors to float32, Y
+back: docs/design.md §15) are passes this model does not charge. The GEMM's FLOPs do not
 change; its rate does: :func:`gemm_tflops` takes cuBLAS's bf16 rate (env.json
 ``gemm_bf16_tflops``), twice the tf32 rate where that was not measured. What the model then
 predicts: with a GEMM twice as fast and X and W half the bytes, the GEMM's time halves while

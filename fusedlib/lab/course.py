@@ -1389,12 +1389,18 @@ def sixteen_bit_time_md(problem: str = "84", precision: str = "bf16", mode: str 
                 f"and around them. The host (the CPU running Python and issuing the launches) took only "
                 f"{host:.0f} µs to enqueue the forward (the bench's `host_us`), within the L2 flush before each "
                 f"timed call (about {flush:.0f} µs), so the GPU did not wait for it.")
+    if launches:
+        conversions = (f"and {launches} dtype conversion{'s' if launches != 1 else ''} {c:.0f} µs (the module's "
+                       f"{precision} vectors to float32)")
+        around = "the conversions and the time between kernels"
+    else:
+        conversions = f"and no dtype conversion (the kernels read the module's {precision} vectors as they are)"
+        around = "the time between kernels"
     return (f"At {problem}'s KernelBench shape ({mode} mode) the {precision} fused forward takes **{total:.0f} µs** "
             f"(`bench.csv`). Its kernels, per forward (`profile.csv`): the GEMM with its statistics epilogue "
-            f"**{g:.0f} µs**, the row pass {r:.0f} µs, and {launches} dtype conversion{'s' if launches != 1 else ''} "
-            f"{c:.0f} µs (the module's {precision} vectors to float32, as the kernels read them). {wait} "
-            "With the GEMM twice as fast as in tf32, what lies around it weighs twice as much: the conversions "
-            f"and the time between kernels, noise beside a tf32 GEMM, are **{(c + max(idle, 0)) / total:.0%}** "
+            f"**{g:.0f} µs**, the row pass {r:.0f} µs, {conversions}. {wait} "
+            f"With the GEMM twice as fast as in tf32, what lies around it weighs twice as much: {around}, "
+            f"noise beside a tf32 GEMM, {'are' if launches else 'is'} **{(c + max(idle, 0)) / total:.0%}** "
             "of this forward.")
 
 
