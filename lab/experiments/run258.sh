@@ -27,3 +27,4 @@ for path in ("wgmma", "mma"):
         ks = " + ".join(f"{n.split('(')[0].split('<')[0].replace('void ', '')[:28]} {t:.1f}" for n, t in zip(k.kernel, k.cuda_time_us_per_call))
         print(f"{path:5s} {r.problem} {r.precision:5s} {r.impl:9s} {1e3 * r.median_ms:7.1f} us  {ks}")
 PY
+rm -f $OUT/env.json $OUT/sources.json $OUT/bench-*.log.tmp  # (the call returns a few files)
