@@ -21,7 +21,7 @@ namespace fl {
 __global__ void scale_kernel(const float* z, const Vec scale, int scale_len, float* y, int n, int m) {
   const size_t total = (size_t)n * m;
   for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x)
-    y[q] = z[q] * (scale_len == 1 ? scale[0] : scale[q % m]);
+    y[q] = z[q] * vec_at(scale, scale_len == 1 ? 0 : (long long)(q % m));
 }
 
 // y = γ (z − μ)/√(σ² + ε) + β with per-column μ, σ² (batch or running statistics).
@@ -35,7 +35,7 @@ __global__ void normalize_affine_kernel(const float* z, const Vec mean, const Ve
   const size_t total = (size_t)n * m;
   for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x) {
     const int j = (int)(q % m);
-    store<OUT>(y, q, gamma[j] * ((z[q] - mean[j]) / sqrtf(var[j] + eps)) + beta[j]);
+    store<OUT>(y, q, vec_at(gamma, j) * ((z[q] - vec_at(mean, j)) / sqrtf(vec_at(var, j) + eps)) + vec_at(beta, j));
   }
 }
 

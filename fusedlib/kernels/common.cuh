@@ -77,13 +77,28 @@ __device__ __forceinline__ void store_as(void* base, int type, size_t q, float v
 // widened (exact) and written rounded once, so the kernels need no float32 copy of it.
 struct Vec {
   const void* ptr;
-  long long stride;
+  int stride;  // elements (the operator checks that it fits); 1 where type is float32
   int type;
-  __device__ __forceinline__ float operator[](long long i) const { return load_as(ptr, type, (size_t)(i * stride)); }
-  __device__ __forceinline__ void set(long long i, float v) const {
-    store_as(const_cast<void*>(ptr), type, (size_t)(i * stride), v);
-  }
 };
+// Element i of v as a kernel for operand type OP reads and writes it. The operator reads a vector in
+// a 16-bit dtype only where that is x's (torch_op.cuh), so with float32 operands every vector is
+// float32 and with OP's 16-bit ones each is float32 or OP's type: a GEMM kernel passes its OP, and
+// its inlined reads (the bias in the epilogue, the merge's coefficients) keep only those branches
+// and their registers. kAnyOperand (the passes around the GEMM) tells each type at run time.
+constexpr int kAnyOperand = -1;
+template <int OP = kAnyOperand> __device__ __forceinline__ float vec_at(const Vec& v, long long i) {
+  const float* f = static_cast<const float*>(v.ptr);  // (a float32 vector is contiguous: vec_f32)
+  if constexpr (OP == kAnyOperand) return load_as(v.ptr, v.type, (size_t)i * v.stride);
+  else if constexpr (OP == OPERAND_FP32) return f[i];
+  else return v.type == OP ? load<OP>(f, (size_t)i * v.stride) : f[i];
+}
+template <int OP = kAnyOperand> __device__ __forceinline__ void vec_set(const Vec& v, long long i, float x) {
+  float* f = static_cast<float*>(const_cast<void*>(v.ptr));
+  if constexpr (OP == kAnyOperand) store_as(f, v.type, (size_t)i * v.stride, x);
+  else if constexpr (OP == OPERAND_FP32) f[i] = x;
+  else if (v.type == OP) store<OP>(f, (size_t)i * v.stride, x);
+  else f[i] = x;
+}
 inline Vec vec_f32(const float* v) { return Vec{v, 1, OPERAND_FP32}; }
 template <int OP> __device__ __forceinline__ void store4(float* base, size_t q4, float4 v) {
   if constexpr (OP == OPERAND_FP32) {
@@ -267,8 +282,8 @@ struct ZIn {
 };
 inline ZIn z_in(const Problem& p) { return ZIn{p.z, p.z_type}; }
 
-__device__ __forceinline__ float scale_at(const Problem& p, int j) {
-  return p.scale_len == 1 ? p.scale[0] : p.scale[j];
+template <int OP = kAnyOperand> __device__ __forceinline__ float scale_at(const Problem& p, int j) {
+  return p.scale_len == 1 ? vec_at<OP>(p.scale, 0) : vec_at<OP>(p.scale, j);
 }
 
 // Round to TF32 (10 explicit mantissa bits), nearest with ties away from zero, as
@@ -435,7 +450,9 @@ __device__ __forceinline__ void count_train_step(long long* num_batches_tracked)
 // (docs/design.md §14): on ranks other than 0, x₀ is rank 0's first row, external
 // (p.x0_external): the GEMM runs over X − x₀, row 0 shifted as every other, so Z is D of this
 // rank's own rows; its z₀ is rank 0's, which comes with rank 0's message.
-__device__ __forceinline__ float column_shift(const Problem& p, int j) { return p.z0 ? p.z0[j] + p.bias[j] : 0.f; }
+template <int OP = kAnyOperand> __device__ __forceinline__ float column_shift(const Problem& p, int j) {
+  return p.z0 ? p.z0[j] + vec_at<OP>(p.bias, j) : 0.f;
+}
 
 // Whether the shift leaves X's row 0 as it is (x₀ itself, whose GEMM row is z₀): in one process
 // and on rank 0; not with an external x₀, where every row is shifted and no GEMM row is z₀. The
@@ -447,10 +464,11 @@ __device__ __forceinline__ bool shift_keeps_row0(const Problem& p) { return !p.x
 // running ← (1 − m)·running + m·batch for column j, of what BatchNorm saw (its batch mean and
 // biased variance over n rows); the variance stored unbiased, ×n/(n−1). A 16-bit module's buffers
 // take the float32 values rounded once, as a tensor's .to(dtype) rounds them.
+template <int OP = kAnyOperand>
 __device__ __forceinline__ void update_running(const Problem& p, int j, float mean, float var, float n) {
   const float mom = step_momentum(p);
-  p.running_mean.set(j, (1.f - mom) * p.running_mean[j] + mom * mean);
-  p.running_var.set(j, (1.f - mom) * p.running_var[j] + mom * (var * (n / (n - 1.f))));
+  vec_set<OP>(p.running_mean, j, (1.f - mom) * vec_at<OP>(p.running_mean, j) + mom * mean);
+  vec_set<OP>(p.running_var, j, (1.f - mom) * vec_at<OP>(p.running_var, j) + mom * (var * (n / (n - 1.f))));
 }
 
 // Train mode, column j: coefficients a, c with V = a·Z + c from the batch mean and biased
@@ -458,8 +476,9 @@ __device__ __forceinline__ void update_running(const Problem& p, int j, float me
 // then the running buffers.
 // 84: a = sγ/√(σ²+ε), c = sβ − aμ.  33: a = γs/√(s²σ²+ε), c = β − aμ (s = 0 gives c = β).
 // Running buffers track Z (84) or Z∘s (33).
-__device__ void finalize_column(const Problem& p, int j, float mean, float var, bool z_has_bias, float n) {
-  const float s = scale_at(p, j), g = p.gamma[j], be = p.beta[j];
+template <int OP = kAnyOperand>
+__device__ __forceinline__ void finalize_column(const Problem& p, int j, float mean, float var, bool z_has_bias, float n) {
+  const float s = scale_at<OP>(p, j), g = vec_at<OP>(p.gamma, j), be = vec_at<OP>(p.beta, j);
   float a, c;
   if (p.kind == 84) {
     a = s * g / sqrtf(var + p.eps);
@@ -470,16 +489,17 @@ __device__ void finalize_column(const Problem& p, int j, float mean, float var, 
   }
   p.coef[j] = a;
   p.coef[(size_t)p.m + j] = c;
-  float tm = mean + (p.z0 ? column_shift(p, j) : z_has_bias ? 0.f : p.bias[j]), tv = var;
+  float tm = mean + (p.z0 ? column_shift<OP>(p, j) : z_has_bias ? 0.f : vec_at<OP>(p.bias, j)), tv = var;
   if (p.kind != 84) { tm = s * tm; tv = s * s * tv; }
-  update_running(p, j, tm, tv, n);
+  update_running<OP>(p, j, tm, tv, n);
 }
 
 // Column j's statistics done, from its moments over this process's rows: the coefficients and the
 // running buffers (finalize_column), or in phase 1 of a data-parallel forward this rank's
 // moments, the message (p.moments).
+template <int OP = kAnyOperand>
 __device__ __forceinline__ void column_done(const Problem& p, int j, Moments mo, bool z_has_bias) {
-  if (!p.moments) return finalize_column(p, j, mo.mean, mo.m2 / mo.n, z_has_bias, mo.n);
+  if (!p.moments) return finalize_column<OP>(p, j, mo.mean, mo.m2 / mo.n, z_has_bias, mo.n);
   p.moments[j] = mo.n;
   p.moments[(size_t)p.m + j] = mo.mean;
   p.moments[2 * (size_t)p.m + j] = mo.m2;
@@ -503,9 +523,9 @@ __device__ __forceinline__ Moments merge_ranks(const Problem& p, int j) {
 // 84: a = sγ/√(r_σ²+ε), c = sβ − a·r_μ.  33: a = γs/√(r_σ²+ε), c = β − γ·r_μ/√(r_σ²+ε).
 // With fold_bias, c becomes a·b + c, so that V = a·(XWᵀ) + c (the GEMM adds no bias).
 struct Affine { float a, c; };
-__device__ __forceinline__ Affine eval_affine(const Problem& p, int j, bool fold_bias) {
-  const float s = scale_at(p, j), g = p.gamma[j], be = p.beta[j];
-  const float inv = 1.f / sqrtf(p.running_var[j] + p.eps), rm = p.running_mean[j];
+template <int OP = kAnyOperand> __device__ __forceinline__ Affine eval_affine(const Problem& p, int j, bool fold_bias) {
+  const float s = scale_at<OP>(p, j), g = vec_at<OP>(p.gamma, j), be = vec_at<OP>(p.beta, j);
+  const float inv = 1.f / sqrtf(vec_at<OP>(p.running_var, j) + p.eps), rm = vec_at<OP>(p.running_mean, j);
   float a, c;
   if (p.kind == 84) {
     a = s * g * inv;
@@ -514,7 +534,7 @@ __device__ __forceinline__ Affine eval_affine(const Problem& p, int j, bool fold
     a = g * s * inv;
     c = be - g * rm * inv;
   }
-  return {a, fold_bias ? a * p.bias[j] + c : c};
+  return {a, fold_bias ? a * vec_at<OP>(p.bias, j) + c : c};
 }
 
 }  // namespace fl

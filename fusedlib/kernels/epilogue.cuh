@@ -101,7 +101,7 @@ enum class Store { kPlain, kBias, kAffine };
 // write consecutive columns): as is, plus the bias, or a∘C + c with the tile's coefficients
 // a = ac[0:BN], c = ac[BN:2BN]. As is or affine, in p.z_type: a 16-bit type rounds the float32
 // value once (train's Z', eval's Y of 33/39: common.cuh Problem::z_type).
-template <int BM, int BN, int THREADS, Store S>
+template <int BM, int BN, int THREADS, Store S, int OP = kAnyOperand>
 __device__ __forceinline__ void store_tile(const Problem& p, const float* C, float* out, int m0, int n0, int tid,
                                            const float* ac = nullptr) {
   constexpr int LDC = BN + 1;
@@ -110,7 +110,7 @@ __device__ __forceinline__ void store_tile(const Problem& p, const float* C, flo
     const int r = idx / BN, c = idx % BN, j = n0 + c;
     if (r < rows && c < cols) {
       float v = C[r * LDC + c];
-      if (S == Store::kBias && !p.z0) v += p.bias[j];  // (Z − Z₀ of the first-row shift has none)
+      if (S == Store::kBias && !p.z0) v += vec_at<OP>(p.bias, j);  // (Z − Z₀ of the first-row shift has none)
       if (S == Store::kAffine) v = ac[c] * v + ac[BN + c];
       const size_t q = (size_t)(m0 + r) * p.m + j;
       if (S != Store::kBias && p.z_type == OPERAND_BF16) store<OPERAND_BF16>(out, q, v);  // Z' or eval's Y in 16 bits
@@ -123,10 +123,10 @@ __device__ __forceinline__ void store_tile(const Problem& p, const float* C, flo
 struct BiasStore {
   static constexpr Store kStore = Store::kBias;
   static constexpr bool kStats = false, kMerge = false;
-  template <int BM, int BN, int THREADS>
+  template <int BM, int BN, int THREADS, int OP = kAnyOperand>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
-    store_tile<BM, BN, THREADS, Store::kBias>(p, C, out, m0, n0, tid);
+    store_tile<BM, BN, THREADS, Store::kBias, OP>(p, C, out, m0, n0, tid);
   }
 };
 
@@ -137,16 +137,16 @@ struct BiasStore {
 struct AffineStore {
   static constexpr Store kStore = Store::kAffine;
   static constexpr bool kStats = false, kMerge = false;
-  template <int BM, int BN, int THREADS>
+  template <int BM, int BN, int THREADS, int OP = kAnyOperand>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
     for (int c = tid; c < BN && n0 + c < p.m; c += THREADS) {
-      const Affine ac = eval_affine(p, n0 + c, true);
+      const Affine ac = eval_affine<OP>(p, n0 + c, true);
       scratch[c] = ac.a;
       scratch[BN + c] = ac.c;
     }
     epilogue_sync<THREADS>();
-    store_tile<BM, BN, THREADS, Store::kAffine>(p, C, out, m0, n0, tid, scratch);
+    store_tile<BM, BN, THREADS, Store::kAffine, OP>(p, C, out, m0, n0, tid, scratch);
   }
 };
 
@@ -156,7 +156,7 @@ struct ColumnStats {
   // Z' and the partials (mean_t, M2_t) of row tile t = m0 / BM at p.part[2t][n0 + c],
   // p.part[2t + 1][n0 + c]. R = THREADS / BN row groups each sum rows g, g + R, …; the R
   // sums of a column are added in group order (deterministic).
-  template <int BM, int BN, int THREADS>
+  template <int BM, int BN, int THREADS, int OP = kAnyOperand>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
     store_tile<BM, BN, THREADS, Store::kPlain>(p, C, out, m0, n0, tid);
@@ -235,11 +235,11 @@ __device__ __forceinline__ bool count_tile(const Problem& p, int* flag, int n0, 
 
 // The last tile of a column block (count_tile returned true): all row tiles merged in the merge
 // order (Chan; common.cuh) and the BatchNorm coefficients and running buffers finalized.
-template <int BM, int BN, int THREADS>
+template <int BM, int BN, int THREADS, int OP = kAnyOperand>
 __device__ __forceinline__ void merge_block(const Problem& p, int n0, int tid) {
   __threadfence();
   for (int cc = tid; cc < min(BN, p.m - n0); cc += THREADS) {
-    column_done(p, n0 + cc, merge_column_partials(p, n0 + cc, BM), false);
+    column_done<OP>(p, n0 + cc, merge_column_partials(p, n0 + cc, BM), false);
   }
 }
 
@@ -293,14 +293,14 @@ struct ColumnStatsMerge {
   static constexpr bool kStats = true, kMerge = true;
   // ColumnStats's partials, the tile counted (count_tile), then Z' stored and, by the last tile
   // of the column block, the merge: the count's fence waits for the partials alone.
-  template <int BM, int BN, int THREADS>
+  template <int BM, int BN, int THREADS, int OP = kAnyOperand>
   __device__ static void apply(const Problem& p, const float* C, float* scratch, float* out, int m0, int n0,
                                int tid) {
     ColumnStats::partials<BM, BN, THREADS>(p, C, scratch, m0, n0, tid);
     const bool last =
         count_tile<BM, BN, THREADS>(p, reinterpret_cast<int*>(scratch + scratch_floats<THREADS, BN>() - 32), n0, tid);
     store_tile<BM, BN, THREADS, Store::kPlain>(p, C, out, m0, n0, tid);
-    if (last) merge_block<BM, BN, THREADS>(p, n0, tid);
+    if (last) merge_block<BM, BN, THREADS, OP>(p, n0, tid);
   }
 };
 
@@ -421,7 +421,7 @@ __device__ __forceinline__ void z_staging_drained(int tid) {
 template <class Epi, int OP>
 __device__ __forceinline__ Affine early_coef(const Problem& p, int n0, int tid, bool tma) {
   if constexpr (OP != OPERAND_FP32 && Epi::kStore == Store::kAffine)
-    if (tma && n0 + tid < p.m) return eval_affine(p, n0 + tid, true);
+    if (tma && n0 + tid < p.m) return eval_affine<OP>(p, n0 + tid, true);
   return {1.f, 0.f};
 }
 
@@ -457,9 +457,9 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
       float a = 1.f, b = 0.f;
       if (c < cols) {
         if (Epi::kStore == Store::kBias) {
-          b = p.z0 ? 0.f : p.bias[n0 + c];  // (Z − Z₀ of the first-row shift has none)
+          b = p.z0 ? 0.f : vec_at<OP>(p.bias, n0 + c);  // (Z − Z₀ of the first-row shift has none)
         } else {
-          const Affine ac = eval_affine(p, n0 + c, true);
+          const Affine ac = eval_affine<OP>(p, n0 + c, true);
           a = ac.a;
           b = ac.c;
         }
@@ -572,7 +572,7 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
     }
   }
   if (Epi::kMerge && !tma) store_z();
-  if (Epi::kMerge && last) merge_block<BM, BN, THREADS>(p, n0, tid);
+  if (Epi::kMerge && last) merge_block<BM, BN, THREADS, OP>(p, n0, tid);
 }
 
 // The same epilogues from the accumulators of the swapped GEMM (gemm_wgmma.cuh wg_swap), whose
@@ -603,9 +603,9 @@ __device__ __forceinline__ void epilogue_swapped(const Problem& p, float (&d)[BN
     const int j = h ? jb : ja;
     if (j >= p.m) continue;
     if (Epi::kStore == Store::kBias) {
-      c[h] = p.z0 ? 0.f : p.bias[j];  // (Z − Z₀ of the first-row shift has none)
+      c[h] = p.z0 ? 0.f : vec_at<OPERAND_FP32>(p.bias, j);  // (Z − Z₀ of the first-row shift has none)
     } else if (Epi::kStore == Store::kAffine) {
-      const Affine ac = eval_affine(p, j, true);
+      const Affine ac = eval_affine<OPERAND_FP32>(p, j, true);
       a[h] = ac.a, c[h] = ac.c;
     }
   }
@@ -651,7 +651,7 @@ __device__ __forceinline__ void epilogue_swapped(const Problem& p, float (&d)[BN
     if (Epi::kMerge) last = count_tile<BN, 128, THREADS>(p, reinterpret_cast<int*>(smem), j0, tid);
   }
   if (Epi::kMerge) store_z();
-  if (Epi::kMerge && last) merge_block<BN, 128, THREADS>(p, j0, tid);
+  if (Epi::kMerge && last) merge_block<BN, 128, THREADS, OPERAND_FP32>(p, j0, tid);
 }
 
 // Shared memory an epilogue needs beside nothing else: the C tile and the scratch words.

@@ -287,7 +287,7 @@ mma_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __res
       C[(r + 8) * LDC + c + 1] = acc[mi][ni][3];
     }
   __syncthreads();
-  Epi::template apply<kMmaBM, kMmaBN, kMmaThreads>(p, C, smem + kMmaBM * LDC, out, m0, n0, tid);
+  Epi::template apply<kMmaBM, kMmaBN, kMmaThreads, OP>(p, C, smem + kMmaBM * LDC, out, m0, n0, tid);
 #endif
 }
 

@@ -179,7 +179,7 @@ simt_gemm_kernel(const Problem p, const float* __restrict__ x, const float* __re
       C[r * LDC + c] = take_shift_row(p, acc[i][j], m0 + r, n0 + c);
     }
   __syncthreads();
-  Epi::template apply<BM, BN, THREADS>(p, C, smem + BM * LDC, out, m0, n0, tid);
+  Epi::template apply<BM, BN, THREADS, OPERAND_FP32>(p, C, smem + BM * LDC, out, m0, n0, tid);
 }
 
 // SPLITK is compiled for the 32×32 tile only (the one tile whose grid may leave SMs idle).

@@ -380,7 +380,8 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   using T = WgTile<BN, PROMOTE>;
   constexpr int ST = T::kStages, NACC = BN / 2, BK = wg_step_k(OP);  // BK: K elements a stage
   static_assert(OP == OPERAND_FP32 || !PROMOTE, "16-bit operands: no 3xTF32 (their products are exact)");
-  static_assert(!SWAP || (PROMOTE && !SPLITK && BN == kSplitSwap), "the swap: 3xTF32, 128 × 128 tiles, no split-K");
+  static_assert(!SWAP || (PROMOTE && !SPLITK && BN == kSplitSwap && OP == OPERAND_FP32),
+                "the swap: 3xTF32 (float32 operands and vectors: epilogue_swapped), 128 × 128 tiles, no split-K");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   float* epi = reinterpret_cast<float*>(smem + T::kEpilogueOffset);

@@ -146,9 +146,11 @@ static std::optional<at::Tensor> forward_impl(
               in[i]->device() == x_in.device();
   const char* names[6] = {"bias", "scale", "gamma", "beta", "running_mean", "running_var"};
   for (int i : {0, 2, 3, 4, 5}) {
-    if (cast[i]) {  // a vector in x's 16-bit dtype, read where it lies, needs only its length (any stride)
-      if (eager && in[i]->size(0) != m) return std::nullopt;
+    if (cast[i]) {  // a vector in x's 16-bit dtype, read where it lies, needs only its length (a stride of an int)
+      if (eager && (in[i]->size(0) != m || in[i]->stride(0) > INT_MAX)) return std::nullopt;
       FL_ARG_CHECK(in[i]->size(0) == m, names[i], ": expected shape (", m, ",), got ", shape_str(*in[i]));
+      FL_ARG_CHECK(in[i]->stride(0) <= INT_MAX, names[i], ": expected a stride of at most ", INT_MAX, ", got ",
+                   in[i]->stride(0));
       continue;
     }
     if (eager && !is_vector(*in[i], m, x_in)) return std::nullopt;
@@ -261,7 +263,8 @@ static std::optional<at::Tensor> forward_impl(
   // the vectors where they lie: a 16-bit one in its dtype at its stride, a float32 one contiguous
   Vec vec[6];
   for (int i = 0; i < 6; ++i)
-    vec[i] = cast[i] ? Vec{in[i]->data_ptr(), in[i]->stride(0), operand} : vec_f32(static_cast<float*>(in[i]->data_ptr()));
+    vec[i] = cast[i] ? Vec{in[i]->data_ptr(), (int)in[i]->stride(0), operand}
+                     : vec_f32(static_cast<float*>(in[i]->data_ptr()));
   p.bias = vec[0];
   p.scale = vec[1];
   p.gamma = vec[2];
