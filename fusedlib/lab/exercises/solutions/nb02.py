@@ -44,8 +44,8 @@ def scale_in_epilogue(kernels):
     """The epilogue half of :func:`fuse_scale`: store_tile multiplies column j by s_j after the bias
     (problem 33)."""
     epilogue = kernels / "epilogue.cuh"
-    bias = "      if (S == Store::kBias && !p.z0) v += p.bias[j];  // (Z − Z₀ of the first-row shift has none)\n"
+    bias = "      if (S == Store::kBias && !p.z0) v += vec_at<OP>(p.bias, j);  // (Z − Z₀ of the first-row shift has none)\n"
     if bias not in epilogue.read_text():
         raise ValueError(f"{epilogue}: the bias line this solution extends is not there (the kernel sources changed)")
     epilogue.write_text(epilogue.read_text().replace(
-        bias, bias + "      if (S == Store::kBias && p.kind != 84) v *= scale_at(p, j);  // Z∘s\n"))
+        bias, bias + "      if (S == Store::kBias && p.kind != 84) v *= scale_at<OP>(p, j);  // Z∘s\n"))
