@@ -22,6 +22,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <atomic>
+#include <climits>
 #include <string_view>
 
 #define FL_CAT2(a, b) a##b
@@ -140,13 +141,13 @@ static std::optional<at::Tensor> forward_impl(
   // updates the running buffers writes them in their dtype, and Y is returned in x's dtype promoted
   // with the scale's (the fake's dtype). Nothing is copied or kept between calls.
   const at::Tensor* in[6] = {&bias_in, &scale_in, &gamma_in, &beta_in, &running_mean_in, &running_var_in};
-  bool cast[6];
+  bool in16[6];
   for (int i = 0; i < 6; ++i)
-    cast[i] = operand != OPERAND_FP32 && in[i]->scalar_type() == x_in.scalar_type() && in[i]->dim() == 1 &&
+    in16[i] = operand != OPERAND_FP32 && in[i]->scalar_type() == x_in.scalar_type() && in[i]->dim() == 1 &&
               in[i]->device() == x_in.device();
   const char* names[6] = {"bias", "scale", "gamma", "beta", "running_mean", "running_var"};
   for (int i : {0, 2, 3, 4, 5}) {
-    if (cast[i]) {  // a vector in x's 16-bit dtype, read where it lies, needs only its length (a stride of an int)
+    if (in16[i]) {  // a vector in x's 16-bit dtype, read where it lies, needs only its length (a stride of an int)
       if (eager && (in[i]->size(0) != m || in[i]->stride(0) > INT_MAX)) return std::nullopt;
       FL_ARG_CHECK(in[i]->size(0) == m, names[i], ": expected shape (", m, ",), got ", shape_str(*in[i]));
       FL_ARG_CHECK(in[i]->stride(0) <= INT_MAX, names[i], ": expected a stride of at most ", INT_MAX, ", got ",
@@ -157,7 +158,7 @@ static std::optional<at::Tensor> forward_impl(
     check_vector(*in[i], names[i], m, x_in);
   }
   const at::Tensor& scale = scale_in;
-  FL_ARG_CHECK(scale.device() == x_in.device() && (cast[1] || (scale.scalar_type() == at::kFloat && scale.is_contiguous())) &&
+  FL_ARG_CHECK(scale.device() == x_in.device() && (in16[1] || (scale.scalar_type() == at::kFloat && scale.is_contiguous())) &&
                    (scale.numel() == 1 || (kind == "33" && scale.numel() == m)),
                "scale: expected a contiguous float32 tensor on ", x_in.device(), " with 1 element",
                kind == "33" ? " or out_features" : "", ", got ", scale.scalar_type(), " ", shape_str(scale));
@@ -263,7 +264,7 @@ static std::optional<at::Tensor> forward_impl(
   // the vectors where they lie: a 16-bit one in its dtype at its stride, a float32 one contiguous
   Vec vec[6];
   for (int i = 0; i < 6; ++i)
-    vec[i] = cast[i] ? Vec{in[i]->data_ptr(), (int)in[i]->stride(0), operand}
+    vec[i] = in16[i] ? Vec{in[i]->data_ptr(), (int)in[i]->stride(0), operand}
                      : vec_f32(static_cast<float*>(in[i]->data_ptr()));
   p.bias = vec[0];
   p.scale = vec[1];
