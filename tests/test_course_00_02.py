@@ -40,7 +40,7 @@ def test_gemm_share_splits_the_profile():
 
 def test_without_history_keeps_the_code():
     listing = ("```cuda\n  switch (x) {  // <BM, BN> (variants timed: run59–run61)\n  // kept after run80\n"
-               "  y = 1;  // see NOTES.md\n  z = 2;  // plain\n```")
+               "  y = 1;  // see NOTES.md\n  // (run249: 16 µs)\n  z = 2;  // plain\n```")
     assert course.without_history(listing) == "```cuda\n  switch (x) {  // <BM, BN>\n  y = 1;\n  z = 2;  // plain\n```"
     whole = course.kernel_source("gemm.cuh")
     assert course.without_history(whole).count(";") == whole.count(";") - sum(

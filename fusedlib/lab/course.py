@@ -915,8 +915,8 @@ RUN_ID = r"\brun\d+\b"
 def without_history(listing: str) -> str:
     """A kernel listing (:func:`kernel_source`) without the lab's history in its comments: a
     parenthesis naming an experiment ID (``(variants timed: run59–run61)``) is removed; a
-    ``//`` comment still naming one, or NOTES.md, is removed whole, and so is a line left
-    empty by that. Code is never changed."""
+    ``//`` comment still naming one, or NOTES.md, or left empty, is removed whole, and so is a
+    line left empty by that. Code is never changed."""
     import re
     out = []
     for line in listing.splitlines():
@@ -925,7 +925,7 @@ def without_history(listing: str) -> str:
             out.append(line)
             continue
         comment = re.sub(r"\s*\([^()]*" + RUN_ID + r"[^()]*\)", "", line[at:])
-        if re.search(RUN_ID + r"|NOTES\.md", comment):
+        if re.search(RUN_ID + r"|NOTES\.md", comment) or comment.strip() == "//":  # (nothing left of it)
             comment = ""
         code = line[:at].rstrip()
         if code or comment:
