@@ -72,8 +72,9 @@ def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum:
     Returns:
         Y (N, out_features) from the stage's kernels on the device's default GEMM path: float32
         for float32 x and gemm.weight; for bf16 or fp16 x and gemm.weight (the 16-bit kernels),
-        in x's dtype when the vectors are in it too (a module ``.to(dtype)``: the C++ side widens
-        them to float32, one launch into its scratch, and writes the running buffers back),
+        in x's dtype when the vectors are in it too (a module ``.to(dtype)``: the kernels read
+        them where they lie, each element widened as it is read, and write the running buffers
+        back in their dtype),
         float32 when they are float32 already; under ``torch.autocast`` to bf16/fp16, what the operators'
         autocast rule gives (the rule applied in C++). A 16-bit call in train mode that needs a
         gradient (grad mode on, x or a parameter requiring grad) returns Y with a C++ autograd

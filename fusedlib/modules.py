@@ -187,9 +187,9 @@ class _FusedBase(nn.Module):
         float32 sums, whatever the module's precision); elsewhere, and across a process group,
         they are converted to float32 (exact: a bf16 or fp16 value is a TF32 value, so every
         precision multiplies them exactly) for the float32 kernels. Everything after the GEMM
-        runs in float32 either way: the vectors are converted (with the 16-bit kernels by the
-        operator's C++ call, widened in one launch into its scratch; here otherwise), the
-        running buffers updated in float32 and copied back in their dtype, Y computed in float32 and returned in
+        runs in float32 either way: the vectors are widened (with the 16-bit kernels element by
+        element as the kernels read them; here otherwise), the running buffers updated in float32
+        and written back in their dtype, Y computed in float32 and returned in
         x's dtype promoted with the scale's. Gradients come in each tensor's dtype (the
         backward's call casts them, or autograd through the conversions here)."""
         weight, out_dtype = tensors[0], torch.promote_types(x.dtype, tensors[2].dtype)
@@ -197,7 +197,7 @@ class _FusedBase(nn.Module):
         if widened:
             x, weight = x.float(), weight.float()
             f32 = (weight, *(t.float() for t in tensors[1:7]), tensors[7])
-        else:  # the operator takes them as they are: its C++ call widens 16-bit vectors
+        else:  # the operator takes them as they are: its kernels read 16-bit vectors in their dtype
             f32 = tensors
         y = None
         if (widened and x.is_cuda and not synced and not torch.compiler.is_compiling()

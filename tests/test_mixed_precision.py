@@ -334,10 +334,9 @@ def test_a_sixteen_bit_module_runs_the_sixteen_bit_kernels(dtype, path, monkeypa
 def test_the_eager_call_of_a_sixteen_bit_module_gives_the_operators_bits(stage, kind, training, dtype):
     """Called without a gradient, a bf16/fp16 module takes the C++ eager call; with one, the same
     call with its C++ autograd node in train mode, the operator through the dispatcher and autograd
-    in eval mode. Either way the C++ forward widens the vectors to
-    float32 (one launch into its scratch) and writes the running buffers back. The same kernels on the
-    same float32 vectors: Y (in the dtype), the running buffers and num_batches_tracked bit for
-    bit, over three calls."""
+    in eval mode. Either way the kernels read the vectors in their dtype and write the running
+    buffers back in it. The same kernels on the same vectors: Y (in the dtype), the running buffers
+    and num_batches_tracked bit for bit, over three calls."""
     ref, x, _, _ = _case(kind, training, shape=(200, 64, 96))
     x = x.to("cuda", dtype)
     results = []
