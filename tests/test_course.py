@@ -585,6 +585,18 @@ def test_sixteen_bit_time_md_adds_up_the_records(tmp_path, monkeypatch):
     text = course.sixteen_bit_time_md("84", "bf16")
     assert "no dtype conversion" in text and "conversions and" not in text
     assert round(float(re.search(r"epilogue \*\*(\d+) µs\*\*", text).group(1))) == gemm
+    # a profile with a conversion kernel (a widening launch, as the vectors once had) names it and its time
+    import pandas as pd
+    from fusedlib.reference import PRESETS
+    fused = prof[(prof.problem == "84") & (prof.impl == "fused") & (prof.precision == "bf16")
+                 & (prof["mode"] == "train") & (prof["shape"] == str(PRESETS["84"]))]
+    copy_row = fused.iloc[[0]].assign(kernel="fl::copy_vectors_kernel(fl::VectorCopy)", calls=1,
+                                      cuda_time_us_per_call=3.0)
+    pd.concat([prof[~prof.kernel.str.contains("copy", case=False)], copy_row]).to_csv(
+        kernels_only / "profile.csv", index=False)
+    text = course.sixteen_bit_time_md("84", "bf16")
+    assert "and 1 dtype conversion 3 µs" in text and "the conversions and the time between kernels" in text
+    assert round(float(re.search(r"epilogue \*\*(\d+) µs\*\*", text).group(1))) == gemm
     monkeypatch.delenv("FUSEDLIB_RESULTS")
     _results_with_16bit(tmp_path, monkeypatch, sixteen=False)  # a bench.csv without bf16 rows, no profile.csv
     assert course.sixteen_bit_time_md("84", "bf16") is None
