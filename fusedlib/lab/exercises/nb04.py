@@ -1,5 +1,7 @@
-"""Checks for notebook 04: Chan's merge of two partials, and the DRAM bytes of stage sums."""
+"""Checks for notebook 04: the merge order of the tile partials, and the DRAM bytes of stage sums."""
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -8,31 +10,48 @@ from fusedlib.lab.exercises import exercise, expect
 from fusedlib.lab.exercises.solutions import nb04 as solutions
 
 
-def _no_correction(a, b):
-    """The known-wrong answer: the means merged right, the M2 of the two parts simply added
-    (the term δ²·n_a·n_b/n, the spread between the two means, forgotten)."""
-    n, mean, _ = solutions.chan_merge(a, b)
-    return n, mean, a[2] + b[2]
+def _strided_chains(T: int) -> list[list[list[int]]]:
+    """The known-wrong answer: each quarter's tiles dealt to the 8 chains in turn (tile t to
+    chain t % 8), as threads often share work, instead of contiguous chains."""
+    order = []
+    for quarter in solutions.merge_order(T):
+        tiles = [t for chain in quarter for t in chain]
+        order.append([c for c in ([t for i, t in enumerate(tiles) if i % 8 == g] for g in range(8)) if c])
+    return order
 
 
-@exercise(solution=solutions.chan_merge, wrong=_no_correction,
-          verified="merging tile partials gives the two-pass mean and variance, whatever the split")
-def check_chan_merge(merge) -> None:
-    """``merge(a, b)`` with a = (n_a, mean_a, M2_a), b likewise (n a float64 scalar tensor, mean
-    and M2 (M,) float64 tensors) → the partials of the rows of both; merging the partials of
-    uneven row tiles in order must give the column mean and M2 = N·σ² of the whole."""
+@exercise(solution=solutions.merge_order, wrong=_strided_chains,
+          verified="your order is the kernels' for every T tried, and merged in it the partials give "
+                   "algebra.chan_merge's bits")
+def check_merge_order(merge_order) -> None:
+    """``merge_order(T)`` → the row tiles 0 … T − 1 of a column as quarters of chains of tile
+    indices (lists of lists of lists of ints), in the order the kernels merge them; checked
+    against algebra.chan_merge's order for T from 1 to 1000, then used to merge float32
+    partials, which must give algebra.chan_merge's bits (it also takes each quarter's means
+    about its first tile's, and merges runs of 64 tiles within a chain: neither matters below
+    64 tiles a chain)."""
+    def want(T):
+        return [[list(range(a, b)) for a, b in algebra._runs(qlo, qhi - qlo, algebra.MERGE_CHAINS)]
+                for qlo, qhi in algebra._runs(0, T, algebra.MERGE_QUARTERS)]
+    for T in (1, 2, 5, 8, 9, 31, 33, 128, 1000):
+        got = merge_order(T)
+        if T <= 9:
+            expect(got == want(T), f"T = {T}: expected {want(T)}, got {got}")
+        starts = lambda order: [[chain[0] for chain in quarter] for quarter in order]
+        expect(got == want(T), f"T = {T}: the chains should start at tiles {starts(want(T))} (each chain a "
+               f"contiguous run of its quarter's tiles); yours hold {str(got)[:160]}")
     g = torch.Generator().manual_seed(4)
-    for rows, tile in ((100, 7), (64, 32), (5, 1)):
-        z = torch.randn(rows, 6, generator=g, dtype=torch.float64) * 2 + 50
-        n, means, m2s = algebra.tile_partials(z, tile)
-        acc = (n[0], means[0], m2s[0])
-        for t in range(1, n.shape[0]):
-            acc = merge(acc, (n[t], means[t], m2s[t]))
-        mean, var = algebra.column_stats_two_pass(z)
-        expect(float(acc[0]) == rows, f"the merged count is {float(acc[0])}, expected {rows}")
-        expect(torch.allclose(acc[1], mean, rtol=1e-12, atol=0), "the merged mean is not the column mean")
-        expect(torch.allclose(acc[2] / rows, var, rtol=1e-10, atol=0),
-               "the merged M2 / N is not the column variance: what does the spread between the two means add?")
+    z = (torch.randn(33 * 16 + 5, 3, generator=g, dtype=torch.float64) * 2 + 50).float()
+    n, means, m2s = algebra.tile_partials(z, 16)
+    mean, var = algebra.chan_merge(n, means, m2s)
+    chain = lambda ts: functools.reduce(algebra._chan_pair, [(n[t], means[t] - means[q[0][0]], m2s[t]) for t in ts])
+    quarters = []
+    for q in merge_order(n.shape[0]):
+        qn, qmean, qm2 = functools.reduce(algebra._chan_pair, [chain(c) for c in q])
+        quarters.append((qn, qmean + means[q[0][0]], qm2))
+    qn, qmean, qm2 = functools.reduce(algebra._chan_pair, quarters)
+    expect(torch.equal(qmean, mean) and torch.equal(qm2 / qn, var),
+           "merged in your order, the partials do not give algebra.chan_merge's bits")
 
 
 def _no_partials(n, k, m, tile_rows):

@@ -1,15 +1,15 @@
 """Solutions for notebook 04 (stage sums)."""
-import torch
 
 
-def chan_merge(a, b):
-    """Merge two partials (n, mean, M2) of the same columns (Chan, Golub & LeVeque 1983):
-    n = n_a + n_b, δ = mean_b − mean_a, mean = mean_a + δ·n_b/n, M2 = M2_a + M2_b + δ²·n_a·n_b/n."""
-    na, ma, m2a = a
-    nb, mb, m2b = b
-    n = na + nb
-    delta = mb - ma
-    return n, ma + delta * (nb / n), m2a + m2b + delta * delta * (na * nb / n)
+def merge_order(T: int) -> list[list[list[int]]]:
+    """The kernels' merge order of a column's T row-tile partials (common.cuh merge_quarter,
+    algebra.chan_merge): the tiles cut into 4 contiguous quarters, quarter q of T from
+    ⌊qT/4⌋ to ⌊(q+1)T/4⌋; each quarter of Q tiles from lo into 8 contiguous chains, chain g from
+    lo + ⌊gQ/8⌋ to lo + ⌊(g+1)Q/8⌋; empty chains and quarters left out."""
+    def runs(lo: int, count: int, parts: int) -> list[tuple[int, int]]:
+        bounds = [lo + count * g // parts for g in range(parts + 1)]
+        return [(a, b) for a, b in zip(bounds, bounds[1:]) if a < b]
+    return [[list(range(a, b)) for a, b in runs(qlo, qhi - qlo, 8)] for qlo, qhi in runs(0, T, 4)]
 
 
 def sums_bytes(n: int, k: int, m: int, tile_rows: int) -> int:
