@@ -77,6 +77,13 @@ TERMS: dict[str, Term] = {
     "roofline": Term("A kernel's time is at least the larger of its FLOPs over the peak FLOP rate and its bytes "
                      "over the DRAM bandwidth: below an arithmetic intensity the bandwidth bounds it, above it the "
                      "compute.", "00", r"(?i)\brooflines?\b"),
+    "shared memory": Term("On-chip memory inside each SM, shared by the threads of one block: much faster than L2, "
+                          "and where a block stages the tiles it works on.", "00", r"(?i)\bshared[- ]memory\b"),
+    "ridge point": Term("The arithmetic intensity at which a GPU's FLOP rate and its DRAM bandwidth take the same "
+                        "time: below it a kernel is memory-bound, above it compute-bound.", "00",
+                        r"(?i)\bridge points?\b"),
+    "column block": Term("All the tiles of Z that cover the same columns: the tiles whose partials a column's "
+                         "statistics merge.", "00", r"(?i)\bcolumn blocks?\b"),
     # ------------------------------------------------------------------ 02: the naive stage and the GEMM engine
     "SIMT": Term("Single instruction, multiple threads: the ordinary CUDA cores, each thread computing its own "
                  "fp32 fused multiply-adds; the fp32 GEMM runs this way.", "02", r"\bSIMT\b"),
@@ -96,6 +103,22 @@ TERMS: dict[str, Term] = {
     "split-K": Term("Splitting the K loop of a GEMM over several thread blocks, each summing part of K for the same "
                     "tile, and adding their partial tiles after; more blocks for a GEMM with few tiles.", "02",
                     r"(?i)\bsplit[- ]?k\b"),
+    "FFMA": Term("The fp32 fused multiply-add instruction, a·b + c rounded once: the SIMT GEMM's unit of work.",
+                 "02", r"\bFFMAs?\b"),
+    "coalesced": Term("A warp's 32 memory accesses falling on consecutive addresses, so that a few wide "
+                      "transactions serve them all.", "02", r"(?i)\bcoalesc(?:ed|ing|es|e)\b"),
+    "SGEMM": Term("BLAS's name for a GEMM in fp32 (single precision).", "02", r"\bSGEMMs?\b"),
+    "bank conflict": Term("Threads of a warp reading different words of the same one of shared memory's 32 banks: "
+                          "they wait for each other.", "02", r"(?i)\bbank\s+conflicts?\b"),
+    "grid-stride loop": Term("A kernel loop in which thread t of T takes elements t, t + T, t + 2T, …, so that a "
+                             "grid of any size covers a tensor.", "02", r"(?i)\bgrid-stride\s+loops?\b"),
+    # ------------------------------------------------------------------ 04: the statistics in the epilogue
+    "lane": Term("A thread's index (0–31) within its warp.", "04", r"(?i)\blanes?\b"),
+    "shuffle": Term("An instruction by which a thread reads another lane's register directly "
+                    "(``__shfl_xor_sync``), without shared memory.", "04", r"(?i)\bshuffles?\b"),
+    "butterfly": Term("A reduction across lanes by rounds of shuffles between lanes whose numbers differ in one "
+                      "bit, each lane keeping half of the values and adding its partner's: log₂ of the lanes rounds.",
+                      "04", r"(?i)\bbutterfl(y|ies)\b"),
     # ------------------------------------------------------------------ 05: the fused stage's GEMM
     "persistent kernel": Term("A kernel launched with one thread block per SM, each looping over many tiles "
                               "instead of one block per tile.", "05", r"(?i)\bpersistent\b"),
@@ -110,6 +133,8 @@ TERMS: dict[str, Term] = {
     "producer/consumer": Term("Warp specialization: some warps (producers) only load tiles, the others (consumers) "
                               "only compute on them, handing tiles over through barriers.", "05",
                               r"(?i)\bproducers?\b|\bconsumers?\b|\bwarp[- ]speciali[sz](ed|ation)\b"),
+    "cluster": Term("A group of CTAs that Hopper runs at the same time on nearby SMs, which can read and write "
+                    "each other's shared memory.", "05", r"(?i)\bclusters?\b"),
     # ------------------------------------------------------------------ 05: the 16-bit precisions
     "bf16": Term("bfloat16, a 16-bit float with fp32's 8 exponent bits and 7 mantissa bits: fp32's range with "
                  "about two significant decimal digits; the format models usually train in.", "05",
@@ -117,18 +142,7 @@ TERMS: dict[str, Term] = {
     "fp16": Term("IEEE half precision, a 16-bit float with 5 exponent bits and 10 mantissa bits: about three "
                  "significant decimal digits, but nothing beyond 65504 and a narrow range near zero.", "05",
                  r"\b(?:fp16|FP16|float16)\b"),
-    # ------------------------------------------------------------------ more terms, by notebook
-    "shared memory": Term("On-chip memory inside each SM, shared by the threads of one block: much faster than L2, "
-                          "and where a block stages the tiles it works on.", "00", r"(?i)\bshared[- ]memory\b"),
-    "FFMA": Term("The fp32 fused multiply-add instruction, a·b + c rounded once: the SIMT GEMM's unit of work.",
-                 "02", r"\bFFMAs?\b"),
-    "coalesced": Term("A warp's 32 memory accesses falling on consecutive addresses, so that a few wide "
-                      "transactions serve them all.", "02", r"(?i)\bcoalesc(?:ed|ing|es|e)\b"),
-    "lane": Term("A thread's index (0–31) within its warp.", "04", r"(?i)\blanes?\b"),
-    "shuffle": Term("An instruction by which a thread reads another lane's register directly "
-                    "(``__shfl_xor_sync``), without shared memory.", "04", r"(?i)\bshuffles?\b"),
-    "cluster": Term("A group of CTAs that Hopper runs at the same time on nearby SMs, which can read and write "
-                    "each other's shared memory.", "05", r"(?i)\bclusters?\b"),
+    # ------------------------------------------------------------------ 08: the backward
     "autocast": Term("``torch.autocast``: a context in which PyTorch runs chosen operators, such as nn.Linear, in a "
                      "lower precision (bf16 here) while the parameters stay float32.", "08", r"(?i)\bautocast\b"),
 }
