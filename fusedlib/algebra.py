@@ -482,9 +482,10 @@ def _stored(t: torch.Tensor, dtype) -> torch.Tensor:
 
 def _low_precision_forward(kind, stage, x, weight, bias, scale, bn: BNState, training, gather):
     """:func:`stage_forward` for bf16/fp16 operands (docs/design.md §15): the products exact in
-    float32, the GEMM's output rounded once to x's dtype (naive, fold: Z; sums, fused: Z', whose
-    epilogue rounds its float32 sums before it forms the statistics, so that they are those of
-    the Z' the row pass and the backward read), the rest in float32; the running buffers
+    float32, the GEMM's output rounded once to x's dtype (naive, fold: Z; sums, fused: Z', the
+    statistics here taken from that rounded Z', which the row pass and the backward read; the
+    CUDA epilogue takes them from the float32 sums before it rounds: one rounding of Z' apart),
+    the rest in float32; the running buffers
     updated in float32 and stored in their dtype; Y in the dtype of x promoted with the scale's
     (x's own for a module in bf16 or fp16; float32 under autocast, where the scale stays float32)."""
     f = torch.float32
@@ -552,7 +553,7 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
         return y
     # sums and fused: Z' = X Wᵀ without bias, tile partials from the GEMM epilogue,
     # Chan merge in the kernels' fixed order, bias only in the running mean.
-    zp = _stored(matmul_nt(x, weight, precision), _store)  # (low precision: the epilogue rounds first, §15)
+    zp = _stored(matmul_nt(x, weight, precision), _store)  # (low precision: rounded first here; §15)
     mean_p, var, n = _batch_stats(zp, tile_rows(max(x.shape[0], 1), weight.shape[0], precision), gather)
     a, c = train_coefficients(kind, mean_p, var, bn, scale)
     v = a * zp + c
