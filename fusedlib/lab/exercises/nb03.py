@@ -1,4 +1,4 @@
-"""Checks for notebook 03: the folded coefficients, and the full-tensor passes fold removes."""
+"""Checks for notebook 03: what the running buffers track, and the full-tensor passes fold removes."""
 from __future__ import annotations
 
 import torch
@@ -8,37 +8,37 @@ from fusedlib.lab.exercises import exercise, expect
 from fusedlib.lab.exercises.solutions import nb03 as solutions
 
 
-def _forgot_the_scale(kind, mean, var, gamma, beta, scale, eps):
-    """The known-wrong answer: 84's c without the scale (c = β − aμ instead of sβ − aμ)."""
-    a, c = solutions.fold_coefficients(kind, mean, var, gamma, beta, scale, eps)
-    return a, (beta - a * mean if kind == "84" else c)
+def _moments_of_z(kind, mean, var, scale):
+    """The known-wrong answer: the buffers fed Z's own moments for both problems (33's scale,
+    which BatchNorm sees, forgotten)."""
+    return mean, var
 
 
-@exercise(solution=solutions.fold_coefficients, wrong=_forgot_the_scale,
-          verified="a∘Z + c equals BatchNorm, then the scale (84), and scale, then BatchNorm (33), in float64")
-def check_fold_coefficients(fold) -> None:
-    """``fold(kind, mean, var, gamma, beta, scale, eps)`` → (a, c), all (M,) float64 tensors
-    (``scale`` a one-element tensor for 84, (M,) for 33): V = a∘Z + c must equal the modules'
-    own computation on a batch Z, with its batch statistics, for both problems."""
+@exercise(solution=solutions.tracked_moments, wrong=_moments_of_z,
+          verified="fed to BatchNorm's update, your moments give nn.BatchNorm1d's running buffers for 84 and 33")
+def check_tracked_moments(tracked) -> None:
+    """``tracked(kind, mean, var, scale)`` → the (mean, biased variance) that BatchNorm's running
+    buffers average, from the batch mean and biased variance of Z ((M,) float64 tensors; ``scale``
+    one element for 84, (M,) for 33); fed to the update of :func:`fusedlib.algebra.update_running_stats`
+    they must give the buffers of the KernelBench module's own nn.BatchNorm1d after a train step."""
     g = torch.Generator().manual_seed(3)
-    n, m, eps = 64, 12, 1e-5
+    n, m = 64, 12
     for kind in ("84", "33"):
         z = torch.randn(n, m, generator=g, dtype=torch.float64) * 3 + 2
-        gamma = torch.rand(m, generator=g, dtype=torch.float64) + 0.5
-        beta = torch.randn(m, generator=g, dtype=torch.float64)
         scale = (torch.rand(1 if kind == "84" else m, generator=g, dtype=torch.float64) * 2 - 0.5)
+        bn = torch.nn.BatchNorm1d(m).double().train()
+        with torch.no_grad():
+            bn(z if kind == "84" else z * scale)  # 84: BatchNorm, then the scale; 33: the scale first
         mean, var = algebra.column_stats_two_pass(z)
-        bn = torch.nn.functional.batch_norm
-        if kind == "84":
-            want = bn(z, None, None, gamma, beta, training=True, eps=eps) * scale
-        else:
-            want = bn(z * scale, None, None, gamma, beta, training=True, eps=eps)
-        a, c = fold(kind, mean, var, gamma, beta, scale, eps)
-        expect(tuple(a.shape) == (m,) and tuple(c.shape) == (m,), f"problem {kind}: a and c must be (M,) vectors, "
-               f"got {tuple(a.shape)} and {tuple(c.shape)}")
-        err = ((a * z + c - want).abs().max() / want.abs().max()).item()
-        expect(err < 1e-12, f"problem {kind}: a∘Z + c differs from the module's output (max relative error "
-               f"{err:.1e}); check where the scale enters")
+        tm, tv = tracked(kind, mean, var, scale)
+        state = algebra.BNState(bn.weight.detach(), bn.bias.detach(), torch.zeros(m, dtype=torch.float64),
+                                torch.ones(m, dtype=torch.float64), torch.zeros((), dtype=torch.long),
+                                bn.momentum, bn.eps)
+        algebra.update_running_stats(state, tm, tv, n)
+        expect(torch.allclose(state.running_mean, bn.running_mean, rtol=1e-12, atol=1e-15) and
+               torch.allclose(state.running_var, bn.running_var, rtol=1e-12, atol=1e-15),
+               f"problem {kind}: the running buffers differ from nn.BatchNorm1d's; what does BatchNorm see in "
+               f"problem {kind}: Z, or Z scaled column by column?")
 
 
 def _passes(stage: str) -> tuple[int, int]:

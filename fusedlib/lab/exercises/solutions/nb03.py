@@ -2,19 +2,14 @@
 import torch
 
 
-def fold_coefficients(kind: str, mean: torch.Tensor, var: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
-                      scale: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(a, c) with V = a∘Z + c, from the batch statistics (mean, biased var) of Z = XWᵀ + b.
-
-    84 (scalar s after BatchNorm): V = s(γ(Z − μ)/√(σ² + ε) + β), so a = sγ/√(σ² + ε), c = sβ − aμ.
-    33 (vector s before BatchNorm): BatchNorm sees Z∘s, whose mean is sμ and variance s²σ²:
-    V = γ(sZ − sμ)/√(s²σ² + ε) + β, so a = γs/√(s²σ² + ε), c = β − aμ.
-    """
+def tracked_moments(kind: str, mean: torch.Tensor, var: torch.Tensor, scale: torch.Tensor):
+    """The batch mean and biased variance that BatchNorm's running buffers average, from those of
+    Z (the kernel's statistics). 84 (scalar s after BatchNorm): BatchNorm sees Z itself, so (μ, σ²).
+    33 (vector s before BatchNorm): it sees Z∘s, whose mean is sμ and variance s²σ², so (sμ, s²σ²).
+    BatchNorm then applies Bessel's N/(N − 1) to the variance itself."""
     if kind == "84":
-        a = scale * gamma / torch.sqrt(var + eps)
-        return a, scale * beta - a * mean
-    a = gamma * scale / torch.sqrt(scale * scale * var + eps)
-    return a, beta - a * mean
+        return mean, var
+    return scale * mean, scale * scale * var
 
 
 def full_tensor_passes() -> dict:
