@@ -230,14 +230,24 @@ def chan_merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor) -> tuple[t
     return mean, m2 / cn
 
 
+def merge_order(T: int) -> list[list[list[int]]]:
+    """The row tiles 0 … T − 1 of a column in :func:`chan_merge`'s order: ``MERGE_QUARTERS``
+    contiguous quarters, each of ``MERGE_CHAINS`` contiguous chains of tile indices (quarter q from
+    ⌊qT/4⌋ to ⌊(q+1)T/4⌋, chain g of a quarter of Q tiles from ⌊gQ/8⌋ to ⌊(g+1)Q/8⌋ within it);
+    empty chains and quarters left out. The order of ``merge_quarter`` in
+    fusedlib/kernels/common.cuh."""
+    return [[list(range(a, b)) for a, b in _runs(qlo, qhi - qlo, MERGE_CHAINS)]
+            for qlo, qhi in _runs(0, T, MERGE_QUARTERS)]
+
+
 def _chan_merge_moments(n, mean, m2):
     """:func:`chan_merge`'s order, returning the merged (n, mean, M2)."""
     quarters = []
-    for qlo, qhi in _runs(0, n.shape[0], MERGE_QUARTERS):
-        ref = mean[qlo]  # the quarter's means about its first: rounding at the spread, not at |mean|
-        chains = [_in_order([_in_order([(n[t], mean[t] - ref, m2[t]) for t in range(r, min(hi, r + MERGE_RUN))])
-                             for r in range(lo, hi, MERGE_RUN)])
-                  for lo, hi in _runs(qlo, qhi - qlo, MERGE_CHAINS)]
+    for quarter in merge_order(n.shape[0]):
+        ref = mean[quarter[0][0]]  # the quarter's means about its first: rounding at the spread, not at |mean|
+        chains = [_in_order([_in_order([(n[t], mean[t] - ref, m2[t]) for t in chain[r:r + MERGE_RUN]])
+                             for r in range(0, len(chain), MERGE_RUN)])
+                  for chain in quarter]
         cn, cmean, cm2 = _in_order(chains)
         quarters.append((cn, cmean + ref, cm2))
     return _in_order(quarters)

@@ -427,6 +427,7 @@ def test_sync_summary_one_row_per_world_problem_precision():
     assert r["fused-sync ms"] == 2.2 and abs(r["sync cost %"] - 100 * (2.2 / 9.0 - 1)) < 1e-9
     assert abs(r["× eager-syncbn"] - 2.2 / 9.0) < 1e-12 and "NCCL share %" not in s.columns
     assert abs(r["weak-scaling efficiency"] - 2.0 / 2.2) < 1e-12
+    assert abs(r["weak-scaling efficiency, own statistics"] - 2.0 / 9.0) < 1e-12
     assert "loop: sync cost %" not in s.columns  # a CSV without loop_ms
     for row in rows:  # steps back to back: 10 % less each
         row["loop_ms"] = 0.9 * row["median_ms"]

@@ -1094,7 +1094,8 @@ def sync_summary(sync) -> "object":
     fused step with the group (ms, one step between barriers), what synchronising BatchNorm
     costs it against each rank's own statistics (``fused-local``, %), its time over DDP with
     ``nn.SyncBatchNorm`` (``eager-syncbn``, ×), and the weak-scaling efficiency t₁ / t_R of the
-    fused step (world size 1's ``fused-local``; empty without it). Where the CSV has
+    fused step (world size 1's ``fused-local``; empty without it), then of the same step with each
+    rank's own statistics (``fused-local`` at R ranks: what data parallelism costs without them). Where the CSV has
     ``loop_ms`` (steps back to back, as a training loop runs them), the cost of synchronising
     and the ratio to ``eager-syncbn`` in that timing too ("loop" columns). Where it has the
     synchronised implementations under DDP without its broadcast of the buffers
@@ -1125,6 +1126,7 @@ def sync_summary(sync) -> "object":
             row.update({"no broadcast: sync cost %": 100 * (q.get("fused-sync-nobcast") / q.get("fused-local") - 1),
                         "no broadcast: × eager-syncbn": q.get("fused-sync-nobcast") / q.get("eager-syncbn-nobcast")})
         row["weak-scaling efficiency"] = None if base is None else base / r.get("fused-sync")
+        row["weak-scaling efficiency, own statistics"] = None if base is None else base / r.get("fused-local")
         rows.append(row)
     return pd.DataFrame(rows)
 
