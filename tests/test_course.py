@@ -610,3 +610,32 @@ def test_predicted_roofline_16bit_needs_no_results(tmp_path, monkeypatch):
     _results_with_16bit(tmp_path, monkeypatch)
     fig = course.predicted_roofline_16bit()
     assert any(t.get_text() == "bf16, measured" for t in fig.legends[0].get_texts())
+
+
+def test_every_validated_path_has_a_legend_entry():
+    """Each path label the committed GPU validation uses (cases and sanitizer runs) is described in
+    course.PATH_LABELS, so the notebooks' legend names none without its meaning."""
+    import json
+    record = json.loads((course.results_dir() / "validation.json").read_text())
+    used = {c["path"] for c in record["cases"]} | {s.get("path", "auto") for s in record["sanitizer"]}
+    assert used <= set(course.PATH_LABELS), used - set(course.PATH_LABELS)
+    assert course.path_legend(["wgmma", "no-such-path"]).endswith("`no-such-path`.")
+
+
+def test_stage_validation_counts_and_flags_a_failing_case(tmp_path, monkeypatch):
+    """stage_validation's summary counts the stage's cases and names each failing one; the
+    bit-identity line says when a check differs; its table has one row per precision and path."""
+    import json
+    record = json.loads((course.results_dir() / "validation.json").read_text())
+    cases = [c for c in record["cases"] if c["stage"] == "sums"]
+    cases[0] = dict(cases[0], passed=False)
+    det = [dict(d, bit_identical=False) if i == 0 else d
+           for i, d in enumerate(x for x in record["determinism"] if x["stage"] == "sums")]
+    (tmp_path / "validation.json").write_text(json.dumps(dict(record, cases=cases, determinism=det)))
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    md, table = course.stage_validation("sums")
+    assert f"**{len(cases) - 1} of {len(cases)} cases pass**" in md
+    assert md.count("Failing: problem") == 1 and "**not every**" in md and "some differ" in md
+    assert int(table.cases.sum()) == len(cases) and table.index.names == ["precision", "path"]
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path / "absent"))
+    assert course.stage_validation("sums") == (course.NO_RESULTS, None)

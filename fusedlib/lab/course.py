@@ -600,6 +600,79 @@ def train_step_table(gpu: str = RESULTS_GPU, precisions=None):
     return pd.DataFrame(rows)
 
 
+#: The GEMM paths and variants the GPU validation forces in turn (tests/test_gpu.py), as its records
+#: name them in their ``path`` column and the sanitizer's runs.
+PATH_LABELS = {
+    "auto": "each precision's default path on the GPU at hand",
+    "wgmma": "the Hopper mainloop, TMA and wgmma, tf32's and 3xtf32's default on an H100 or H200",
+    "mma": "the Ampere mainloop, mma.sync, which older GPUs run",
+    "simt": "the CUDA-core mainloop, fp32's default",
+    "simt-128x64": "the SIMT GEMM's small tile, which GPUs with 64 KB of shared memory a block run",
+    "wgmma-splitk3": "the wgmma GEMM with K split over 3 blocks, split-K",
+    "wgmma-splitk2": "the wgmma GEMM with K split over 2 blocks at 84's KernelBench shape",
+    "simt-splitk3": "the SIMT GEMM with K split over 3 blocks",
+    "wgmma-wpass": "3xTF32 with W's parts made by a pass over W",
+    "wgmma-wsmem": "3xTF32 with W split in shared memory",
+    "wgmma-swap": "3xTF32's swapped GEMM, $Z^\\top = WX^\\top$",
+}
+
+
+def path_legend(paths) -> str:
+    """``label`` (description) for each of ``paths`` (validation records' path labels) in
+    :data:`PATH_LABELS` order, as one Markdown sentence; an unknown label is shown as it is."""
+    known = [p for p in PATH_LABELS if p in set(paths)] + sorted(set(paths) - set(PATH_LABELS))
+    return "Paths: " + "; ".join(f"`{p}`" + (f": {PATH_LABELS[p]}" if p in PATH_LABELS else "") for p in known) + "."
+
+
+def validation_cases(stage: str, gpu: str = RESULTS_GPU):
+    """The committed GPU validation's forward cases of one stage (``validation.json`` ``cases``,
+    check.run_case's records) as a DataFrame; None without a committed record."""
+    import pandas as pd
+    path = results_dir(gpu) / "validation.json"
+    if not path.exists():
+        return None
+    v = pd.DataFrame(json.loads(path.read_text())["cases"])
+    return v[v.stage == stage]
+
+
+def stage_validation(stage: str, gpu: str = RESULTS_GPU):
+    """The committed GPU validation (``validation.json``, tests/test_gpu.py) of one stage's
+    forward cases: a Markdown summary (cases passed, each failing case with its error and
+    budget, the bit-identity checks by kind, the sanitizer's runs, the path labels) and a
+    DataFrame of cases, passed and the largest relative error per precision and GEMM path.
+    Without a committed record: (:data:`NO_RESULTS`, None)."""
+    import pandas as pd
+    path = results_dir(gpu) / "validation.json"
+    if not path.exists():
+        return NO_RESULTS, None
+    record = json.loads(path.read_text())
+    v = validation_cases(stage, gpu)
+    lines = [f"Stage `{stage}` on the {record['environment']['gpu']}: **{int(v.passed.sum())} of {len(v)} cases "
+             f"pass** (input kinds: {', '.join(sorted(v.input_kind.unique()))})."]
+    for r in v[~v.passed].itertuples(index=False):
+        lines.append(f"Failing: problem {r.problem} {r.mode} {r.precision} at {r.shape}, {r.input_kind} input, seed "
+                     f"{r.seed}: error {r.rel_err:.1e} against a budget of {r.budget:.0e} (PyTorch's own fp32 module: "
+                     f"{r.ref_fp32_rel_err:.1e}).")
+    det = pd.DataFrame([d for d in record.get("determinism", []) if d["stage"] == stage])
+    if len(det):
+        kinds = det.groupby("pass", sort=False).bit_identical.agg(["size", "all"])
+        names = {"forward": "forward reruns", "backward": "backward reruns",
+                 "grid 1, 7, SMs": "persistent grids of 1, 7 and one CTA an SM",
+                 "W split in smem, by the pass": "3xTF32's W split in shared memory and by a pass"}
+        lines.append(f"Bit-identical outputs and running buffers: {'every' if kinds['all'].all() else '**not every**'} "
+                     "check of " + ", ".join(f"{names.get(kind, kind)} ({row['size']}"
+                                             + ("" if row["all"] else ", **some differ**") + ")"
+                                             for kind, row in kinds.iterrows()) + ".")
+    san = [s for s in record.get("sanitizer", []) if s["stage"] == stage]
+    if san:
+        lines.append("compute-sanitizer: " + ", ".join(f"{s['tool']} ({s.get('path', 'auto')} path) {s['errors']} errors"
+                                                       for s in san) + ".")
+    lines.append(path_legend(set(v.path) | {s.get("path", "auto") for s in san}))
+    table = v.groupby(["precision", "path"]).agg(cases=("passed", "size"), passed=("passed", "sum"),
+                                                 max_rel_err=("rel_err", "max"))
+    return "\n\n".join(lines), table.assign(max_rel_err=table.max_rel_err.map("{:.1e}".format))
+
+
 def gradient_validation(gpu: str = RESULTS_GPU):
     """The committed GPU validation's gradient cases (tests/test_gpu.py, check.run_grad_case)
     per precision and mode: cases, passed, and the largest error / budget ratio; a one-row
