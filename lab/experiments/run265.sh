@@ -12,25 +12,8 @@
 # test_mixed_precision.py's 16-bit path cases on wgmma (both widths), the sanitizer; record left out.
 LOG=run265.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say
-mkdir -p /tmp/main && tar xzf lab/experiments/run264-main.tgz -C /tmp/main
-for s in naive fold sums fused; do
-  python -c "from fusedlib.build import load_stage; load_stage('$s')" > /tmp/build-$s.log 2>&1 &
-done
-python -c "from fusedlib.build import load_backward; load_backward()" > /tmp/build-bwd.log 2>&1 &
-for s in sums fused; do
-  (cd /tmp/main && PYTHONPATH=/tmp/main FUSEDLIB_CACHE=/tmp/main/build/flcache \
-    python -c "from fusedlib.build import load_stage; load_stage('$s')") > /tmp/build-main-$s.log 2>&1 &
-done
-wait
-say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | tee -a $OUT/$LOG
-mkdir -p $OUT/ab
-bench() {  # name root problem shape [VAR=value ...]: one bench call of the tree at root into $OUT/ab/<name>/
-  local name=$1 root=$2 problem=$3 shape=$4; shift 4
-  (export PYTHONPATH=$root FUSEDLIB_CACHE=$root/build/flcache "$@"; cd $root && \
-   timeout 100 python -m fusedlib bench --problem $problem --shape $shape --mode train --precision bf16,tf32 \
-     --impl fused,sums,gemm_only --profile --append --out $OUT/ab/$name/bench.csv >> $OUT/ab/bench.log 2>&1
-   echo "$name $problem $shape: rc=$? ($(( $(date +%s) - t0 )) s)") | tee -a $OUT/$LOG
-}
+. lab/experiments/ab.sh  # build_ab, bench
+build_ab naive fold sums fused bwd
 for problem in 84 33; do
   bench main /tmp/main $problem v0
   bench branch $PWD $problem v0

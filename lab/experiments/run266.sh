@@ -9,17 +9,8 @@
 # v0 and 39, train, bf16 and tf32 (run265-table.py).
 LOG=run266.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say
-mkdir -p /tmp/main && tar xzf lab/experiments/run264-main.tgz -C /tmp/main
-for s in naive fold sums fused; do
-  python -c "from fusedlib.build import load_stage; load_stage('$s')" > /tmp/build-$s.log 2>&1 &
-done
-python -c "from fusedlib.build import load_backward; load_backward()" > /tmp/build-bwd.log 2>&1 &
-for s in sums fused; do
-  (cd /tmp/main && PYTHONPATH=/tmp/main FUSEDLIB_CACHE=/tmp/main/build/flcache \
-    python -c "from fusedlib.build import load_stage; load_stage('$s')") > /tmp/build-main-$s.log 2>&1 &
-done
-wait
-say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | tee -a $OUT/$LOG
+. lab/experiments/ab.sh  # build_ab, bench
+build_ab naive fold sums fused bwd
 export FUSEDLIB_VALIDATION_OUT=/tmp/v.json FUSEDLIB_GPU_PROBLEMS=84,33
 timeout 200 python -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py -k sanitizer > $OUT/sanitizer.log 2>&1
 rc=$?; say "sanitizer: rc=$rc $(tail -n 1 $OUT/sanitizer.log) ($(( $(date +%s) - t0 )) s)"
@@ -35,14 +26,6 @@ say "test_gpu: rc=$? $(tail -n 1 $OUT/tests.log) ($(( $(date +%s) - t0 )) s)"; g
 timeout 60 python -m pytest -m gpu -q -p no:cacheprovider tests/test_mixed_precision.py \
   -k "each_path and wgmma and bfloat16" > $OUT/mixed.log 2>&1
 say "mixed: rc=$? $(tail -n 1 $OUT/mixed.log) ($(( $(date +%s) - t0 )) s)"; grep -h "^FAILED" $OUT/mixed.log | head -8 | tee -a $OUT/$LOG
-mkdir -p $OUT/ab
-bench() {  # name root problem shape [VAR=value ...]: one bench call of the tree at root into $OUT/ab/<name>/
-  local name=$1 root=$2 problem=$3 shape=$4; shift 4
-  (export PYTHONPATH=$root FUSEDLIB_CACHE=$root/build/flcache "$@"; cd $root && \
-   timeout 100 python -m fusedlib bench --problem $problem --shape $shape --mode train --precision bf16,tf32 \
-     --impl fused,sums,gemm_only --profile --append --out $OUT/ab/$name/bench.csv >> $OUT/ab/bench.log 2>&1
-   echo "$name $problem $shape: rc=$? ($(( $(date +%s) - t0 )) s)") | tee -a $OUT/$LOG
-}
 bench main /tmp/main 84 84
 bench branch $PWD 84 84
 bench branch $PWD 84 v0
