@@ -88,10 +88,11 @@ def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum:
         fusedlib.build.KernelBuildError: the stage's kernels could not be built.
     """
     fn = load_stage(module._stage, x.get_device()).eager_forward  # cached per (stage, device)
-    if (module.training and torch.is_grad_enabled()
+    training = module._modules["bn"].training  # (BatchNorm's mode: modules.check_submodules)
+    if (training and torch.is_grad_enabled()
             and (x.dtype in algebra.LOW_PRECISION or torch.is_autocast_enabled("cuda"))):
         load_backward(x.get_device())  # (the 16-bit train forward's autograd node calls its backward_sixteen)
-    return fn(x, *tensors, module._kind, module._precision, module.training, eps, momentum)
+    return fn(x, *tensors, module._kind, module._precision, training, eps, momentum)
 
 
 def stage_forward(module, args: tuple) -> torch.Tensor:
@@ -102,7 +103,8 @@ def stage_forward(module, args: tuple) -> torch.Tensor:
 
     Raises:
         TypeError: x is not float32, or bf16/fp16 that :func:`sixteen_bit_kernels` accepts with
-            the weight (the kernels take float32 or 16-bit operands, and give float32).
+            the weight (the kernels take float32 or 16-bit operands, and give float32), outside
+            autocast (under it the operator's autocast rule casts them).
         fusedlib.engine.UnsupportedPrecision: no GEMM path of this GPU runs the precision
             (tf32/3xtf32 below compute capability 8.0), or the path forced by
             ``$FUSEDLIB_GEMM_PATH`` cannot run it here.
@@ -110,7 +112,7 @@ def stage_forward(module, args: tuple) -> torch.Tensor:
         fusedlib.build.KernelBuildError: the stage's kernels could not be built.
     """
     x, weight = args[0], args[1]
-    if x.dtype != torch.float32 and not sixteen_bit_kernels(x, weight):
+    if x.dtype != torch.float32 and not sixteen_bit_kernels(x, weight) and not torch.is_autocast_enabled("cuda"):
         raise TypeError(f"x: the CUDA kernels take float32, or bf16/fp16 with a weight of the same dtype at "
                         f"in_features % 8 == 0 on compute capability 8.0 or later; got x {x.dtype}, weight "
                         f"{weight.dtype}, in_features {x.shape[1]}")

@@ -182,18 +182,29 @@ def x_parts_pass(precision: str, path: str, n: int, m: int) -> bool:
 
 @contextlib.contextmanager
 def cublas_precision(precision: str):
-    """Scoped TF32 switch for cuBLAS (and cuDNN): ``torch.backends.cuda.matmul.allow_tf32``
-    and ``torch.backends.cudnn.allow_tf32`` on for "tf32", off otherwise; both flags are
-    restored on exit, also after an exception. Used by the benchmark's PyTorch peers and by
-    the fused backward's GEMMs. Only these two (legacy) flags are read and written: mixing
-    them with ``torch.set_float32_matmul_precision`` or the ``fp32_precision`` attributes
-    leaves backends in states PyTorch refuses to read."""
+    """Scoped TF32 switch for cuBLAS: TF32 on for "tf32", off (IEEE fp32) otherwise, restored on
+    exit, also after an exception. Used by the benchmark's PyTorch peers and by the fused
+    backward's GEMMs. Through the API the process already uses: the legacy flags
+    (``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``), or, once
+    the program has set an ``fp32_precision`` attribute (which makes PyTorch refuse to read the
+    legacy flags), ``torch.backends.cuda.matmul.fp32_precision``. These are process-wide
+    settings: another thread's float32 matmuls inside the scope see them too."""
     import torch
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     flag = precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = flag
-    torch.backends.cudnn.allow_tf32 = flag
+    try:
+        saved = (matmul.allow_tf32, cudnn.allow_tf32)
+    except RuntimeError:  # the new API is in use: PyTorch refuses to mix the two
+        saved_precision = matmul.fp32_precision
+        matmul.fp32_precision = "tf32" if flag else "ieee"
+        try:
+            yield
+        finally:
+            matmul.fp32_precision = saved_precision
+        return
+    matmul.allow_tf32 = flag
+    cudnn.allow_tf32 = flag
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        matmul.allow_tf32, cudnn.allow_tf32 = saved

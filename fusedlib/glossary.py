@@ -38,11 +38,11 @@ class Term:
 
 TERMS: dict[str, Term] = {
     # ------------------------------------------------------------------ 00: the problem and the set-up
-    "DRAM": Term("The GPU's main memory (HBM on an H100): every tensor lives there between kernels, and it is the "
+    "DRAM": Term("The GPU's main memory (HBM on an H100 or H200): every tensor lives there between kernels, and it is the "
                  "slowest place a kernel reads from or writes to.", "00", r"\bDRAM\b"),
     "L2": Term("The cache between DRAM and the SMs, shared by the whole GPU: data read again soon after may come "
                "from it instead of DRAM.", "00", r"\bL2\b"),
-    "SM": Term("A streaming multiprocessor, one of the GPU's processors (132 on an H100 SXM): it runs several thread "
+    "SM": Term("A streaming multiprocessor, one of the GPU's processors (132 on an H100 SXM or an H200): it runs several thread "
                "blocks at once and has its own registers and shared memory.", "00", r"\bSMs?\b"),
     "register": Term("A thread's private storage inside the SM, the fastest there is: values kept in registers cost "
                      "no memory traffic to reuse.", "00", r"(?i)\bregisters?\b"),

@@ -19,16 +19,24 @@ from torch import nn
 
 from . import algebra, cuda, ops
 
-__all__ = ["FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm", "convert_sync_batchnorm",
-           "from_reference", "reference_kind", "validate_input"]
+__all__ = ["FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm", "check_submodules",
+           "convert_sync_batchnorm", "from_reference", "reference_kind", "validate_input"]
+
+
+#: The dtypes autocast casts to its own (float64 it leaves as it is).
+_AUTOCAST_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def validate_input(x, in_features: int, param: torch.Tensor, training: bool, synced: bool = False) -> None:
     """Check the input of a fused module; raise a clear error instead of a wrong answer.
 
+    Under ``torch.autocast`` on x's device, x may be float32, bfloat16 or float16 whatever the
+    parameters' dtype (the operators' autocast rule casts x and the Linear's parameters to the
+    autocast dtype, as eager autocast does for ``nn.Linear``).
+
     Raises:
         TypeError: ``x`` is not a tensor, or its dtype is not the parameters' dtype
-            (float32, bfloat16 or float16; float64 also on the CPU).
+            (float32, bfloat16 or float16; float64 also on the CPU) outside autocast.
         ValueError: ``x`` is on another device than the parameters, is not 2-D
             (batch, in_features), has the wrong in_features, has an empty batch, or has a
             batch of 1 in train mode (unless ``synced``: the batch statistics are those of every
@@ -37,7 +45,8 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool, syn
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor of shape (batch, in_features), got {type(x).__name__}")
-    if x.dtype != param.dtype:
+    if x.dtype != param.dtype and not (x.dtype in _AUTOCAST_DTYPES and param.dtype in _AUTOCAST_DTYPES
+                                       and torch.is_autocast_enabled(x.device.type)):
         raise TypeError(f"x: expected dtype {param.dtype} (the module's parameters), got {x.dtype}")
     if x.device != param.device:
         raise ValueError(f"x: expected a tensor on {param.device} (the module's device), got one on {x.device}")
@@ -51,6 +60,46 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool, syn
         raise ValueError(
             f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)} "
             "(x: BatchNorm in train mode needs a batch of at least 2)")
+
+
+def _parametrized(m: nn.Module, cls: type) -> bool:
+    """Whether ``m`` is a ``cls`` with parametrizations (torch.nn.utils.parametrize makes its class a
+    subclass of ``cls`` of its own; the forward reads the parametrized tensors, :meth:`_FusedBase._tensors`)."""
+    return type(m).__bases__ == (cls,) and "parametrizations" in m._modules
+
+
+def check_submodules(gemm: nn.Module, bn: nn.Module) -> None:
+    """Check that a fused module's ``gemm`` and ``bn`` are what its forward reads: it takes their
+    parameters and buffers and never calls them, so a replaced submodule (a LoRA or fake-quant
+    Linear), a forward hook on one (pruning's mask, a hook that changes an output) or BatchNorm
+    without running statistics would be ignored without a word. ``bn`` may be an
+    ``nn.SyncBatchNorm`` (PyTorch's ``convert_sync_batchnorm``): the module then shares the batch
+    statistics over its group (:attr:`_FusedBase.process_group`). Train or eval mode is ``bn``'s,
+    as in ``nn.Sequential(nn.Linear, nn.BatchNorm1d)``: ``module.bn.eval()`` in a model in train
+    mode (a frozen BatchNorm) gives eval mode's running statistics.
+
+    Raises:
+        TypeError: ``gemm`` is not exactly an ``nn.Linear``, ``bn`` not an ``nn.BatchNorm1d`` or
+            ``nn.SyncBatchNorm`` (either may carry parametrizations), or either has forward hooks
+            or pre-hooks.
+        ValueError: ``bn`` keeps no running statistics (``track_running_stats=False``, or
+            ``running_mean`` / ``running_var`` set to None).
+    """
+    if type(gemm) is not nn.Linear and not _parametrized(gemm, nn.Linear):
+        raise TypeError(f"gemm: expected an nn.Linear (the fused module reads gemm.weight and gemm.bias and never "
+                        f"calls gemm), got {type(gemm).__name__}")
+    if (type(bn) is not nn.BatchNorm1d and type(bn) is not nn.SyncBatchNorm
+            and not _parametrized(bn, nn.BatchNorm1d) and not _parametrized(bn, nn.SyncBatchNorm)):
+        raise TypeError(f"bn: expected an nn.BatchNorm1d or nn.SyncBatchNorm (the fused module reads its parameters "
+                        f"and buffers and never calls it), got {type(bn).__name__}")
+    for name, m in (("gemm", gemm), ("bn", bn)):
+        if m._forward_hooks or m._forward_pre_hooks:
+            raise TypeError(f"{name}: has forward hooks, which the fused module would not run (it never calls "
+                            f"{name}); register them on the fused module itself, or remove them "
+                            f"(torch.nn.utils.prune: prune.remove makes the pruned weight permanent)")
+    if not bn.track_running_stats or bn.running_mean is None or bn.running_var is None:
+        raise ValueError("bn: expected track_running_stats=True with running_mean and running_var (the fused "
+                         "modules keep BatchNorm's running statistics)")
 
 
 def _first_derivative_only(grad: torch.Tensor) -> None:
@@ -97,9 +146,20 @@ class _FusedBase(nn.Module):
                             f"{type(group).__name__}")
         self._process_group = group
 
-    def _synced(self) -> bool:
+    def _sync_group(self, bn: nn.Module):
+        """The process group a train-mode forward shares its batch statistics over, or None: the
+        module's :attr:`process_group`, else, where ``bn`` is an ``nn.SyncBatchNorm`` (PyTorch's
+        ``convert_sync_batchnorm`` put it there), its group as ``nn.SyncBatchNorm`` takes it (its
+        ``process_group`` or the default group, once ``torch.distributed`` is initialized); a group
+        of one rank is none."""
+        if not bn.training:
+            return None
         group = self.process_group
-        return self.training and group is not None and group.size() > 1
+        if group is None and type(bn) is nn.SyncBatchNorm:
+            import torch.distributed as dist
+            if dist.is_available() and dist.is_initialized():
+                group = bn.process_group or dist.group.WORLD
+        return group if group is not None and group.size() > 1 else None
 
     def __deepcopy__(self, memo):
         """A deep copy that shares the process group (a group is the processes' connection, not
@@ -166,21 +226,24 @@ class _FusedBase(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (N, in_features) -> (N, out_features); see the class docstring."""
         tensors = self._tensors()
-        bn = self._modules["bn"]
-        synced = self._synced()
-        if isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not synced:
+        gemm, bn = self._modules["gemm"], self._modules["bn"]
+        check_submodules(gemm, bn)
+        group = self._sync_group(bn)
+        synced = group is not None
+        if (isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not synced
+                and x.dtype == tensors[0].dtype):  # (another dtype under autocast: the operator's rule)
             y = cuda.eager_forward(self, x, tensors, bn.eps, bn.momentum)  # None: the operator's way below
             if y is not None:
                 if y.requires_grad:  # the 16-bit train step's C++ autograd node: a first derivative only
                     y.register_hook(_first_derivative_only)
                 return y
-        validate_input(x, self._modules["gemm"].in_features, tensors[0], self.training, synced)
+        validate_input(x, gemm.in_features, tensors[0], bn.training, synced)
         x = x.contiguous()  # one copy for a strided or transposed input; none otherwise
-        if x.is_cuda and x.dtype in algebra.LOW_PRECISION:
-            return self._sixteen_bit(x, tensors, synced)
-        return self._run(x, tensors, synced)
+        if x.is_cuda and x.dtype in algebra.LOW_PRECISION and x.dtype == tensors[0].dtype:
+            return self._sixteen_bit(x, tensors, group)
+        return self._run(x, tensors, group)
 
-    def _sixteen_bit(self, x: torch.Tensor, tensors: tuple, synced: bool) -> torch.Tensor:
+    def _sixteen_bit(self, x: torch.Tensor, tensors: tuple, group) -> torch.Tensor:
         """A bf16/fp16 forward on CUDA (docs/design.md §15). x and gemm.weight go to the 16-bit
         tensor-core kernels as they are (:func:`fusedlib.cuda.sixteen_bit_kernels`: compute
         capability 8.0 or later, in_features % 8 == 0, x in the weight's dtype; exact products,
@@ -193,6 +256,7 @@ class _FusedBase(nn.Module):
         x's dtype promoted with the scale's. Gradients come in each tensor's dtype (the
         backward's call casts them, or autograd through the conversions here)."""
         weight, out_dtype = tensors[0], torch.promote_types(x.dtype, tensors[2].dtype)
+        synced, bn = group is not None, self._modules["bn"]
         widened = synced or not cuda.sixteen_bit_kernels(x, weight)  # to float32 here, for the float32 kernels
         if widened:
             x, weight = x.float(), weight.float()
@@ -202,24 +266,23 @@ class _FusedBase(nn.Module):
         y = None
         if (widened and x.is_cuda and not synced and not torch.compiler.is_compiling()
                 and not torch.is_autocast_enabled("cuda")):  # the eager call, as forward's (None: the operator)
-            bn = self._modules["bn"]
             y = cuda.eager_forward(self, x, f32, bn.eps, bn.momentum)
         if y is None:
-            y = self._run(x, f32, synced)
-        if self.training:
+            y = self._run(x, f32, group)
+        if bn.training:
             with torch.no_grad():
                 for i in (5, 6):  # running_mean, running_var
                     if tensors[i] is not f32[i]:
                         tensors[i].copy_(f32[i])
         return y.to(out_dtype)
 
-    def _run(self, x: torch.Tensor, tensors: tuple, synced: bool) -> torch.Tensor:
-        """The forward through the operators, x validated and contiguous."""
+    def _run(self, x: torch.Tensor, tensors: tuple, group) -> torch.Tensor:
+        """The forward through the operators, x validated and contiguous; group: :meth:`_sync_group`'s."""
         bn = self._modules["bn"]
-        if synced:  # the batch across the group's ranks (docs/design.md §14)
+        if group is not None:  # the batch across the group's ranks (docs/design.md §14)
             return ops.sync_train(x, *tensors, self._stage, self._kind, self._precision, bn.eps, bn.momentum,
-                                  self.process_group.group_name)
-        args = (x, *tensors, self._kind, self._precision, self.training, bn.eps, bn.momentum)
+                                  group.group_name)
+        args = (x, *tensors, self._kind, self._precision, bn.training, bn.eps, bn.momentum)
         if x.is_cuda and not torch.compiler.is_compiling():
             return cuda.stage_forward(self, args)
         # The CPU, and tracing (torch.compile, FakeTensor; on CUDA the device's default GEMM path)

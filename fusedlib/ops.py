@@ -442,8 +442,8 @@ def _register_autocast(name: str, op, sixteen_bit: bool = False) -> None:
                 sixteen = (device == "cuda" and sixteen_bit and x.is_floating_point() and weight.is_floating_point()
                            and engine.sixteen_bit_kernels(torch.cuda.get_device_capability(x.device), x.shape[1]))
                 master = sixteen and weight.dtype == torch.float32  # cast below autograd (StageFunction)
-                cast = [t if i == 1 and master else t.to(dtype) if t.is_floating_point() else t
-                        for i, t in enumerate(args[:3])]
+                cast = [t if (i == 1 and master) or t.dtype == torch.float64 else t.to(dtype) if t.is_floating_point()
+                        else t for i, t in enumerate(args[:3])]  # (autocast leaves float64 as it is)
                 rest = list(args[3:])
                 if sixteen:  # b stays in the dtype: the kernels widen it (exact), and no float
                     # round trip is left for torch.compile's inductor to drop as a pointless convert

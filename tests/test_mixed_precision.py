@@ -193,7 +193,7 @@ class _Float32Route(torch.nn.Module):
 
     def forward(self, x):
         m = self.module
-        return m._sixteen_bit(x, m._tensors(), False)
+        return m._sixteen_bit(x, m._tensors(), None)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

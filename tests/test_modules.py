@@ -151,3 +151,98 @@ def test_parametrized_weight_is_used():
     x = torch.rand(5, 8)
     assert torch.equal(module(x), twin(x))
     assert torch.equal(module.bn.running_mean, twin.bn.running_mean)
+
+
+@pytest.mark.parametrize("kind", ["84", "33"])
+def test_a_frozen_batchnorm_uses_its_running_statistics(kind):
+    """Train or eval mode is BatchNorm's own, as in nn.Sequential(Linear, BatchNorm1d): a model in
+    train mode with ``bn.eval()`` (frozen BatchNorm, fine-tuning) uses the running buffers and
+    updates none of them, as the reference does; ``bn.train()`` inside an eval model the reverse."""
+    from fusedlib.reference import make_reference
+    ref = make_reference(kind, 8, 6, seed=0)
+    fused = fusedlib.from_reference(copy.deepcopy(ref))
+    x = torch.rand(5, 8)
+    for freeze in (True, False):
+        for m in (ref, fused):
+            m.train(not freeze)
+            m.bn.train(not freeze)
+            m.train(freeze)  # the outer flag the other way: only bn's decides
+            m.bn.train(not freeze)
+        before = fused.bn.running_mean.clone()
+        y, y_ref = fused(x), ref(x)
+        torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-6)
+        assert torch.equal(fused.bn.num_batches_tracked, ref.bn.num_batches_tracked)
+        assert torch.equal(fused.bn.running_mean, before) == freeze  # untouched only when frozen
+        for name in ("running_mean", "running_var"):
+            torch.testing.assert_close(getattr(fused.bn, name), getattr(ref.bn, name), rtol=1e-6, atol=1e-7)
+
+
+def test_submodules_the_forward_would_ignore_are_errors(module):
+    """The fused module reads gemm's and bn's tensors and never calls them: a hook on either, a
+    replaced gemm or a BatchNorm without running statistics is an error naming it, not an output
+    that ignores it; parametrizations (read as tensors) are fine."""
+    x = torch.rand(4, 8)
+    handle = module.gemm.register_forward_hook(lambda m, i, o: o * 2)
+    with pytest.raises(TypeError, match="gemm: has forward hooks"):
+        module(x)
+    handle.remove()
+    handle = module.bn.register_forward_pre_hook(lambda m, i: None)
+    with pytest.raises(TypeError, match="bn: has forward hooks"):
+        module(x)
+    handle.remove()
+
+    class LoRALinear(torch.nn.Linear):
+        pass
+
+    other = copy.deepcopy(module)
+    other.gemm = LoRALinear(8, 5)
+    with pytest.raises(TypeError, match="gemm: expected an nn.Linear"):
+        other(x)
+    other = copy.deepcopy(module)
+    other.bn.running_mean = None
+    with pytest.raises(ValueError, match="bn: expected track_running_stats=True"):
+        other(x)
+    from torch.nn.utils import prune
+    other = copy.deepcopy(module)
+    prune.l1_unstructured(other.gemm, "weight", amount=0.5)
+    with pytest.raises(TypeError, match="prune.remove"):
+        other(x)
+    prune.remove(other.gemm, "weight")
+    assert torch.isfinite(other(x)).all()
+
+
+def test_pytorch_sync_batchnorm_converter_keeps_the_batch_statistics(module):
+    """nn.SyncBatchNorm.convert_sync_batchnorm (what DDP recipes call) swaps bn for an
+    nn.SyncBatchNorm with the same tensors: the fused module still runs (one process: the local
+    batch, as nn.SyncBatchNorm does without torch.distributed), with the same outputs and buffers."""
+    twin = copy.deepcopy(module)
+    converted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
+    assert type(converted.bn) is torch.nn.SyncBatchNorm
+    x = torch.rand(6, 8)
+    assert torch.equal(converted(x), twin(x))
+    assert torch.equal(converted.bn.running_var, twin.bn.running_var)
+
+
+def test_autocast_takes_a_16_bit_input_as_eager_does():
+    """Under torch.autocast a model's fused module may get a bf16/fp16 x from the layer before
+    it, with float32 parameters: the result is the float32 x's (autocast casts both to its dtype),
+    as nn.Linear's is under autocast. A float64 module under autocast stays float64 (autocast
+    casts no float64 tensor), within float64's rounding of the reference."""
+    from fusedlib.reference import make_reference
+    for kind in ("84", "33"):
+        ref = make_reference(kind, 8, 6, seed=0)
+        a, b = fusedlib.from_reference(copy.deepcopy(ref)), fusedlib.from_reference(copy.deepcopy(ref))
+        x = torch.rand(5, 8)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y16, y32 = b(x.bfloat16()), a(x)
+            y_half = copy.deepcopy(a)(x.half())  # cast to bf16 by the rule, as eager autocast casts it
+        assert torch.equal(y16, y32) and torch.equal(a.bn.running_mean, b.bn.running_mean)
+        assert y_half.dtype == y32.dtype
+        with pytest.raises(TypeError, match="x: expected dtype torch.float32"):
+            b(x.bfloat16())  # outside autocast: the parameters' dtype
+        r64 = copy.deepcopy(ref).double()
+        f64 = fusedlib.from_reference(copy.deepcopy(r64))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y, y_ref = f64(x.double()), r64(x.double())
+        assert y.dtype == torch.float64
+        torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)

@@ -665,8 +665,9 @@ def stage_validation(stage: str, gpu: str = RESULTS_GPU):
                                              for kind, row in kinds.iterrows()) + ".")
     san = [s for s in record.get("sanitizer", []) if s["stage"] == stage]
     if san:
-        lines.append("compute-sanitizer: " + ", ".join(f"{s['tool']} ({s.get('path', 'auto')} path) {s['errors']} errors"
-                                                       for s in san) + ".")
+        lines.append("compute-sanitizer (NVIDIA's checker of a running kernel: memcheck finds out-of-bounds and "
+                     "misaligned accesses, racecheck races on shared memory): " + ", ".join(
+                         f"{s['tool']} ({s.get('path', 'auto')} path) {s['errors']} errors" for s in san) + ".")
     lines.append(path_legend(set(v.path) | {s.get("path", "auto") for s in san}))
     table = v.groupby(["precision", "path"]).agg(cases=("passed", "size"), passed=("passed", "sum"),
                                                  max_rel_err=("rel_err", "max"))
@@ -1206,11 +1207,11 @@ def sync_summary(sync) -> "object":
 
 def peer_spread_md(mode: str = "train", gpu: str = RESULTS_GPU) -> str:
     """:func:`peer_spread` in words (Markdown), for reading every ratio against a peer: how
-    many runs, and per peer the largest and median spread; :data:`NOT_MEASURED` where no
-    configuration was timed twice."""
+    many runs, and per peer the largest and median spread; empty where no configuration was timed
+    twice (no ``results/<gpu>/peers/bench.csv``)."""
     spread = peer_spread(mode, gpu)
     if spread is None:
-        return f"*The peers' run-to-run spread: {NOT_MEASURED} (results/{gpu}/{PEER_REPEATS}).*"
+        return ""
     return ("Read the ratios against the peers with their own run-to-run spread, the same configuration "
             "timed in separate runs of the benchmark: " + "; ".join(
                 f"{impl} moved by up to **{r['largest']:.1f} %** (median {r['median']:.1f} %) over "

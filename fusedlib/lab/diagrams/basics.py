@@ -7,7 +7,7 @@ from matplotlib.figure import Figure
 from fusedlib.lab import course
 
 
-def roofline_sketch(problem: str = "84", gpu: str = "h100") -> Figure:
+def roofline_sketch(problem: str = "84", gpu: str = course.RESULTS_GPU) -> Figure:
     """The roofline of the GPU (attainable TFLOP/s against arithmetic intensity, log–log),
     with the fp32 and tf32 roofs from :func:`fusedlib.lab.course.ceilings`, and the kernels of the
     naive stage of ``problem`` (train mode, KernelBench shape, cost model) placed on it at
@@ -33,7 +33,8 @@ def roofline_sketch(problem: str = "84", gpu: str = "h100") -> Figure:
     ax.set_ylim(None, 2.5 * ceil["tf32"])
     ax.set_xlabel("arithmetic intensity, FLOP per byte of DRAM traffic", fontsize=12)
     ax.set_ylabel("attainable TFLOP/s", fontsize=12)
-    ax.set_title(f"Roofline of the H100 and the naive stage's kernels, problem {problem}", fontsize=12)
+    name = (course.env(gpu) or {}).get("gpu", gpu.upper())
+    ax.set_title(f"Roofline of the {name} and the naive stage's kernels, problem {problem}", fontsize=12)
     ax.tick_params(labelsize=11)
     ax.legend(fontsize=11, frameon=False, loc="lower right")
     ax.grid(True, which="major", alpha=0.3)

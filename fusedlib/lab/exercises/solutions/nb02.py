@@ -23,9 +23,11 @@ def waves(tiles: int, sms: int, blocks_per_sm: int) -> tuple[int, float]:
 
 def fuse_scale(kernels):
     """Problem 33's scale moved into the naive stage's GEMM epilogue, in the copy of the kernel
-    sources in folder ``kernels`` (a pathlib.Path): the SIMT epilogue's store multiplies each
-    column by s_j after adding the bias (epilogue.cuh, store_tile), and the naive forward drops
-    its scale pass, BatchNorm reading Z∘s where the GEMM left it (01_naive.cu)."""
+    sources in folder ``kernels`` (a pathlib.Path): the SIMT and mma.sync epilogues' store
+    multiplies each column by s_j after adding the bias (epilogue.cuh, store_tile), and the naive
+    forward drops its scale pass where the GEMM ran that store, BatchNorm reading Z∘s where the
+    GEMM left it (01_naive.cu); the wgmma GEMM stores from its registers
+    (epilogue_from_fragments), so on its path the pass stays."""
     scale_in_epilogue(kernels)
     naive = kernels / "01_naive.cu"
     text = naive.read_text()
@@ -37,7 +39,7 @@ def fuse_scale(kernels):
 """
     if scale_pass not in text:
         raise ValueError(f"{naive}: the scale pass this solution removes is not there (the kernel sources changed)")
-    naive.write_text(text.replace(scale_pass, ""))
+    naive.write_text(text.replace(scale_pass, scale_pass.replace("p.sync_phase != 1", "p.sync_phase != 1 && p.path == PATH_WGMMA")))
 
 
 def scale_in_epilogue(kernels):
