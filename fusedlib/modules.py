@@ -124,8 +124,15 @@ class _FusedBase(nn.Module):
 
     _kind = ""
 
-    def _init_options(self, stage: str, precision: str, process_group=None) -> None:
+    def _init_options(self, stage: str, precision: str, process_group=None, out_features: int = 0,
+                      scale_shape=(1,)) -> None:
         algebra.check_stage_precision(stage, precision)
+        numel = 1
+        for d in tuple(scale_shape) if not isinstance(scale_shape, int) else (scale_shape,):
+            numel *= int(d)
+        if numel not in (1, out_features):
+            raise ValueError(f"scale_shape: expected 1 element or out_features={out_features} (one a column), "
+                             f"got {tuple(scale_shape) if not isinstance(scale_shape, int) else scale_shape}")
         self._stage, self._precision = stage, precision
         self.process_group = process_group
 
@@ -313,13 +320,21 @@ class FusedGemmBatchNormScalingSoftmax(_FusedBase):
         process_group: a ``torch.distributed`` process group whose ranks share each batch
             (batch statistics across them, :attr:`process_group`), or None (default).
 
-    Input (N, in_features) float32 (CPU: float32 or float64; a non-contiguous input is copied
-    once); output (N, out_features).
-    Train mode uses batch statistics and updates ``bn.running_mean``, ``bn.running_var`` and
-    ``bn.num_batches_tracked`` like ``nn.BatchNorm1d``; eval mode uses the running buffers.
+    Input x: (N, in_features) in the module's dtype: float32, bfloat16 or float16 (CPU: also
+    float64; ``module.to(torch.bfloat16)`` makes a bf16 module, docs/design.md §15); under
+    ``torch.autocast`` any of float32, bfloat16 and float16 (the Linear then runs in the
+    autocast dtype, as eager autocast runs ``nn.Linear``). A non-contiguous x is copied once.
+    Output: (N, out_features), in x's dtype promoted with the scale's (float32 under autocast
+    for a float32 module, as eager PyTorch's).
+    Train or eval mode is ``bn``'s own flag (``module.train()`` sets it; ``module.bn.eval()``
+    alone freezes BatchNorm, as in ``nn.Sequential``): train mode uses the batch statistics and
+    updates ``bn.running_mean``, ``bn.running_var`` and ``bn.num_batches_tracked`` like
+    ``nn.BatchNorm1d``; eval mode uses the running buffers. ``gemm`` and ``bn`` hold the tensors
+    and are never called (:func:`check_submodules`).
 
     Raises:
-        ValueError/TypeError: see :func:`validate_input`; unknown stage or precision.
+        ValueError/TypeError: see :func:`validate_input` and :func:`check_submodules`; unknown
+            stage or precision; ``scale_shape`` of neither 1 element nor out_features.
     """
 
     _kind = "84"
@@ -327,7 +342,7 @@ class FusedGemmBatchNormScalingSoftmax(_FusedBase):
     def __init__(self, in_features, out_features, bn_eps=1e-5, bn_momentum=0.1, scale_shape=(1,), *,
                  stage: str = "fused", precision: str = "fp32", process_group=None):
         super().__init__()
-        self._init_options(stage, precision, process_group)
+        self._init_options(stage, precision, process_group, out_features, scale_shape)
         self.gemm = nn.Linear(in_features, out_features)
         self.bn = nn.BatchNorm1d(out_features, eps=bn_eps, momentum=bn_momentum)
         self.scale = nn.Parameter(torch.ones(scale_shape))
@@ -350,7 +365,7 @@ class FusedGemmScaleBatchNorm(_FusedBase):
     def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1, *,
                  stage: str = "fused", precision: str = "fp32", process_group=None):
         super().__init__()
-        self._init_options(stage, precision, process_group)
+        self._init_options(stage, precision, process_group, out_features, scale_shape)
         self.gemm = nn.Linear(in_features, out_features)
         self.scale = nn.Parameter(torch.randn(scale_shape))
         self.bn = nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
@@ -408,11 +423,19 @@ def from_reference(model: nn.Module, *, stage: str = "fused", precision: str = "
     """Build the fused module matching a reference model, with a copy of its parameters and
     buffers, on the same device and dtype and in the same train/eval mode.
 
-    ``model`` may be any module with the reference structure (see :func:`reference_kind`),
-    KernelBench's own ``Model`` included.
+    Args:
+        model: any module with the reference structure (see :func:`reference_kind`),
+            KernelBench's own ``Model`` included, its parameters and buffers in one dtype.
+        stage: ``naive`` | ``fold`` | ``sums`` | ``fused``. precision: ``fp32`` | ``tf32`` | ``3xtf32``.
+
+    Returns:
+        A :class:`FusedGemmBatchNormScalingSoftmax` (problem 84) or
+        :class:`FusedGemmScaleBatchNorm` (33/39), sharing no tensor with ``model``.
 
     Raises:
-        TypeError: ``model`` lacks the reference structure (the message names what is missing).
+        TypeError: ``model`` lacks the reference structure (the message names what is missing),
+            or keeps its tensors in more than one dtype (a BatchNorm kept in float32 beside a
+            bf16 Linear: convert the model to one dtype first).
         ValueError: unknown stage or precision.
     """
     kind = reference_kind(model)
@@ -426,6 +449,12 @@ def from_reference(model: nn.Module, *, stage: str = "fused", precision: str = "
             gemm.in_features, gemm.out_features, tuple(model.scale.shape),
             bn.eps, bn.momentum, stage=stage, precision=precision)
     p = gemm.weight
+    dtypes = {t.dtype for t in model.parameters()} | {b.dtype for n, b in model.named_buffers()
+                                                     if not n.endswith("num_batches_tracked")}
+    if len(dtypes) > 1:
+        raise TypeError(f"model: parameters and buffers in more than one dtype ({', '.join(sorted(map(str, dtypes)))}); "
+                        f"a fused module keeps one, as from_reference copies it: convert the model first "
+                        f"(model.to(torch.float32), or model.to(torch.bfloat16) for a bf16 module)")
     fused.to(device=p.device, dtype=p.dtype)
     state = model.state_dict()  # the structure check above guarantees every key below
     fused.load_state_dict({k: state[k] for k in fused.state_dict()})

@@ -483,6 +483,30 @@ def test_autocast_takes_the_eager_call_with_the_rules_bits(stage, kind, training
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("kind,stage", [("84", "fused"), ("33", "sums")])
+def test_autocast_takes_a_16_bit_input_on_cuda(kind, stage, training, dtype):
+    """Under torch.autocast a float32 module given x already in the autocast dtype (the layer
+    before it ran under autocast too) computes what it computes from the float32 x that rounds
+    to it: the same Y, running buffers and gradients, bit for bit (x's cast is the autocast rule's
+    either way; a 16-bit x takes the operator, a float32 x the C++ eager call with the rule's bits)."""
+    ref, x, dy, _ = _case(kind, training, shape=(200, 64, 96))
+    x16 = x.cuda().to(dtype)
+    runs = []
+    for given in (x16, x16.float()):
+        module = fusedlib.from_reference(copy.deepcopy(ref), stage=stage).cuda().train(training)
+        xg = given.clone().requires_grad_()
+        with torch.autocast("cuda", dtype=dtype):
+            y = module(xg)
+        (y.float() * dy.cuda()).sum().backward()
+        runs.append([y.detach(), xg.grad.float(), module.bn.running_mean.clone(), module.bn.running_var.clone()]
+                    + [p.grad.clone() for p in module.parameters() if p.grad is not None])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("kind,stage", [("84", "fused"), ("33", "sums")])
 def test_a_compiled_float32_module_under_autocast_matches_eager_autocast(kind, stage, dtype):
     """torch.compile (fullgraph) of a float32 module called under torch.autocast, three train steps

@@ -246,3 +246,18 @@ def test_autocast_takes_a_16_bit_input_as_eager_does():
             y, y_ref = f64(x.double()), r64(x.double())
         assert y.dtype == torch.float64
         torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
+
+
+def test_scale_shape_and_mixed_dtypes_are_clear_errors():
+    """A scale of neither 1 element nor out_features is refused when the module is made, naming
+    scale_shape; from_reference refuses a model whose tensors are in two dtypes rather than
+    converting its BatchNorm to the Linear's dtype without a word."""
+    from fusedlib.reference import make_reference
+    with pytest.raises(ValueError, match="scale_shape: expected 1 element or out_features=16"):
+        FusedGemmScaleBatchNorm(32, 16, (3,))
+    assert FusedGemmScaleBatchNorm(32, 16, (1,)).scale.numel() == 1
+    ref = make_reference("33", 8, 6, seed=0)
+    ref.gemm.bfloat16()
+    with pytest.raises(TypeError, match="more than one dtype"):
+        fusedlib.from_reference(ref)
+    assert fusedlib.from_reference(ref.bfloat16()).gemm.weight.dtype == torch.bfloat16

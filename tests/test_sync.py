@@ -306,6 +306,32 @@ def test_process_group_is_checked_and_shown():
         fusedlib.convert_sync_batchnorm(fusedlib.FusedGemmScaleBatchNorm(4, 3, (3,)))
 
 
+def _pytorch_converter_worker(rank: int, world: int, out: str) -> None:
+    model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(sync_demo._model("33", "fused"))
+    x = torch.randn(12, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64) + 2
+    y = model(x[6 * rank:6 * rank + 6])
+    torch.save({"y": y.detach(), "bn type": type(model.bn).__name__, "group": model.process_group,
+                "buffers": {k: v for k, v in model.state_dict().items() if k.startswith("bn.running")}},
+               f"{out}/rank{rank}.pt")
+
+
+def test_pytorch_sync_batchnorm_converter_shares_the_batch(tmp_path):
+    """nn.SyncBatchNorm.convert_sync_batchnorm (what DDP recipes call) puts an nn.SyncBatchNorm in
+    a fused module's bn: on 2 gloo ranks of 6 rows the module then takes the statistics of all
+    12, as fusedlib.convert_sync_batchnorm's group does: each rank's rows of one process's output,
+    and its running buffers."""
+    sync_demo.spawn_ranks(_pytorch_converter_worker, 2, str(tmp_path))
+    got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    one = sync_demo._model("33", "fused")
+    x = torch.randn(12, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64) + 2
+    want = one(x).detach()
+    assert got[0]["bn type"] == "SyncBatchNorm" and got[0]["group"] is None
+    torch.testing.assert_close(torch.cat([g["y"] for g in got]), want, rtol=1e-10, atol=1e-12)
+    for name in ("running_mean", "running_var"):
+        for g in got:
+            torch.testing.assert_close(g["buffers"][f"bn.{name}"], getattr(one.bn, name), rtol=1e-10, atol=1e-12)
+
+
 def _copy_worker(rank: int, world: int, out: str) -> None:
     import fusedlib
     fused = fusedlib.convert_sync_batchnorm(fusedlib.FusedGemmScaleBatchNorm(4, 3, (3,)))
