@@ -97,7 +97,8 @@ def check_submodules(gemm: nn.Module, bn: nn.Module) -> None:
             raise TypeError(f"{name}: has forward hooks, which the fused module would not run (it never calls "
                             f"{name}); register them on the fused module itself, or remove them "
                             f"(torch.nn.utils.prune: prune.remove makes the pruned weight permanent)")
-    if not bn.track_running_stats or bn.running_mean is None or bn.running_var is None:
+    buffers = bn._buffers  # (not bn.running_mean: nn.Module.__getattr__ on the forward's hot path)
+    if not bn.track_running_stats or buffers.get("running_mean") is None or buffers.get("running_var") is None:
         raise ValueError("bn: expected track_running_stats=True with running_mean and running_var (the fused "
                          "modules keep BatchNorm's running statistics)")
 
