@@ -38,9 +38,9 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool, syn
         TypeError: ``x`` is not a tensor, or its dtype is not the parameters' dtype
             (float32, bfloat16 or float16; float64 also on the CPU) outside autocast.
         ValueError: ``x`` is on another device than the parameters, is not 2-D
-            (batch, in_features), has the wrong in_features, has an empty batch, or has a
-            batch of 1 in train mode (unless ``synced``: the batch statistics are those of every
-            rank's rows, and only a global batch of 1 is refused). (A non-contiguous ``x`` is
+            (batch, in_features), has the wrong in_features, has an empty batch across a process
+            group (``synced``), or has a batch of 1 in train mode (unless ``synced``: the batch
+            statistics are those of every rank's rows, and only a global batch of 1 is refused). (A non-contiguous ``x`` is
             accepted: the forward makes one row-major copy, as ``nn.Linear`` does internally.)
     """
     if not isinstance(x, torch.Tensor):
@@ -54,8 +54,8 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool, syn
         raise ValueError(f"x: expected a 2-D tensor (batch, in_features={in_features}), got shape {tuple(x.shape)}")
     if x.shape[1] != in_features:
         raise ValueError(f"x: expected in_features={in_features} columns, got shape {tuple(x.shape)}")
-    if x.shape[0] == 0:
-        raise ValueError(f"x: expected a non-empty batch, got shape {tuple(x.shape)}")
+    if x.shape[0] == 0 and synced:
+        raise ValueError(f"x: expected a non-empty batch on every rank of a process group, got shape {tuple(x.shape)}")
     if training and x.shape[0] == 1 and not synced:
         raise ValueError(
             f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)} "
@@ -239,17 +239,33 @@ class _FusedBase(nn.Module):
         group = self._sync_group(bn)
         synced = group is not None
         if (isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not synced
-                and x.dtype == tensors[0].dtype):  # (another dtype under autocast: the operator's rule)
+                and x.dtype == tensors[0].dtype and x.shape[0] > 0):  # (another dtype: the operator's autocast rule)
             y = cuda.eager_forward(self, x, tensors, bn.eps, bn.momentum)  # None: the operator's way below
             if y is not None:
                 if y.requires_grad:  # the 16-bit train step's C++ autograd node: a first derivative only
                     y.register_hook(_first_derivative_only)
                 return y
         validate_input(x, gemm.in_features, tensors[0], bn.training, synced)
+        if x.shape[0] == 0:
+            return self._empty_batch(x, tensors, bn.training)
         x = x.contiguous()  # one copy for a strided or transposed input; none otherwise
         if x.is_cuda and x.dtype in algebra.LOW_PRECISION and x.dtype == tensors[0].dtype:
             return self._sixteen_bit(x, tensors, group)
         return self._run(x, tensors, group)
+
+    def _empty_batch(self, x: torch.Tensor, tensors: tuple, training: bool) -> torch.Tensor:
+        """An empty batch (N = 0), as ``nn.BatchNorm1d`` takes it: Y of shape (0, out_features) in
+        the dtype a batch would get, connected to the parameters (their gradients zeros, as the
+        reference's), ``num_batches_tracked`` counted in train mode, the running statistics left
+        as they are (no row to average). No kernel runs."""
+        weight, bias, scale, gamma, beta = tensors[:5]
+        y = torch.nn.functional.linear(x, weight, bias) * scale * gamma + beta  # (0, M)
+        if self._kind == "84":
+            y = y.softmax(dim=1)
+        if training:
+            with torch.no_grad():
+                tensors[7].add_(1)
+        return y
 
     def _sixteen_bit(self, x: torch.Tensor, tensors: tuple, group) -> torch.Tensor:
         """A bf16/fp16 forward on CUDA (docs/design.md §15). x and gemm.weight go to the 16-bit

@@ -108,7 +108,6 @@ def module():
     (torch.rand(4, 8, device="meta"), ValueError, "x: expected a tensor on cpu"),
     (torch.rand(4, 2, 4), ValueError, "x: expected a 2-D tensor"),
     (torch.rand(4, 7), ValueError, "x: expected in_features=8"),
-    (torch.rand(0, 8), ValueError, "x: expected a non-empty batch"),
     (torch.rand(1, 8), ValueError, "Expected more than 1 value per channel when training.*x:"),
 ])
 def test_bad_input_is_a_clear_error(module, bad, error, match):
@@ -261,3 +260,24 @@ def test_scale_shape_and_mixed_dtypes_are_clear_errors():
     with pytest.raises(TypeError, match="more than one dtype"):
         fusedlib.from_reference(ref)
     assert fusedlib.from_reference(ref.bfloat16()).gemm.weight.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("kind", ["84", "33"])
+def test_an_empty_batch_gives_what_pytorch_gives(kind):
+    """A batch of 0 rows (a filtered batch, say), as PyTorch's modules take it: an empty output in
+    the same dtype, zero gradients for every parameter, num_batches_tracked counted in train mode
+    and the running statistics untouched; eval mode too."""
+    from fusedlib.reference import make_reference
+    ref = make_reference(kind, 8, 6, seed=0)
+    fused = fusedlib.from_reference(copy.deepcopy(ref))
+    x = torch.rand(0, 8)
+    for m in (ref, fused):
+        y = m(x)
+        assert y.shape == (0, 6) and y.dtype == torch.float32
+        y.sum().backward()
+    for (name, a), b in zip(fused.named_parameters(), ref.parameters()):
+        assert a.grad is not None and torch.equal(a.grad, b.grad), name
+    for name, b in ref.bn.named_buffers():
+        assert torch.equal(getattr(fused.bn, name), b), name
+    fused.eval()
+    assert fused(x).shape == (0, 6) and fused.bn.num_batches_tracked.item() == 1
