@@ -312,6 +312,8 @@ def _choices(value: str, allowed, name: str) -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``python -m fusedlib check`` (device, problems, stages, modes, precisions,
+    shapes, input kinds, seeds, gradients, JSON output), added to the sub-command's parser ``p``."""
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu: stage algebra; cuda: kernels")
     p.add_argument("--problem", default="all", help="84, 33, 39, a comma list or all")
     p.add_argument("--stage", default="all", help="naive, fold, sums, fused, a comma list or all")
@@ -347,6 +349,11 @@ def _progress(cases: list):
 
 
 def main(args) -> int:
+    """``python -m fusedlib check``: every case the options select (:func:`iter_cases`, or
+    :func:`iter_grad_cases` with ``--grad``) run against the float64 reference (:func:`run_case`,
+    :func:`run_grad_case`; docs/design.md §5), printed as a table (or JSON). Returns the exit
+    status: 0 when every case passed, 1 when one failed, 2 for a bad option (its message on
+    stderr names it)."""
     try:
         problems = _choices(args.problem, ("84", "33", "39"), "problem")
         stages = _choices(args.stage, algebra.STAGES, "stage")

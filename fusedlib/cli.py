@@ -35,6 +35,9 @@ LAB_COMMANDS = ("bench", "train-step", "sync-bench", "figures", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m fusedlib``: ``--version`` and one sub-command each for the
+    library's commands (info, check, kernelbench) and the lab's (bench, train-step, sync-bench,
+    figures, report), whose options each module adds (``add_arguments``)."""
     parser = argparse.ArgumentParser(prog="python -m fusedlib", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"fusedlib {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

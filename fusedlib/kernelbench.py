@@ -192,6 +192,8 @@ def evaluate(problem: str, dtype: str = "fp32", stage: str = "fused", precision:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``python -m fusedlib kernelbench`` (problem, stage, precision, dtype, the
+    output file, and ``--evaluate`` with its shape), added to the sub-command's parser ``p``."""
     p.add_argument("--problem", required=True, choices=list(_PROBLEMS), help="KernelBench level-2 problem id")
     p.add_argument("--stage", default="fused", choices=list(algebra.STAGES))
     p.add_argument("--precision", choices=list(algebra.PRECISIONS),
