@@ -14,6 +14,8 @@ cancels), traceable by ``torch.compile`` and, on CUDA, capturable in a CUDA grap
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -24,7 +26,7 @@ __all__ = ["FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm", "check
 
 
 #: The dtypes autocast casts to its own (float64 it leaves as it is).
-_AUTOCAST_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_AUTOCAST_DTYPES = (torch.float32, *algebra.LOW_PRECISION)
 
 
 def validate_input(x, in_features: int, param: torch.Tensor, training: bool, synced: bool = False) -> None:
@@ -128,12 +130,10 @@ class _FusedBase(nn.Module):
     def _init_options(self, stage: str, precision: str, process_group=None, out_features: int = 0,
                       scale_shape=(1,)) -> None:
         algebra.check_stage_precision(stage, precision)
-        numel = 1
-        for d in tuple(scale_shape) if not isinstance(scale_shape, int) else (scale_shape,):
-            numel *= int(d)
-        if numel not in (1, out_features):
+        shape = (scale_shape,) if isinstance(scale_shape, int) else tuple(scale_shape)
+        if math.prod(shape) not in (1, out_features):
             raise ValueError(f"scale_shape: expected 1 element or out_features={out_features} (one a column), "
-                             f"got {tuple(scale_shape) if not isinstance(scale_shape, int) else scale_shape}")
+                             f"got {shape}")
         self._stage, self._precision = stage, precision
         self.process_group = process_group
 

@@ -624,15 +624,23 @@ def path_legend(paths) -> str:
     return "Paths: " + "; ".join(f"`{p}`" + (f": {PATH_LABELS[p]}" if p in PATH_LABELS else "") for p in known) + "."
 
 
+def _validation(gpu: str) -> dict | None:
+    """The committed GPU validation record (``results/<gpu>/validation.json``), or None."""
+    path = results_dir(gpu) / "validation.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _stage_cases(record: dict, stage: str):
+    import pandas as pd
+    v = pd.DataFrame(record["cases"])
+    return v[v.stage == stage]
+
+
 def validation_cases(stage: str, gpu: str = RESULTS_GPU):
     """The committed GPU validation's forward cases of one stage (``validation.json`` ``cases``,
     check.run_case's records) as a DataFrame; None without a committed record."""
-    import pandas as pd
-    path = results_dir(gpu) / "validation.json"
-    if not path.exists():
-        return None
-    v = pd.DataFrame(json.loads(path.read_text())["cases"])
-    return v[v.stage == stage]
+    record = _validation(gpu)
+    return None if record is None else _stage_cases(record, stage)
 
 
 def stage_validation(stage: str, gpu: str = RESULTS_GPU):
@@ -642,11 +650,10 @@ def stage_validation(stage: str, gpu: str = RESULTS_GPU):
     DataFrame of cases, passed and the largest relative error per precision and GEMM path.
     Without a committed record: (:data:`NO_RESULTS`, None)."""
     import pandas as pd
-    path = results_dir(gpu) / "validation.json"
-    if not path.exists():
+    record = _validation(gpu)
+    if record is None:
         return NO_RESULTS, None
-    record = json.loads(path.read_text())
-    v = validation_cases(stage, gpu)
+    v = _stage_cases(record, stage)
     lines = [f"Stage `{stage}` on the {record['environment']['gpu']}: **{int(v.passed.sum())} of {len(v)} cases "
              f"pass** (input kinds: {', '.join(sorted(v.input_kind.unique()))})."]
     for r in v[~v.passed].itertuples(index=False):
@@ -679,8 +686,7 @@ def gradient_validation(gpu: str = RESULTS_GPU):
     per precision and mode: cases, passed, and the largest error / budget ratio; a one-row
     note (:data:`NO_RESULTS`) without a committed record."""
     import pandas as pd
-    path = results_dir(gpu) / "validation.json"
-    cases = json.loads(path.read_text()).get("gradients") if path.exists() else None
+    cases = (_validation(gpu) or {}).get("gradients")
     if not cases:
         return pd.DataFrame([{"gradient cases": NO_RESULTS}])
     df = pd.DataFrame(cases)

@@ -1,11 +1,11 @@
-# Sourced by the A/B run scripts (run265 on) after preamble.sh: a branch's kernels measured against
-# main's, built in the same call from lab/experiments/run264-main.tgz (`git archive main fusedlib
-# pyproject.toml | gzip > lab/experiments/run264-main.tgz`, made before the branch's patch is applied;
-# untracked, it travels with the tree).
+# Sourced by the A/B run scripts (run263 on) after preamble.sh: a branch's kernels measured against
+# main's, built in the same call from $AB_MAIN (default lab/experiments/run264-main.tgz: `git archive
+# main fusedlib pyproject.toml | gzip > lab/experiments/run264-main.tgz`, made before the branch's
+# patch is applied; untracked, it travels with the tree).
 # build_ab STAGE...: the tree's stages (`bwd`: the backward) and main's sums and fused stages, in
 # parallel; then $OUT/ab/ for the bench calls' records.
 build_ab() {
-  mkdir -p /tmp/main && tar xzf lab/experiments/run264-main.tgz -C /tmp/main
+  mkdir -p /tmp/main && tar xzf "${AB_MAIN:-lab/experiments/run264-main.tgz}" -C /tmp/main
   local s
   for s in "$@"; do
     if [ "$s" = bwd ]; then

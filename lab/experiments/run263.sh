@@ -12,15 +12,8 @@
 # The branch's diff against main: lab/experiments/run262-idlemerge.patch.
 LOG=run263.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say
-mkdir -p /tmp/main && tar xzf lab/experiments/run263-main.tgz -C /tmp/main
-for s in sums fused; do
-  python -c "from fusedlib.build import load_stage; load_stage('$s')" > /tmp/build-$s.log 2>&1 &
-  (cd /tmp/main && PYTHONPATH=/tmp/main FUSEDLIB_CACHE=/tmp/main/build/flcache \
-    python -c "from fusedlib.build import load_stage; load_stage('$s')") > /tmp/build-main-$s.log 2>&1 &
-done
-wait
-say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | tee -a $OUT/$LOG
-mkdir -p $OUT/ab
+. lab/experiments/ab.sh  # build_ab (its bench replaced below)
+AB_MAIN=lab/experiments/run263-main.tgz build_ab sums fused
 bench() {  # name problem [env...]: one bench call into $OUT/ab/<name>/
   local name=$1 p=$2; shift 2
   env "$@" timeout 100 python -m fusedlib bench --problem $p --shape $p --mode train --precision bf16 \

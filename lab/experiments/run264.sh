@@ -14,21 +14,8 @@
 # after this run: at least as many CTAs as merge units, not one for every unit).
 LOG=run264.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say
-mkdir -p /tmp/main && tar xzf lab/experiments/run264-main.tgz -C /tmp/main
-for s in sums fused; do
-  python -c "from fusedlib.build import load_stage; load_stage('$s')" > /tmp/build-$s.log 2>&1 &
-  (cd /tmp/main && PYTHONPATH=/tmp/main FUSEDLIB_CACHE=/tmp/main/build/flcache \
-    python -c "from fusedlib.build import load_stage; load_stage('$s')") > /tmp/build-main-$s.log 2>&1 &
-done
-wait
-say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | tee -a $OUT/$LOG
-mkdir -p $OUT/ab
-bench() {  # name root problem shape: one bench call of the tree at root into $OUT/ab/<name>/
-  (export PYTHONPATH=$2 FUSEDLIB_CACHE=$2/build/flcache; cd $2 && \
-   timeout 100 python -m fusedlib bench --problem $3 --shape $4 --mode train --precision bf16,tf32 \
-     --impl fused,sums,gemm_only --profile --append --out $OUT/ab/$1/bench.csv >> $OUT/ab/bench.log 2>&1
-   echo "$1 $3 $4: rc=$? ($(( $(date +%s) - t0 )) s)") | tee -a $OUT/$LOG
-}
+. lab/experiments/ab.sh  # build_ab, bench
+build_ab sums fused
 for ps in "84 84" "33 33" "39 39" "84 v0" "33 v0"; do
   bench main /tmp/main $ps
   bench branch $PWD $ps
