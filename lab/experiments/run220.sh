@@ -11,6 +11,7 @@
 # Optional third and fourth arguments: a part run on GPU 0 (GPU 1) after the first (e.g. "PART=train
 # SIXTEEN=1 PEERS="; "" for none). Every part stops by CALL_LIMIT (590 s) after the start, so that the
 # packing runs inside the call's 600 s; results/<gpu> (as the timed parts left it) comes back in g0.tgz.
+# On a one-GPU machine give no second argument ("" for none): GPU 0's parts then take every core.
 LOG=run220.log
 . lab/experiments/preamble.sh  # set -u, the paths, t0, say, the build cache
 . lab/experiments/start_builds.sh
@@ -19,6 +20,7 @@ say "built in $(( $(date +%s) - t0 )) s"; grep -il "error" /tmp/build-*.log | te
 pack_build
 export FUSEDLIB_CACHE_RESTORED=1  # (restore_cache.sh: the parts' run179.sh leave build/flcache as it is)
 N=$(nproc); H=$(( N / 2 ))
+if [ -z "${2:-}" ]; then H=$N; fi  # one GPU's parts alone (a one-GPU machine): every core for them
 rm -rf /tmp/g0 /tmp/g0b /tmp/g1 /tmp/g1b  # (a warm machine keeps the last call's)
 part() {  # name, GPU, cores, assignments...: one run179.sh part, its output packed as $OUT/<name>.tgz
   local name=$1 gpu=$2 cores=$3; shift 3
