@@ -132,15 +132,32 @@ def test_ncu_versus_with_clocks_tells_clock_from_cycles():
     assert "Elapsed Cycles" not in course.ncu_versus("persistent-tf32-clocks", "cublas-tf32-clocks")[0].index
 
 
-def test_notes_table_finds_a_table_by_its_header(monkeypatch, tmp_path):
-    """The first Markdown table of NOTES.md whose header row starts with the given text, up to
-    the blank line after it; None for a missing table or missing notes."""
-    (tmp_path / "NOTES.md").write_text("text\n\n| version | a |\n|---|---|\n| v1 | 2 |\n\nmore | version\n")
+def test_curated_tables_quote_the_development_notes():
+    """Every number of the tables curated from results/h100/NOTES.md (course.CURATED) is
+    written there as in the notes, so the course's copy cannot drift from them; the folder's
+    README names each table."""
+    import csv
+    folder = course.results_dir(course.NOTES_GPU)
+    notes, readme = (folder / "NOTES.md").read_text(), (folder / "README.md").read_text()
+    for name in course.CURATED:
+        assert f"`{name}.csv`" in readme, name
+        with (folder / f"{name}.csv").open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert rows and len(course.curated(name)) == len(rows)
+        numeric = [c for c in rows[0] if c.startswith(("ms_", "gemm_us", "rel_err_3x", "time_", "energy_", "power_",
+                                                       "sm_clock"))]
+        for row in rows:
+            for column in numeric:
+                assert row[column] == "" or row[column] in notes, (name, column, row[column])
+
+
+def test_curated_reads_a_table_or_says_it_is_absent(monkeypatch, tmp_path):
+    (tmp_path / "gemm_energy.csv").write_text("shape,impl,round,time_us\n1x2->3,ours,1,4.5\n")
     monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
-    assert course.notes_table("| version") == "| version | a |\n|---|---|\n| v1 | 2 |"
-    assert course.notes_table("| nothing") is None
-    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path / "absent"))
-    assert course.notes_table("| version") is None
+    assert course.curated("gemm_energy").time_us.tolist() == [4.5]
+    assert course.curated("simt_versions") is None and course.versions() is None and course.versions_plot() is None
+    with pytest.raises(KeyError, match="name: expected one of"):
+        course.curated("NOTES")
 
 
 # ---------------------------------------------------------------- kernel sources in the notebooks
@@ -295,34 +312,20 @@ def test_ladder_md_lists_every_stage_in_order(tmp_path, monkeypatch):
     assert course.NO_RESULTS in course.ladder_md()
 
 
-NOTES_VERSIONS = """# notes
-
-| version | change | prediction | 84 tf32 | 84 3xtf32 | 39 tf32 | 39 3xtf32 | 3xtf32 error @84 |
-|---|---|---|---|---|---|---|---|
-| v1 | first | slow | 1.29 ms | 2.88 ms | 4.68 ms | 10.97 ms | 6e-6 |
-| v5 | persistent | faster | GEMM 368 µs† | GEMM 1264 µs† | — | — | same bits |
-| v10 | split in registers | no pass | 0.404 ms\\*\\* | 1.108 ms\\*\\* | — | 4.84 ms†† | 1.9e-6 |
-
-\\* a footnote
-"""
-
-
-def test_versions_reads_forward_times_from_the_notes(tmp_path, monkeypatch):
-    """Forward times in ms with their footnote marks; NaN for "—" and for a GEMM kernel's µs."""
-    import math
-    (tmp_path / "NOTES.md").write_text(NOTES_VERSIONS)
-    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+def test_versions_ladder_from_the_curated_table():
+    """The committed versions: v1 … v10 in order, forward times in ms (NaN where only the GEMM
+    kernel was timed, v5), each falling from v1 to v10; the figure draws one line a precision
+    per problem (and cuBLAS's lines where bench.csv holds its GEMM)."""
+    import pandas as pd
     table = course.versions()
-    assert list(table.columns) == ["version", "change", *course.VERSION_COLUMNS]
-    assert list(table.version) == ["v1", "v5", "v10"] and table.change[2] == "split in registers"
-    assert table.loc[0, list(course.VERSION_COLUMNS)].tolist() == [1.29, 2.88, 4.68, 10.97]
-    assert all(math.isnan(table.loc[1, c]) for c in course.VERSION_COLUMNS)
-    assert table.loc[2, "84 3xtf32"] == 1.108 and table.loc[2, "39 3xtf32"] == 4.84
-    assert math.isnan(table.loc[2, "39 tf32"])
-    fig = course.versions_plot()                      # no bench.csv there: no cuBLAS lines
-    assert len(fig.axes) == 2 and all(len(ax.get_lines()) == 2 for ax in fig.axes)
-    (tmp_path / "NOTES.md").write_text("# notes without the table\n")
-    assert course.versions() is None and course.versions_plot() is None
+    assert list(table.version) == [f"v{i}" for i in range(1, 11)]
+    assert set(course.VERSION_COLUMNS.values()) <= set(table.columns)
+    v5 = table.set_index("version").loc["v5"]
+    assert all(pd.isna(v5[c]) for c in course.VERSION_COLUMNS.values()) and v5.gemm_us_84_tf32 > 0
+    for column in course.VERSION_COLUMNS.values():
+        assert table[column].iloc[-1] < table[column].iloc[0] / 2, column
+    fig = course.versions_plot()
+    assert len(fig.axes) == 2 and all(len(ax.get_lines()) >= 2 for ax in fig.axes)
 
 
 def test_step_table_takes_one_run_and_the_percent_saved(tmp_path, monkeypatch):
@@ -400,16 +403,6 @@ def test_peer_spread_over_repeated_configurations(tmp_path, monkeypatch):
     assert s.loc["eager", "largest"] == pytest.approx(25.0)            # 84: 2.5 / 2.0
     assert s.loc["eager", "median"] == pytest.approx((25.0 + 100 * (10.5 / 9.8 - 1)) / 2)
     assert course.peer_spread(mode="eval") is None
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("| v7 (run80) | 0.4 ms |", "| v7 | 0.4 ms |"),
-    ("measured in run82, faster", "measured in an earlier run, faster"),
-    ("see `results/h100/logs/run88.log` for it", "see a committed log for it"),
-    ("no IDs here: v0, 128×256", "no IDs here: v0, 128×256"),
-])
-def test_strip_run_ids(text, expected):
-    assert course.strip_run_ids(text) == expected
 
 
 def test_sync_summary_one_row_per_world_problem_precision():

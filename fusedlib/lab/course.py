@@ -465,51 +465,56 @@ def ncu_table(name: str, gpu: str = NOTES_GPU, clocks: bool = False):
     return out
 
 
-def notes_table(header: str, gpu: str = NOTES_GPU) -> str | None:
-    """The Markdown table of ``results/<gpu>/NOTES.md`` whose header row starts with
-    ``header`` (e.g. ``"| version"``: the tensor-core mainloop's versions), up to the next
-    blank line, or None when the notes or the table are not committed."""
-    path = results_dir(gpu) / "NOTES.md"
-    notes = path.read_text() if path.exists() else ""
-    start = notes.find("\n" + header)
-    return notes[start + 1:].split("\n\n")[0].rstrip() if start >= 0 else None
+#: The tables curated from the engine's development notes (``results/<NOTES_GPU>/``; the folder's
+#: README.md says where each was measured): name → what one row is.
+CURATED = {
+    "simt_versions": "one version of the SIMT mainloop: its tile (BM×BN×BK, TM×TN outputs a thread, "
+                     "blocks an SM) and the naive stage's GEMM in ms at 84's and 39's KernelBench shapes",
+    "mainloop_versions": "one version of the tensor-core mainloop: its change, the prediction, how it was "
+                         "timed, the fused train forward in ms and 3xTF32's relative error at 84",
+    "gemm_energy": "one round of back-to-back calls of a tf32 GEMM: µs and mJ a call, the board's W, "
+                   "the SM clock in MHz",
+}
 
 
-#: The columns of the versions table (NOTES.md, "| version") that hold forward times in ms.
-VERSION_COLUMNS = ("84 tf32", "84 3xtf32", "39 tf32", "39 3xtf32")
+def curated(name: str, gpu: str = NOTES_GPU):
+    """A table of :data:`CURATED` (``results/<gpu>/<name>.csv``, e.g. ``mainloop_versions``) as a
+    DataFrame, or None when it is not committed. Units are in the column names (``ms_84``: ms at
+    84's KernelBench shape; ``time_us``, ``energy_mj``, ``power_w``, ``sm_clock_mhz``).
+
+    Raises:
+        KeyError: ``name`` is not a curated table.
+    """
+    import pandas as pd
+    if name not in CURATED:
+        raise KeyError(f"name: expected one of {sorted(CURATED)}, got {name!r}")
+    path = results_dir(gpu) / f"{name}.csv"
+    return pd.read_csv(path).convert_dtypes() if path.exists() else None  # (integers with gaps stay integers)
+
+
+#: The columns of :func:`versions` that hold the fused train forward's time in ms, by
+#: (problem, precision).
+VERSION_COLUMNS = {("84", "tf32"): "ms_84_tf32", ("84", "3xtf32"): "ms_84_3xtf32",
+                   ("39", "tf32"): "ms_39_tf32", ("39", "3xtf32"): "ms_39_3xtf32"}
 
 
 def versions(gpu: str = NOTES_GPU):
-    """The versions of the tensor-core mainloop: the ``| version`` table of
-    ``results/<gpu>/NOTES.md`` (:func:`notes_table`) as a DataFrame with columns ``version``,
-    ``change`` and each of :data:`VERSION_COLUMNS`, the fused train forward's time in ms at
-    the problem's KernelBench shape where the notes give one (NaN for "—" and for a GEMM
-    kernel's µs). The values come from the runs the table's footnotes name (development
-    measurements and harness runs on different days: compare them as a ladder, not to the
-    last digit). None when the notes or the table are not committed."""
-    import re
-
-    import pandas as pd
-    table = notes_table("| version", gpu)
-    if table is None:
-        return None
-    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.splitlines()]
-    header, body = rows[0], [r for r in rows[2:] if len(r) == len(rows[0])]
-
-    def ms(cell: str) -> float:
-        m = re.match(r"([0-9]*\.?[0-9]+) ms", cell)
-        return float(m.group(1)) if m else float("nan")
-    out = pd.DataFrame({"version": [r[0] for r in body], "change": [r[header.index("change")] for r in body]})
-    for col in VERSION_COLUMNS:
-        out[col] = [ms(r[header.index(col)]) for r in body]
-    return out
+    """The versions of the tensor-core mainloop (:func:`curated` ``mainloop_versions``): columns
+    ``version``, ``change``, ``prediction``, ``timed`` (how the times were taken: the forward
+    with the L2 flushed before each call, back to back, the GEMM kernel alone, or the benchmark
+    harness), the fused train forward in ms at each problem's KernelBench shape
+    (:data:`VERSION_COLUMNS`; NaN where only the GEMM kernel was timed: ``gemm_us_84_*``), and
+    3xTF32's normwise relative error at 84 (``rel_err_3xtf32_84``, ``rel_err_note``). The times
+    come from different days and methods: compare them as a ladder, not to the last digit.
+    None when the table is not committed."""
+    return curated("mainloop_versions", gpu)
 
 
 def versions_plot(gpu: str = NOTES_GPU):
     """Figure of :func:`versions`, siboehm's SGEMM ladder for this mainloop: the fused train
     forward's ms at each version, 84 and 39 side by side, tf32 and 3xtf32, against cuBLAS's
     TF32 GEMM alone (``gemm_only`` tf32 in the committed bench.csv, where measured) and three
-    of it — what 3xTF32's three products cost at cuBLAS's rate. None without the notes."""
+    of it — what 3xTF32's three products cost at cuBLAS's rate. None without the table."""
     table = versions(gpu)
     if table is None:
         return None
@@ -524,7 +529,7 @@ def versions_plot(gpu: str = NOTES_GPU):
     x = range(len(table))
     for ax, problem in zip(axes, ("84", "39")):
         for prec, color in colors.items():
-            ax.plot(x, table[f"{problem} {prec}"], marker="o", color=color, label=f"fused, {prec}")
+            ax.plot(x, table[VERSION_COLUMNS[problem, prec]], marker="o", color=color, label=f"fused, {prec}")
         gemm = None if kb is None else kb.query("problem == @problem and impl == 'gemm_only' and precision == 'tf32'")
         if gemm is not None and len(gemm):
             t = float(gemm.median_ms.iloc[0])
@@ -536,7 +541,7 @@ def versions_plot(gpu: str = NOTES_GPU):
         ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
-    fig.suptitle(f"The tensor-core mainloop, version by version (results/{gpu}/NOTES.md)", fontsize=10)
+    fig.suptitle(f"The tensor-core mainloop, version by version (results/{gpu}/mainloop_versions.csv)", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -1222,16 +1227,6 @@ def peer_spread_md(mode: str = "train", gpu: str = RESULTS_GPU) -> str:
             "timed in separate runs of the benchmark: " + "; ".join(
                 f"{impl} moved by up to **{r['largest']:.1f} %** (median {r['median']:.1f} %) over "
                 f"{r['configurations']:.0f} configurations" for impl, r in spread.iterrows()) + ".")
-
-
-def strip_run_ids(text: str) -> str:
-    """``text`` without the experiment IDs of the development notes ("run80", "(run70–run79)",
-    "logs/run10-ncu_84_tf32.csv"): for tables quoted from results/<gpu>/NOTES.md in the course."""
-    import re
-    text = re.sub(r"`?(?:results/h100/)?logs/run\d+[^\s`|;,)]*`?", "a committed log", text)
-    text = re.sub(r"\s*\((?:[^()]*?\b)?runs?\s*\d+(?:[–-]\s*(?:run)?\d+)?(?:[^()]*)\)", "", text)
-    text = re.sub(r"\bruns?\d+(?:[–-](?:run)?\d+)?\b", "an earlier run", text)
-    return text
 
 
 # ---------------------------------------------------------------- notebooks 05–06: the 16-bit precisions

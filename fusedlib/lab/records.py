@@ -31,8 +31,9 @@ PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
 #: The GPU whose committed results the project shows (``results/<RESULTS_GPU>/``: the README,
 #: the figures and the notebooks): the one whose records match the current kernel sources.
 RESULTS_GPU = "h200"
-#: The folder of the engine's notes and raw logs (``NOTES.md``, ``logs/``), read by the
-#: notebooks' history plots and Nsight Compute tables.
+#: The folder of the engine's development on the H100: its notes and raw logs (``NOTES.md``,
+#: ``logs/``) and the tables curated from them (``*.csv``, ``README.md``), read by the appendix's
+#: history plots and Nsight Compute tables.
 NOTES_GPU = "h100"
 
 
