@@ -80,6 +80,17 @@ def tile_rows(n: int, m: int, precision: str = "fp32") -> int:
 SOFTMAX_TILE_COLS = 1024
 
 
+#: The problem families: "84" (softmax(s·BN(Z))) and "33" (BN(Z∘s), problems 33 and 39).
+KINDS = ("84", "33")
+
+
+def check_kind(kind: str) -> None:
+    """Raises:
+        ValueError: ``kind`` is not one of :data:`KINDS` (the message names the argument)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected '84' (softmax(s·BN(Z))) or '33' (BN(Z∘s), problems 33 and 39), got {kind!r}")
+
+
 def check_stage_precision(stage: str, precision: str) -> None:
     """Check the names: every stage runs every precision.
 
@@ -340,7 +351,8 @@ def _batch_stats(z: torch.Tensor, tile: int | None, gather) -> tuple[torch.Tenso
 
 
 def _scale_vector(scale: torch.Tensor, m: int, dtype) -> torch.Tensor:
-    return scale.to(dtype).expand(m) if scale.numel() == 1 else scale.to(dtype).reshape(m)
+    s = scale.to(dtype).reshape(-1)  # (any shape of 1 or m elements: (1,), (1, 1), (m,), (1, m))
+    return s.expand(m) if s.numel() == 1 else s.reshape(m)
 
 
 def train_coefficients(kind: str, mean: torch.Tensor, var: torch.Tensor, bn: BNState,
@@ -536,9 +548,10 @@ def stage_forward(kind: str, stage: str, x: torch.Tensor, weight: torch.Tensor, 
         (N, M) tensor of ``x``'s dtype.
 
     Raises:
-        ValueError: unknown stage or precision, or a batch of N ≤ 1 in train mode (the
+        ValueError: unknown kind, stage or precision, or a batch of N ≤ 1 in train mode (the
         global batch with ``gather``; the message PyTorch's BatchNorm raises).
     """
+    check_kind(kind)
     check_stage_precision(stage, precision)
     if x.dtype in LOW_PRECISION:
         return _low_precision_forward(kind, stage, x, weight, bias, scale, bn, training, gather)

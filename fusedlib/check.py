@@ -360,6 +360,9 @@ def main(args) -> int:
         modes = _choices(args.mode, ("train", "eval"), "mode")
         precisions = _choices(args.precision, algebra.PRECISIONS, "precision")
         shapes = [str(parse_shape(s)) for s in args.shape] if args.shape else None
+        if "train" in modes and any(parse_shape(s).batch < 2 for s in shapes or ()):
+            raise ValueError("--shape: train mode needs a batch of at least 2 (BatchNorm's batch statistics); "
+                             "give --mode eval for a batch of 1")
         kinds = _choices(args.inputs, INPUT_KINDS, "inputs") if args.inputs else None
         if args.seeds is not None and args.seeds < 1:
             raise ValueError(f"--seeds: expected a positive number of seeds, got {args.seeds}")

@@ -70,7 +70,7 @@ def _parametrized(m: nn.Module, cls: type) -> bool:
     return type(m).__bases__ == (cls,) and "parametrizations" in m._modules
 
 
-def check_submodules(gemm: nn.Module, bn: nn.Module) -> None:
+def check_submodules(gemm: nn.Module, bn: nn.Module, softmax: nn.Module | None = None) -> None:
     """Check that a fused module's ``gemm`` and ``bn`` are what its forward reads: it takes their
     parameters and buffers and never calls them, so a replaced submodule (a LoRA or fake-quant
     Linear), a forward hook on one (pruning's mask, a hook that changes an output) or BatchNorm
@@ -80,10 +80,15 @@ def check_submodules(gemm: nn.Module, bn: nn.Module) -> None:
     as in ``nn.Sequential(nn.Linear, nn.BatchNorm1d)``: ``module.bn.eval()`` in a model in train
     mode (a frozen BatchNorm) gives eval mode's running statistics.
 
+    ``softmax`` (problem 84's; None for 33/39) must be an ``nn.Softmax`` over dim 1 for the same
+    reason. Module hooks registered globally (``torch.nn.modules.module.register_module_forward_hook``)
+    reach the fused module, not these submodules, which are never called.
+
     Raises:
-        TypeError: ``gemm`` is not exactly an ``nn.Linear``, ``bn`` not an ``nn.BatchNorm1d`` or
-            ``nn.SyncBatchNorm`` (either may carry parametrizations), or either has forward hooks
-            or pre-hooks.
+        TypeError: ``gemm`` is not exactly an ``nn.Linear`` with a bias, ``bn`` not an
+            ``nn.BatchNorm1d`` or ``nn.SyncBatchNorm`` with ``affine=True`` (either may carry
+            parametrizations), ``softmax`` not an ``nn.Softmax(dim=1)``, or one of them has
+            forward or backward hooks (or pre-hooks).
         ValueError: ``bn`` keeps no running statistics (``track_running_stats=False``, or
             ``running_mean`` / ``running_var`` set to None).
     """
@@ -94,11 +99,18 @@ def check_submodules(gemm: nn.Module, bn: nn.Module) -> None:
             and not _parametrized(bn, nn.BatchNorm1d) and not _parametrized(bn, nn.SyncBatchNorm)):
         raise TypeError(f"bn: expected an nn.BatchNorm1d or nn.SyncBatchNorm (the fused module reads its parameters "
                         f"and buffers and never calls it), got {type(bn).__name__}")
-    for name, m in (("gemm", gemm), ("bn", bn)):
-        if m._forward_hooks or m._forward_pre_hooks:
-            raise TypeError(f"{name}: has forward hooks, which the fused module would not run (it never calls "
-                            f"{name}); register them on the fused module itself, or remove them "
+    if softmax is not None and (type(softmax) is not nn.Softmax or softmax.dim not in (1, -1)):
+        raise TypeError(f"softmax: expected nn.Softmax(dim=1) (problem 84's; the fused module computes it and never "
+                        f"calls softmax), got {softmax!r}")
+    for name, m in (("gemm", gemm), ("bn", bn), ("softmax", softmax)):
+        if m is not None and (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks):
+            raise TypeError(f"{name}: has forward or backward hooks, which the fused module would not run (it never "
+                            f"calls {name}); register them on the fused module itself, or remove them "
                             f"(torch.nn.utils.prune: prune.remove makes the pruned weight permanent)")
+    if gemm._parameters.get("bias") is None and "parametrizations" not in gemm._modules:
+        raise TypeError("gemm: expected an nn.Linear with a bias (bias=True), as the problems' Linear; got bias=None")
+    if not bn.affine:
+        raise TypeError("bn: expected affine=True (the fused modules read BatchNorm's weight γ and bias β)")
     buffers = bn._buffers  # (not bn.running_mean: nn.Module.__getattr__ on the forward's hot path)
     if not bn.track_running_stats or buffers.get("running_mean") is None or buffers.get("running_var") is None:
         raise ValueError("bn: expected track_running_stats=True with running_mean and running_var (the fused "
@@ -131,6 +143,9 @@ class _FusedBase(nn.Module):
                       scale_shape=(1,)) -> None:
         algebra.check_stage_precision(stage, precision)
         shape = (scale_shape,) if isinstance(scale_shape, int) else tuple(scale_shape)
+        if self._kind == "84" and math.prod(shape) != 1:
+            raise ValueError(f"scale_shape: expected 1 element for problem 84 (KernelBench's scale_shape=(1,); "
+                             f"a scale a column is problem 33/39's), got {shape}")
         if math.prod(shape) not in (1, out_features):
             raise ValueError(f"scale_shape: expected 1 element or out_features={out_features} (one a column), "
                              f"got {shape}")
@@ -235,11 +250,12 @@ class _FusedBase(nn.Module):
         """x: (N, in_features) -> (N, out_features); see the class docstring."""
         tensors = self._tensors()
         gemm, bn = self._modules["gemm"], self._modules["bn"]
-        check_submodules(gemm, bn)
+        check_submodules(gemm, bn, self._modules.get("softmax"))
         group = self._sync_group(bn)
         synced = group is not None
         if (isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not synced
-                and x.dtype == tensors[0].dtype and x.shape[0] > 0):  # (another dtype: the operator's autocast rule)
+                and x.dtype == tensors[0].dtype and x.shape[0] > 0  # (another dtype: the operator's autocast rule)
+                and not ops.forward_ad_open()):  # (a tangent: the operator, which refuses it)
             y = cuda.eager_forward(self, x, tensors, bn.eps, bn.momentum)  # None: the operator's way below
             if y is not None:
                 if y.requires_grad:  # the 16-bit train step's C++ autograd node: a first derivative only
@@ -289,7 +305,7 @@ class _FusedBase(nn.Module):
             f32 = tensors
         y = None
         if (widened and x.is_cuda and not synced and not torch.compiler.is_compiling()
-                and not torch.is_autocast_enabled("cuda")):  # the eager call, as forward's (None: the operator)
+                and not torch.is_autocast_enabled("cuda") and not ops.forward_ad_open()):  # the eager call, as forward's (None: the operator)
             y = cuda.eager_forward(self, x, f32, bn.eps, bn.momentum)
         if y is None:
             y = self._run(x, f32, group)
@@ -351,7 +367,7 @@ class FusedGemmBatchNormScalingSoftmax(_FusedBase):
 
     Raises:
         ValueError/TypeError: see :func:`validate_input` and :func:`check_submodules`; unknown
-            stage or precision; ``scale_shape`` of neither 1 element nor out_features.
+            stage or precision; ``scale_shape`` of more than 1 element.
     """
 
     _kind = "84"
@@ -438,7 +454,8 @@ def reference_kind(model: nn.Module) -> str:
 
 def from_reference(model: nn.Module, *, stage: str = "fused", precision: str = "fp32") -> _FusedBase:
     """Build the fused module matching a reference model, with a copy of its parameters and
-    buffers, on the same device and dtype and in the same train/eval mode.
+    buffers (and their ``requires_grad``), on the same device and dtype and in the same
+    train/eval mode, submodule by submodule (a frozen ``model.bn.eval()`` stays in eval mode).
 
     Args:
         model: any module with the reference structure (see :func:`reference_kind`),
@@ -476,6 +493,11 @@ def from_reference(model: nn.Module, *, stage: str = "fused", precision: str = "
     state = model.state_dict()  # the structure check above guarantees every key below
     fused.load_state_dict({k: state[k] for k in fused.state_dict()})
     fused.train(model.training)
+    for name, sub in fused.named_children():  # a frozen BatchNorm (model.bn.eval() in a model in train mode)
+        sub.train(model.get_submodule(name).training)
+    reference = dict(model.named_parameters())
+    for name, p in fused.named_parameters():  # frozen parameters stay frozen
+        p.requires_grad_(reference[name].requires_grad)
     return fused
 
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 import warnings
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
 from . import algebra, engine
@@ -66,8 +67,35 @@ _PRECISION, _GEMM_PATH = 10, 14  # the schema's positions of precision and gemm_
 
 def needs_grad(args) -> bool:
     """Whether a call with the operator's arguments ``args`` (schema order) needs autograd:
-    grad mode on and x or a parameter (the first six arguments) requiring grad."""
+    grad mode on and x or a parameter (the first six arguments) requiring grad.
+
+    Raises:
+        NotImplementedError: one of them carries a forward-mode tangent (``torch.func.jvp``,
+            ``torch.autograd.forward_ad``): the operators derive no JVP, and below autograd the
+            tangent would be dropped without a word.
+    """
+    if forward_ad_open():
+        refuse_forward_ad(args[:_DIFFERENTIABLE])
     return torch.is_grad_enabled() and any(t.requires_grad for t in args[:_DIFFERENTIABLE])
+
+
+def forward_ad_open() -> bool:
+    """Whether a ``torch.autograd.forward_ad.dual_level`` is open (``torch.func.jvp`` opens one):
+    only then can a tensor carry a tangent. One attribute read, for the forward's hot path."""
+    return _forward_ad._current_level >= 0
+
+
+def refuse_forward_ad(tensors) -> None:
+    """Raise where a tensor of ``tensors`` carries a forward-mode tangent.
+
+    Raises:
+        NotImplementedError: naming forward-mode AD and what to use instead.
+    """
+    if any(isinstance(t, torch.Tensor) and _forward_ad.unpack_dual(t).tangent is not None for t in tensors):
+        raise NotImplementedError(
+            "fusedlib: forward-mode AD (torch.func.jvp, torch.autograd.forward_ad) is not derived for the fused "
+            "operators; compute the JVP on the eager reference model (fusedlib.reference.make_reference, its "
+            "parameters loaded from the fused module's state_dict)")
 
 
 def backward_gemms(dz: torch.Tensor, dzt: torch.Tensor, xs: torch.Tensor, weight: torch.Tensor | None,
@@ -169,6 +197,7 @@ def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x:
         cancels —, dscale (scale's shape), dgamma (M,), dbeta (M,)). CPU: :func:`fusedlib.algebra.train_backward_fused`
         (float32 or float64); CUDA: float32, the fused kernels then :func:`backward_gemms`.
     """
+    algebra.check_kind(kind)
     low = {name: t.dtype for name, t in (("x", x), ("weight", weight), ("scale", scale), ("gamma", gamma),
                                           ("beta", beta))}
     if any(t.dtype in algebra.LOW_PRECISION for t in (z, x, weight)):  # §15: in float32, gradients in each input's dtype
@@ -192,7 +221,8 @@ def train_backward(dy: torch.Tensor, y: torch.Tensor | None, z: torch.Tensor, x:
 @train_backward.register_fake
 def _train_backward_fake(dy, y, z, x, weight, scale, gamma, beta, kind, precision, eps, need_dx=True, stats=None,
                          group_name=None):
-    return (torch.empty_like(x) if need_dx else x.new_empty(0), torch.empty_like(weight), torch.empty_like(gamma),
+    return (torch.empty_like(x) if need_dx else x.new_empty(0), torch.empty_like(weight),
+            weight.new_empty(weight.shape[0]),  # dbias in the weight's dtype (a bf16 Linear beside a float32 BatchNorm)
             torch.empty_like(scale), torch.empty_like(gamma), torch.empty_like(beta))
 
 
@@ -303,7 +333,8 @@ class StageFunction(torch.autograd.Function):
         w = _master_cast((x, weight))[1]  # the kernels' weight; the saved one stays as it came
         if not training:
             y = call(x, w, bias, scale, gamma, beta, *args[_DIFFERENTIABLE:])
-            ctx.save_for_backward(y, x, weight, bias, scale, gamma, beta, args[6], args[7])
+            # (Y only for 84's backward: 33's reads none, and a saved Y would refuse an in-place op after it)
+            ctx.save_for_backward(y if kind == "84" else None, x, weight, bias, scale, gamma, beta, args[6], args[7])
             return y
         # Z' as the stage keeps it (§15): x's dtype on the CPU and, for a 16-bit x, at the stages that
         # keep it so on CUDA (algebra.Z16_STAGES); else float32
@@ -335,7 +366,7 @@ class StageFunction(torch.autograd.Function):
                 if x.dtype in algebra.LOW_PRECISION:  # in float32, the gradients in each input's dtype (§15)
                     # (a master weight as the forward's kernels read it: rounded to x's dtype)
                     dy, y, x, weight, bias, scale, gamma, beta, running_mean, running_var = (
-                        t.float() for t in (dy, y, *_master_cast((x, weight)), *saved[3:]))
+                        None if t is None else t.float() for t in (dy, y, *_master_cast((x, weight)), *saved[3:]))
                     # fp32, not the module's TF32: 16-bit X and W are exact in either, and dZ' @ W
                     # then depends on no global switch (a compiled backward's GEMMs run at the
                     # switch's state when they run, not at the one set around the tracing)

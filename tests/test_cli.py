@@ -36,6 +36,7 @@ def test_check_table_and_summary(capsys):
     (["check", "--problem", "85"], "--problem"),
     (["check", "--shape", "12x3"], "shape"),
     (["check", "--inputs", "uniform"], "--inputs"),
+    (["check", "--problem", "33", "--shape", "1x16:4"], "--shape: train mode needs a batch of at least 2"),
 ])
 def test_check_argument_errors_exit_2(argv, message, capsys):
     assert cli.main(argv) == 2

@@ -182,13 +182,28 @@ def test_submodules_the_forward_would_ignore_are_errors(module):
     that ignores it; parametrizations (read as tensors) are fine."""
     x = torch.rand(4, 8)
     handle = module.gemm.register_forward_hook(lambda m, i, o: o * 2)
-    with pytest.raises(TypeError, match="gemm: has forward hooks"):
+    with pytest.raises(TypeError, match="gemm: has forward or backward hooks"):
         module(x)
     handle.remove()
     handle = module.bn.register_forward_pre_hook(lambda m, i: None)
-    with pytest.raises(TypeError, match="bn: has forward hooks"):
+    with pytest.raises(TypeError, match="bn: has forward or backward hooks"):
         module(x)
     handle.remove()
+    handle = module.gemm.register_full_backward_hook(lambda m, gi, go: None)
+    with pytest.raises(TypeError, match="gemm: has forward or backward hooks"):
+        module(x)
+    handle.remove()
+    for name, replacement, match in (("gemm", torch.nn.Linear(8, 5, bias=False), "gemm: expected an nn.Linear with a bias"),
+                                     ("bn", torch.nn.BatchNorm1d(5, affine=False), "bn: expected affine=True")):
+        other = copy.deepcopy(module)
+        setattr(other, name, replacement)
+        with pytest.raises(TypeError, match=match):
+            other(x)
+    if hasattr(module, "softmax"):  # 84: a replaced softmax would be ignored, as gemm would
+        other = copy.deepcopy(module)
+        other.softmax = torch.nn.LogSoftmax(dim=1)
+        with pytest.raises(TypeError, match="softmax: expected nn.Softmax"):
+            other(x)
 
     class LoRALinear(torch.nn.Linear):
         pass
@@ -254,7 +269,15 @@ def test_scale_shape_and_mixed_dtypes_are_clear_errors():
     from fusedlib.reference import make_reference
     with pytest.raises(ValueError, match="scale_shape: expected 1 element or out_features=16"):
         FusedGemmScaleBatchNorm(32, 16, (3,))
+    with pytest.raises(ValueError, match="scale_shape: expected 1 element for problem 84"):
+        FusedGemmBatchNormScalingSoftmax(32, 16, scale_shape=(16,))  # (the CUDA kernels take 84's scalar only)
     assert FusedGemmScaleBatchNorm(32, 16, (1,)).scale.numel() == 1
+    for fused_cls, ref_cls, args in ((FusedGemmBatchNormScalingSoftmax, GemmBatchNormScalingSoftmax, (8, 6)),
+                                     (FusedGemmScaleBatchNorm, GemmScaleBatchNorm, (8, 6, (1, 1)))):
+        kwargs = {"scale_shape": (1, 1)} if fused_cls is FusedGemmBatchNormScalingSoftmax else {}
+        ref = ref_cls(*args, **kwargs)  # a one-element scale of any shape, as eager broadcasts it
+        fused, x = fusedlib.from_reference(copy.deepcopy(ref)), torch.rand(5, 8)
+        torch.testing.assert_close(fused(x), ref(x), rtol=1e-5, atol=1e-6)
     ref = make_reference("33", 8, 6, seed=0)
     ref.gemm.bfloat16()
     with pytest.raises(TypeError, match="more than one dtype"):
@@ -281,3 +304,75 @@ def test_an_empty_batch_gives_what_pytorch_gives(kind):
         assert torch.equal(getattr(fused.bn, name), b), name
     fused.eval()
     assert fused(x).shape == (0, 6) and fused.bn.num_batches_tracked.item() == 1
+
+
+@pytest.mark.parametrize("kind", ["84", "33"])
+def test_from_reference_keeps_a_frozen_batchnorm_and_frozen_parameters(kind):
+    """A model in train mode with a frozen BatchNorm (``model.bn.eval()``) and frozen layers
+    (``requires_grad_(False)``) converts to a fused module that is frozen the same way: the same
+    output and buffers as the model, and no gradient where the model has none."""
+    from fusedlib.reference import make_reference
+    ref = make_reference(kind, 8, 6, seed=0)
+    ref.train()
+    ref.bn.eval()
+    ref.gemm.requires_grad_(False)
+    fused = fusedlib.from_reference(copy.deepcopy(ref))
+    assert fused.training and not fused.bn.training
+    assert [p.requires_grad for p in fused.parameters()] == [p.requires_grad for p in ref.parameters()]
+    x = torch.rand(5, 8)
+    torch.testing.assert_close(fused(x), ref(x), rtol=1e-5, atol=1e-6)
+    assert torch.equal(fused.bn.running_mean, ref.bn.running_mean)
+
+
+def test_forward_mode_ad_is_an_error_not_a_zero_tangent(module):
+    """torch.func.jvp (forward-mode AD) through a fused module raises, naming it, where the
+    operator below autograd would drop the tangent and return zeros."""
+    module.eval()
+    x, v = torch.rand(4, 8), torch.rand(4, 8)
+    with pytest.raises(NotImplementedError, match="forward-mode AD"):
+        torch.func.jvp(module, (x,), (v,))
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level(), pytest.raises(NotImplementedError, match="forward-mode AD"):
+        module(fwAD.make_dual(x, v))
+    assert torch.isfinite(module(x)).all()  # the dual level closed: the forward as before
+
+
+@pytest.mark.parametrize("kind", ["84", "33"])
+def test_an_in_place_op_after_the_module_keeps_its_backward(kind):
+    """ReLU(inplace=True) after a fused module in eval mode (or with a frozen BatchNorm), as
+    after the eager model: 33's backward reads no Y, so it saves none; 84's reads Y, and eager's
+    softmax saves it too (both refuse the in-place op alike)."""
+    from fusedlib.reference import make_reference
+    ref = make_reference(kind, 8, 6, seed=0).eval()
+    fused = fusedlib.from_reference(copy.deepcopy(ref))
+    grads = []
+    for m in (ref, fused):
+        x = torch.rand(5, 8, requires_grad=True)
+        try:
+            torch.relu_(m(x)).sum().backward()
+            grads.append(x.grad)
+        except RuntimeError as exc:
+            assert "inplace" in str(exc) and kind == "84"
+            grads.append(None)
+    assert (grads[0] is None) == (grads[1] is None) == (kind == "84")
+
+
+def test_the_operators_refuse_an_unknown_kind():
+    """kind is "84" or "33": anything else is a clear error, not problem 33's output."""
+    m, k = 5, 8
+    args = (torch.rand(4, k), torch.rand(m, k), torch.zeros(m), torch.ones(m), torch.ones(m), torch.zeros(m),
+            torch.zeros(m), torch.ones(m), torch.tensor(0))
+    with pytest.raises(ValueError, match="kind: expected '84'"):
+        fusedlib.ops.OPS["fused"](*args, "84 ", "fp32", False, 1e-5, 0.1)
+    y, z = torch.rand(4, m), torch.rand(4, m)
+    with pytest.raises(ValueError, match="kind: expected '84'"):
+        fusedlib.ops.train_backward(y, y, z, args[0], args[1], torch.ones(1), args[4], args[5], "39", "fp32", 1e-5)
+
+
+def test_the_train_backward_fake_gives_the_kernels_dtypes():
+    """The backward operator's fake (torch.compile's shapes and dtypes) matches its CPU kernel
+    with a bf16 Linear beside a float32 BatchNorm: dbias in the Linear's dtype (opcheck)."""
+    n, k, m = 8, 6, 5
+    args = (torch.randn(n, m), torch.rand(n, m), torch.randn(n, m), torch.randn(n, k).bfloat16(),
+            torch.randn(m, k).bfloat16(), torch.ones(1), torch.ones(m), torch.zeros(m), "84", "fp32", 1e-5)
+    torch.library.opcheck(fusedlib.ops.train_backward, args)
