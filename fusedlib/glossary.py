@@ -84,6 +84,8 @@ TERMS: dict[str, Term] = {
                         r"(?i)\bridge points?\b"),
     "column block": Term("All the tiles of Z that cover the same columns: the tiles whose partials a column's "
                          "statistics merge.", "00", r"(?i)\bcolumn blocks?\b"),
+    "CUDA graph": Term("A recording of a sequence of kernel launches, captured once and replayed with one call, "
+                       "which saves the host's per-launch overhead.", "00", r"\bCUDA graphs?\b"),
     # ------------------------------------------------------------------ 02: the naive stage and the GEMM engine
     "SIMT": Term("Single instruction, multiple threads: the ordinary CUDA cores, each thread computing its own "
                  "fp32 fused multiply-adds; the fp32 GEMM runs this way.", "02", r"\bSIMT\b"),
@@ -112,6 +114,8 @@ TERMS: dict[str, Term] = {
                           "they wait for each other.", "02", r"(?i)\bbank\s+conflicts?\b"),
     "grid-stride loop": Term("A kernel loop in which thread t of T takes elements t, t + T, t + 2T, …, so that a "
                              "grid of any size covers a tensor.", "02", r"(?i)\bgrid-stride\s+loops?\b"),
+    "persistent kernel": Term("A kernel launched with one thread block per SM, each looping over many tiles "
+                              "instead of one block per tile.", "02", r"(?i)\bpersistent\b"),
     # ------------------------------------------------------------------ 04: the statistics in the epilogue
     "lane": Term("A thread's index (0–31) within its warp.", "04", r"(?i)\blanes?\b"),
     "shuffle": Term("An instruction by which a thread reads another lane's register directly "
@@ -120,8 +124,6 @@ TERMS: dict[str, Term] = {
                       "bit, each lane keeping half of the values and adding its partner's: log₂ of the lanes rounds.",
                       "04", r"(?i)\bbutterfl(y|ies)\b"),
     # ------------------------------------------------------------------ 05: the fused stage's GEMM
-    "persistent kernel": Term("A kernel launched with one thread block per SM, each looping over many tiles "
-                              "instead of one block per tile.", "05", r"(?i)\bpersistent\b"),
     "mbarrier": Term("A barrier object in shared memory that threads (and TMA copies) arrive at and wait on, to "
                      "tell one warp that another's data is ready.", "05", r"\bmbarriers?\b"),
     "setmaxnreg": Term("A Hopper instruction that moves registers between warpgroups of one block: the loading "

@@ -117,10 +117,58 @@ def test_gemm_time_lines_recover_the_lines(tmp_path):
         assert fits.loc[impl, "a_us"] == pytest.approx(a, abs=1e-6)
         assert fits.loc[impl, "b_us_per_1024"] == pytest.approx(b, rel=1e-9)
         assert fits.loc[impl, "max_residual_pct"] < 1e-6 and fits.loc[impl, "points"] == 4
-    assert fits.loc["naive", "max_residual_pct"] > 1.0
+        assert fits.loc[impl, "b_err_us_per_1024"] < 1e-6 and fits.loc[impl, "a_err_us"] < 1e-6  # on its line
+    assert fits.loc["naive", "max_residual_pct"] > 1.0 and fits.loc["naive", "b_err_us_per_1024"] > 0.1
+    ratio, err = figures.slope_ratio(fits.reset_index(), "bf16", "fused")
+    assert ratio == pytest.approx(22.5 / 22.0, rel=1e-9) and err < 1e-6
     paths = figures.in_features_lines(table, tmp_path)
     assert len(paths) == len(figures.FORMATS)
     assert any("fused: 50 µs + 22.50 µs per 1024 of K" in t for t in _svg_texts(tmp_path / "in_features.svg"))
+
+
+def test_gemm_time_lines_standard_errors(tmp_path):
+    """The slopes' and intercepts' standard errors are ordinary least squares': the residuals'
+    variance over n − 2 degrees of freedom; slope_ratio propagates the two slopes' errors."""
+    import numpy as np
+    ks = np.array([2048.0, 4096.0, 8192.0, 16384.0])
+    noise = {"fused": [0.8, -1.1, 0.5, -0.2], "gemm_only": [-0.6, 0.9, -0.4, 0.1]}
+    lines = {"fused": (30.0, 46.6), "gemm_only": (-6.0, 46.4)}
+    for impl, (a, b) in lines.items():
+        for k, e in zip(ks, noise[impl]):
+            us = a + b * k / 1024 + e
+            bench.append_row(tmp_path / "bench.csv", _row("84", parse_shape(f"1024x{int(k)}->8192"), "train", "tf32",
+                                                          impl, us / 1e3))
+    (tmp_path / "env.json").write_text("{}")
+    fits = figures.gemm_time_lines(figures.load_results(tmp_path)[0])
+    t = fits.set_index("impl")
+    for impl, (a, b) in lines.items():
+        us = a + b * ks / 1024 + np.array(noise[impl])
+        design = np.stack([np.ones_like(ks), ks], axis=1)
+        coef, ssr, *_ = np.linalg.lstsq(design, us, rcond=None)
+        cov = ssr[0] / (len(ks) - 2) * np.linalg.inv(design.T @ design)
+        assert t.loc[impl, "b_us_per_1024"] == pytest.approx(coef[1] * 1024, rel=1e-9)
+        assert t.loc[impl, "b_err_us_per_1024"] == pytest.approx(np.sqrt(cov[1, 1]) * 1024, rel=1e-6)
+        assert t.loc[impl, "a_err_us"] == pytest.approx(np.sqrt(cov[0, 0]), rel=1e-6)
+    ratio, err = figures.slope_ratio(fits, "tf32", "fused")
+    bf, bc = t.loc["fused", "b_us_per_1024"], t.loc["gemm_only", "b_us_per_1024"]
+    sf, sc = t.loc["fused", "b_err_us_per_1024"], t.loc["gemm_only", "b_err_us_per_1024"]
+    assert ratio == pytest.approx(bf / bc, rel=1e-12)
+    assert err == pytest.approx(bf / bc * np.sqrt((sf / bf) ** 2 + (sc / bc) ** 2), rel=1e-12) and err > 0
+    with pytest.raises(KeyError):
+        figures.slope_ratio(fits, "bf16", "fused")
+
+
+def test_roofline_draws_the_3xtf32_roof(tmp_path):
+    """With 3xtf32 rows the roofline draws 3xTF32's roofs at a third of tf32's, measured and
+    datasheet; without them, none."""
+    _synthetic_results(tmp_path, profile=False)
+    df, env, _ = figures.load_results(tmp_path)
+    figures.roofline(df, env, tmp_path / "f")
+    texts = _svg_texts(tmp_path / "f" / "roofline.svg")
+    assert "3xtf32 roof, tf32 measured / 3: 137 TFLOP/s" in texts                   # 412 / 3
+    assert f"3xtf32 roof, tf32 datasheet / 3: {bench.DATASHEET_H100['tf32_tflops'] / 3:.0f} TFLOP/s" in texts
+    figures.roofline(df[df.precision != "3xtf32"], env, tmp_path / "g")
+    assert not any(t.startswith("3xtf32 roof") for t in _svg_texts(tmp_path / "g" / "roofline.svg"))
 
 
 def test_in_features_without_the_sweep_says_how_to_measure_it(tmp_path):

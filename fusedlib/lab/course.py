@@ -977,19 +977,24 @@ def stage_savings(stage: str, precisions=("fp32",), mode: str = "train", gpu: st
 
 
 def gemm_share(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = RESULTS_GPU):
-    """The GEMM's part of ``stage``'s device time, from the committed profile.csv at the
-    KernelBench shapes: one row per problem and precision with the µs per call of the GEMM
-    kernels (names containing "gemm"), of all other kernels, and the % of the time outside
-    the GEMM. None without profile.csv or rows for the stage."""
+    """Where ``stage``'s device time goes, from the committed profile.csv at the KernelBench
+    shapes: one row per problem and precision with the µs per call of the GEMM kernels (names
+    containing "gemm"), of 3xTF32's operand-split pass before it (``x_parts_kernel``,
+    ``w_parts_kernel``: names containing "parts"; 0 where there is none), of all kernels after
+    the GEMM, and the % of the total spent after the GEMM: the kernels a later stage can remove,
+    so the most it can save (no later stage removes the GEMM or the parts pass). None without
+    profile.csv or rows for the stage."""
     import pandas as pd
     table = profile_table(stage, precisions, mode, gpu)
     if table is None:
         return None
-    is_gemm = table.kernel.str.contains("gemm")
-    gemm = table[is_gemm].groupby(["problem", "precision"], sort=False)["µs per forward"].sum()
-    rest = table[~is_gemm].groupby(["problem", "precision"], sort=False)["µs per forward"].sum()
-    out = pd.DataFrame({"GEMM µs": gemm, "other kernels µs": rest}).fillna(0.0)
-    out["% outside the GEMM"] = 100 * out["other kernels µs"] / (out["GEMM µs"] + out["other kernels µs"])
+    group = table.kernel.map(lambda k: "GEMM µs" if "gemm" in k else "3xTF32 parts µs" if "parts" in k
+                             else "after the GEMM µs")
+    out = (table.assign(group=group).pivot_table(index=["problem", "precision"], columns="group",
+                                                  values="µs per forward", aggfunc="sum", sort=False)
+           .reindex(columns=["GEMM µs", "3xTF32 parts µs", "after the GEMM µs"]).fillna(0.0))
+    out.columns.name = None
+    out["% after the GEMM"] = 100 * out["after the GEMM µs"] / out.sum(axis=1)
     return out.reset_index()
 
 

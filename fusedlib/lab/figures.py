@@ -181,8 +181,9 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
     sums → fused (fp32). The axes span the points and the roofs above them (a factor 1.5
     of margin), not decades where nothing is drawn. Roofs: memory from the measured copy bandwidth (solid) and the datasheet
     (dotted); compute for fp32 and tf32 from the measured cuBLAS GEMM (solid) and the
-    datasheet (dotted). bf16 and fp16 rows, where bench.csv holds them, are drawn too (markers
-    :data:`PRECISION_MARKERS_16`, their intensity from the cost model's 2-byte X, W and Y) under
+    datasheet (dotted); where bench.csv holds 3xtf32 rows, 3xTF32's at a third of each tf32
+    roof (three TF32 products per product, as the cost model prices it). bf16 and fp16 rows,
+    where bench.csv holds them, are drawn too (markers :data:`PRECISION_MARKERS_16`, their intensity from the cost model's 2-byte X, W and Y) under
     the bf16 roofs of :func:`bf16_roofs`; without them the figure is the fp32/tf32/3xtf32 one.
 
     Raises:
@@ -199,6 +200,7 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
     kb = [(problem, _preset_rows(train, problem)) for problem in ("84", "33", "39")]
     sixteen = present_16bit(p for _, rows in kb for p in rows["precision"])
     roofs16 = bf16_roofs(env) if sixteen else []
+    split3 = any((rows["precision"] == "3xtf32").any() for _, rows in kb)
     top = max([sheet["tf32_tflops"], measured["gemm_tf32_tflops"]] + [r for r, _, _ in roofs16]) * 1.5
     xs = [cost(problem_kind(pr), r.impl, PRESETS[pr].batch, PRESETS[pr].in_features, PRESETS[pr].out_features,
                "train", r.precision).intensity for pr, rows in kb for r in rows.itertuples(index=False)]
@@ -216,6 +218,10 @@ def roofline(bench, env: dict, outdir: Path) -> list[Path]:
             for peak, style, what in ((measured[f"gemm_{prec}_tflops"], "-", "cuBLAS, measured"),
                                       (sheet[f"{prec}_tflops"], ":", "datasheet")):
                 ax.axhline(peak, ls=style, color=color, lw=1, label=f"{prec} roof, {what}: {peak:.0f} TFLOP/s")
+        if split3:  # three TF32 products per product: a third of the tf32 rate
+            for peak, style, what in ((measured["gemm_tf32_tflops"] / 3, "-", "tf32 measured / 3"),
+                                      (sheet["tf32_tflops"] / 3, ":", "tf32 datasheet / 3")):
+                ax.axhline(peak, ls=style, color="tab:purple", lw=1, label=f"3xtf32 roof, {what}: {peak:.0f} TFLOP/s")
         for peak, style, what in roofs16:
             ax.axhline(peak, ls=style, color="tab:green", lw=1,
                        label=f"{'/'.join(sixteen)} roof, {what}: {peak:.0f} TFLOP/s")
@@ -351,13 +357,17 @@ def gemm_time_lines(bench, problem: str = "84", mode: str = "train"):
 
     Returns a DataFrame with one row per precision and implementation of :data:`LINE_IMPLS`
     with at least three sweep points: precision, impl, points (the number of K values),
-    a_us, b_us_per_1024 and max_residual_pct (the largest distance of a point from its line,
-    % of the point); empty (with those columns) when bench.csv holds no such sweep.
+    a_us, b_us_per_1024, their standard errors a_err_us and b_err_us_per_1024 (the square
+    roots of the diagonal of polyfit's covariance, ``cov=True``: the residuals' variance over
+    points − 2 degrees of freedom; a few points give a wide error) and max_residual_pct (the
+    largest distance of a point from its line, % of the point); empty (with those columns)
+    when bench.csv holds no such sweep. :func:`slope_ratio` divides two of its slopes.
     """
     import numpy as np
     import pandas as pd
 
-    columns = ["precision", "impl", "points", "a_us", "b_us_per_1024", "max_residual_pct"]
+    columns = ["precision", "impl", "points", "a_us", "b_us_per_1024", "a_err_us", "b_err_us_per_1024",
+               "max_residual_pct"]
     rows = _in_features_rows(bench, problem, mode)
     out = []
     for prec in [p for p in list(PRECISIONS_16) + list(PRECISIONS) if p in set(rows.precision)]:
@@ -366,11 +376,30 @@ def gemm_time_lines(bench, problem: str = "84", mode: str = "train"):
             if len(g) < 3:
                 continue
             k, us = g.in_features.to_numpy(float), g.median_ms.to_numpy(float) * 1e3
-            b, a = np.polyfit(k, us, 1)
+            (b, a), cov = np.polyfit(k, us, 1, cov=True)
+            b_err, a_err = np.sqrt(np.clip(np.diag(cov), 0.0, None))
             residual = np.abs(us - (a + b * k)) / us * 100
             out.append(dict(precision=prec, impl=impl, points=len(g), a_us=a, b_us_per_1024=b * 1024,
-                            max_residual_pct=residual.max()))
+                            a_err_us=a_err, b_err_us_per_1024=b_err * 1024, max_residual_pct=residual.max()))
     return pd.DataFrame(out, columns=columns)
+
+
+def slope_ratio(lines, precision: str, impl: str, reference: str = "gemm_only") -> tuple[float, float]:
+    """``(ratio, error)``: ``impl``'s slope over ``reference``'s at ``precision`` in
+    :func:`gemm_time_lines`'s ``lines``, and the ratio's standard error, propagated from the two
+    slopes' standard errors as for independent fits:
+    error = ratio · √((σ_b / b)² + (σ_ref / b_ref)²).
+
+    Raises:
+        KeyError: ``lines`` has no line of ``impl`` or ``reference`` at ``precision``.
+    """
+    import math
+    t = lines[lines.precision == precision].set_index("impl")
+    b, b_ref = t.loc[impl, "b_us_per_1024"], t.loc[reference, "b_us_per_1024"]
+    ratio = b / b_ref
+    error = abs(ratio) * math.hypot(t.loc[impl, "b_err_us_per_1024"] / b,
+                                    t.loc[reference, "b_err_us_per_1024"] / b_ref)
+    return float(ratio), float(error)
 
 
 @styled

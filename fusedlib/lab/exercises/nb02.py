@@ -98,6 +98,30 @@ def _run_edited(rank: int, kernel_dir: str, out: str) -> None:
     torch.save(rows, Path(out) / "rows.pt")
 
 
+def _read_edit(kernels) -> list[str]:
+    """What a reading of the edited sources in folder ``kernels`` finds missing (empty: nothing): the
+    scale in ``store_tile`` (epilogue.cuh), and problem 33's scale pass in 01_naive.cu kept on the
+    wgmma path only. A text check, the hint a machine without a GPU can give: it cannot tell a
+    right edit from a wrong one that reads alike."""
+    import re
+    epilogue, naive = (kernels / "epilogue.cuh").read_text(), (kernels / "01_naive.cu").read_text()
+    missing = []
+    start = epilogue.find("void store_tile")
+    end = epilogue.find("\n}\n", start)
+    if start < 0 or not re.search(r"scale_at\s*<\s*OP\s*>\s*\(\s*p\s*,\s*j\s*\)", epilogue[start:end]):
+        missing.append("epilogue.cuh: store_tile does not multiply by scale_at<OP>(p, j)")
+    launch = re.search(r"scale_kernel\s*<<<[^;]*p\.scale\s*,\s*p\.scale_len", naive)
+    if launch is None:
+        missing.append("01_naive.cu: the scale pass is gone on every path, but the wgmma GEMM (H100, H200) stores "
+                       "its tile without store_tile: keep the pass where p.path == PATH_WGMMA")
+    else:
+        condition = naive[naive.rfind("if (", 0, launch.start()):launch.start()]
+        if "PATH_WGMMA" not in condition:
+            missing.append("01_naive.cu: the scale pass still runs on every path: run it only where "
+                           "p.path == PATH_WGMMA")
+    return missing
+
+
 @exercise(solution=solutions.fuse_scale, wrong=_scale_twice, gpu=True,
           verified="the edited naive stage is right at every shape and launches one kernel fewer (GPU)")
 def check_fuse_scale(edit) -> None:
@@ -107,8 +131,10 @@ def check_fuse_scale(edit) -> None:
     copy is built with the project's build (``load_stage("naive", kernel_dir=...)``, about two
     minutes the first time) and run in a process of its own: its output against float64 at
     FUSE_SHAPES (as the package's naive stage), and one CUDA kernel fewer, in fp32; in tf32 its
-    output alone (the wgmma GEMM, whose epilogue is not store_tile, keeps the pass). Without one, the
-    edited stage is only compiled (nvcc), and the check says it cannot run it."""
+    output alone (the wgmma GEMM, whose epilogue is not store_tile, keeps the pass). Without one,
+    the edited stage is compiled (nvcc, where there is one) and its text read (:func:`_read_edit`):
+    "not yet" for a copy without the two edits; with them, the check still says it cannot run it,
+    as only running the kernels tells right from wrong."""
     import shutil
     import tempfile
     from pathlib import Path
@@ -116,17 +142,23 @@ def check_fuse_scale(edit) -> None:
     import torch
 
     from fusedlib import build
-    if not torch.cuda.is_available() and shutil.which("nvcc") is None:
-        raise ExerciseError("this check builds and runs the edited kernels: it needs a CUDA GPU (or nvcc, to compile them)")
     with tempfile.TemporaryDirectory() as tmp:
         kernels = build.copy_kernels(Path(tmp) / "kernels")
         edit(kernels)
         if not torch.cuda.is_available():
-            try:
-                build.compile_check(kernels / build.STAGE_FILES["naive"], (8, 0))
-            except build.KernelBuildError as exc:
-                raise ExerciseError(f"the edited naive stage does not compile:\n{str(exc)[-1500:]}") from None
-            raise ExerciseError("the edited naive stage compiles; running it needs a CUDA GPU")
+            nvcc = shutil.which("nvcc") is not None
+            if nvcc:
+                try:
+                    build.compile_check(kernels / build.STAGE_FILES["naive"], (8, 0))
+                except build.KernelBuildError as exc:
+                    raise ExerciseError(f"the edited naive stage does not compile:\n{str(exc)[-1500:]}") from None
+            missing = _read_edit(kernels)
+            compiled = "compiles" if nvcc else "was not compiled (no nvcc)"
+            if missing:
+                raise ExerciseError(f"not yet: the edited naive stage {compiled}, but a reading of its text finds:\n- "
+                                    + "\n- ".join(missing) + "\n(a text check, a hint only: running it needs a CUDA GPU)")
+            raise ExerciseError(f"the edited naive stage {compiled}; running it needs a CUDA GPU (its text has both "
+                                "edits: a text check, a hint only)")
         import torch.multiprocessing as mp
         mp.spawn(_run_edited, args=(str(kernels), tmp), nprocs=1, join=True)
         rows = torch.load(Path(tmp) / "rows.pt")

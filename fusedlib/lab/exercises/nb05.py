@@ -46,7 +46,7 @@ def check_online_max_sum(online_max_sum) -> None:
 
 
 def _ring_stages_forgetting_w_small(bn: int, three_x: bool, bm: int = 128, bk: int = 32, budget: int = 192 * 1024) -> int:
-    """The known-wrong answer: counts W's slice once also in 3xTF32."""
+    """The known-wrong answer: counts the shared-memory operand's slice once also in 3xTF32."""
     return budget // (4 * bk * (bm + bn))
 
 
@@ -60,7 +60,8 @@ def check_ring_stages(ring_stages) -> None:
         want = solutions.ring_stages(bn, three_x)
         got = ring_stages(bn, three_x)
         expect(got == want, f"BN = {bn}, {'3xTF32' if three_x else 'tf32'}: {got} stages, the kernel has {want}"
-                            + (" (in 3xTF32 a stage holds W's slice twice)" if three_x else ""))
+                            + (" (in 3xTF32 a stage holds the shared-memory operand's slice twice: its big and "
+                               "small parts)" if three_x else ""))
 
 
 def _row_pass_share_z_in_float32(n: int, k: int, m: int, element_bytes: int, tflops: float,
