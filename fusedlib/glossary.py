@@ -38,6 +38,14 @@ class Term:
 
 TERMS: dict[str, Term] = {
     # ------------------------------------------------------------------ 00: the problem and the set-up
+    "KernelBench": Term("A public benchmark of PyTorch programs, each to be rewritten with GPU kernels that give the "
+                        "same outputs in less time; its level 2 holds short chains of operators such as 84, 33 and 39.",
+                        "00", r"\bKernelBench\b"),
+    "kernel": Term("A function the GPU runs in many threads at once, launched from the host.", "00",
+                   r"(?i)\bkernels?\b(?!\s+launch)"),
+    "thread block": Term("A group of a kernel's threads that run on one SM together and share its shared memory; "
+                         "a kernel's threads come in blocks of the same size.", "00", r"(?i)\bthread\s+blocks?\b"),
+    "grid": Term("All the thread blocks of one kernel launch.", "00", r"(?i)\bgrids?\b"),
     "DRAM": Term("The GPU's main memory (HBM on an H100 or H200): every tensor lives there between kernels, and it is the "
                  "slowest place a kernel reads from or writes to.", "00", r"\bDRAM\b"),
     "L2": Term("The cache between DRAM and the SMs, shared by the whole GPU: data read again soon after may come "

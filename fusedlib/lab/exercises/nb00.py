@@ -1,5 +1,5 @@
-"""Checks for notebook 00 (the problem and the set-up): what a train step does to BatchNorm's
-running buffers; whether a kernel is bound by memory or by compute."""
+"""Checks for notebook 00 (the problem and the set-up): what train-mode BatchNorm computes; whether
+a kernel is bound by memory or by compute."""
 from __future__ import annotations
 
 import math
@@ -11,38 +11,34 @@ from fusedlib.lab.exercises import exercise, expect
 from fusedlib.lab.exercises.solutions import nb00 as solutions
 
 
-def _buffers_with_the_biased_variance(running_mean, running_var, steps, z, momentum):
-    """The known-wrong answer: the running variance averages the biased variance, the one BatchNorm
-    normalises with."""
-    m = 1.0 / (steps + 1) if momentum is None else momentum
-    return (1 - m) * running_mean + m * z.mean(0), (1 - m) * running_var + m * z.var(0, unbiased=False)
+def _batchnorm_with_the_unbiased_variance(z, gamma, beta, eps):
+    """The known-wrong answer: normalising with the unbiased variance (divided by N − 1), the one
+    the running buffer keeps."""
+    return gamma * (z - z.mean(0)) / torch.sqrt(z.var(0, unbiased=True) + eps) + beta
 
 
-@exercise(solution=solutions.update_buffers, wrong=_buffers_with_the_biased_variance,
-          verified="the running buffers match nn.BatchNorm1d's over three train steps, at momentum 0.1, 0.5 and None")
-def check_update_buffers(update_buffers) -> None:
-    """``update_buffers(running_mean, running_var, steps, z, momentum)`` → (running_mean,
-    running_var) after one train-mode forward on ``z`` (N×M float64), ``steps`` the forwards before
-    it, against ``torch.nn.BatchNorm1d`` over three steps of batches of 2, 5 and 64 rows."""
+@exercise(solution=solutions.batchnorm_train, wrong=_batchnorm_with_the_unbiased_variance,
+          verified="train-mode BatchNorm's output matches nn.BatchNorm1d's at batches of 2, 5 and 64 rows")
+def check_batchnorm_train(batchnorm_train) -> None:
+    """``batchnorm_train(z, gamma, beta, eps)`` → BatchNorm1d's train-mode output for ``z`` (N×M
+    float64), against ``torch.nn.BatchNorm1d`` in train mode with the same γ, β and ε, for
+    batches of 2, 5 and 64 rows."""
     g = torch.Generator().manual_seed(5)
     m = 6
-    for momentum in (0.1, 0.5, None):
-        bn = torch.nn.BatchNorm1d(m, momentum=momentum).double().train()
-        mean, var = torch.zeros(m, dtype=torch.float64), torch.ones(m, dtype=torch.float64)
-        for steps, n in enumerate((2, 5, 64)):
+    for n in (2, 5, 64):
+        bn = torch.nn.BatchNorm1d(m, eps=1e-3).double().train()
+        with torch.no_grad():
+            bn.weight.copy_(1 + torch.rand(m, generator=g, dtype=torch.float64))
+            bn.bias.copy_(torch.randn(m, generator=g, dtype=torch.float64))
             z = 3 + 2 * torch.randn(n, m, generator=g, dtype=torch.float64)
-            with torch.no_grad():
-                bn(z)
-            mean, var = update_buffers(mean, var, steps, z, momentum)
-            for name, got, want in (("running_mean", mean, bn.running_mean), ("running_var", var, bn.running_var)):
-                expect(torch.is_tensor(got) and got.shape == (m,),
-                       f"{name} must be a tensor of shape ({m},), got {type(got).__name__} "
-                       f"{tuple(got.shape) if torch.is_tensor(got) else ''}")
-                err = ((got - want).abs() / want.abs()).max().item()
-                expect(err < 1e-10, f"momentum={momentum}, step {steps + 1} (a batch of {n} rows): {name} differs from "
-                                    f"nn.BatchNorm1d's by {err:.1e} (relative)"
-                       + ("; which variance does the buffer average, the one BatchNorm normalises with?"
-                          if name == "running_var" else ""))
+            want = bn(z)
+        got = batchnorm_train(z, bn.weight.detach(), bn.bias.detach(), bn.eps)
+        expect(torch.is_tensor(got) and got.shape == (n, m),
+               f"return a tensor of z's shape ({n}, {m}), got {type(got).__name__} "
+               f"{tuple(got.shape) if torch.is_tensor(got) else ''}")
+        err = ((got - want).norm() / want.norm()).item()
+        expect(err < 1e-12, f"a batch of {n} rows: your output differs from nn.BatchNorm1d's by {err:.1e} (relative); "
+                            "which variance does train mode normalise with, divided by N or by N − 1?")
 
 
 def _ridge_without_the_units(flops, bytes_, tflops, gbytes_per_s):

@@ -1,18 +1,14 @@
-"""Solutions for notebook 00 (the problem and the set-up): BatchNorm's running buffers; which roof
+"""Solutions for notebook 00 (the problem and the set-up): train-mode BatchNorm's output; which roof
 bounds a kernel."""
 import torch
 
 
-def update_buffers(running_mean: torch.Tensor, running_var: torch.Tensor, steps: int, z: torch.Tensor,
-                   momentum: float | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The running buffers after one train-mode forward of BatchNorm on ``z`` (N×M): an
-    exponential average with weight m = ``momentum`` (or, with ``momentum=None``, the cumulative
-    average, m = 1/(steps + 1)) of the batch mean and of the *unbiased* batch variance, the biased
-    one times N/(N − 1) (Bessel's correction)."""
-    n = z.shape[0]
-    m = 1.0 / (steps + 1) if momentum is None else momentum
-    mean, var = z.mean(0), z.var(0, unbiased=False) * n / (n - 1)
-    return (1 - m) * running_mean + m * mean, (1 - m) * running_var + m * var
+def batchnorm_train(z: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float) -> torch.Tensor:
+    """Train-mode BatchNorm1d of ``z`` (N×M): each column normalised by its batch mean and its
+    *biased* batch variance (divided by N), then scaled by γ and shifted by β (Ioffe & Szegedy
+    2015, algorithm 1)."""
+    mean, var = z.mean(0), z.var(0, unbiased=False)
+    return gamma * (z - mean) / torch.sqrt(var + eps) + beta
 
 
 def which_bound(flops: float, bytes_: float, tflops: float, gbytes_per_s: float) -> tuple[float, float, str]:
