@@ -249,6 +249,8 @@ class _FusedBase(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (N, in_features) -> (N, out_features); see the class docstring."""
         tensors = self._tensors()
+        if tensors[2].dim() != 1:  # a scale of shape (1, 1) or (1, M): the kernels take it flat (a view,
+            tensors = (*tensors[:2], tensors[2].reshape(-1), *tensors[3:])  # its gradient in the scale's shape)
         gemm, bn = self._modules["gemm"], self._modules["bn"]
         check_submodules(gemm, bn, self._modules.get("softmax"))
         group = self._sync_group(bn)

@@ -911,3 +911,26 @@ def test_a_compiled_sixteen_bit_module_matches_eager(kind, stage, dtype):
     the compiled module takes the 16-bit kernels as eager does (the route reads no address), so
     outputs and buffers equal eager's and gradients agree to the dtype's rounding."""
     _compiled_against_eager(kind, stage, dtype, dtype, autocast=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, *DTYPES], ids=str)
+@pytest.mark.parametrize("kind,scale_shape", [("84", (1, 1)), ("33", (1, 96))])
+def test_a_two_dimensional_scale_runs_on_cuda_as_its_flat_copy(kind, scale_shape, dtype):
+    """A one-element scale of shape (1, 1) (84) or a scale a column of shape (1, M) (33), which
+    eager PyTorch broadcasts as it does (M,): on CUDA, in float32 and 16-bit, the module computes
+    what the same module with the flat scale computes, bit for bit, and the scale's gradient comes
+    in its own shape."""
+    ref, x, dy, _ = _case(kind, True, shape=(200, 64, 96))
+    flat = fusedlib.from_reference(copy.deepcopy(ref)).cuda().to(dtype)
+    shaped = copy.deepcopy(flat)
+    shaped.scale = torch.nn.Parameter(flat.scale.detach().reshape(scale_shape).clone())
+    runs = []
+    for module in (flat, shaped):
+        xg = x.cuda().to(dtype).requires_grad_()
+        y = module(xg)
+        (y.float() * dy.cuda()).sum().backward()
+        runs.append((y.detach(), xg.grad, module.bn.running_mean.clone(), module.scale.grad))
+    assert runs[1][3].shape == scale_shape
+    for a, b in zip(runs[0], runs[1]):
+        assert torch.equal(a, b.reshape(a.shape))
