@@ -18,7 +18,8 @@ splits (``FUSEDLIB_WGMMA_SPLITK``) and the SIMT GEMM's to 3 (``FUSEDLIB_SIMT_SPL
 W parts on the wgmma GEMM both ways, split in shared memory and made by a pass over W
 (``FUSEDLIB_WGMMA_WSPLIT``; the two give the same bits); offset inputs within the fp32 budget outright where the
 kernels shift X by its first row (fp32, 3xtf32). The persistent wgmma GEMM gives the same bits on grids of
-1, 7 and one CTA an SM (``FUSEDLIB_WGMMA_GRID``). A NaN or an inf in x comes out non-finite on
+1, 7 and one CTA an SM (``FUSEDLIB_WGMMA_GRID``), and with either tile width of the tf32 GEMM (128 × 256
+or 128 × 64, ``FUSEDLIB_WGMMA_WIDTH``), each validated where the other is the default. A NaN or an inf in x comes out non-finite on
 every stage, precision and path (never a finite answer).
 Gradients (the fused backward, check.run_grad_case): every stage, mode and precision of 84
 and 33 at small odd shapes and v0, on both tensor-core paths, and at each KernelBench shape;
@@ -117,6 +118,18 @@ CASES += [dict(c, path="wgmma-swap") for c in check.iter_cases(
     ["257x1000->999", "v0", "130x64->4000", "2x64->3"], seeds=3, device="cuda")] if _default_path("tf32") == "wgmma" else []
 CASES += [dict(c, path="wgmma-wsmem") for p in ("84", "33") if p in PROBLEMS for c in check.iter_cases(
     [p], algebra.STAGES, ("train",), ("3xtf32",), [p], seeds=1, device="cuda")] if _default_path("tf32") == "wgmma" else []
+# The tf32 wgmma GEMM's two tile widths (gemm_wgmma.cuh wg_tile_width: 128 × 256, or 128 × 64 where
+# the wide tiles would leave most SMs idle): the small shapes above take the narrow tile, the
+# KernelBench shapes the wide one; each forced ($FUSEDLIB_WGMMA_WIDTH) at shapes where the other is
+# the default: the wide tile at odd shapes and v0, the narrow one on a persistent grid of 216 tiles
+# (a last row tile of 6 rows, a last column tile of 28 columns).
+WGMMA_WIDTH = {"wgmma-wide": "256", "wgmma-narrow": "64"}
+CASES += [dict(c, path="wgmma-wide") for c in check.iter_cases(
+    [p for p in ("84", "33") if p in PROBLEMS], algebra.STAGES, ("train", "eval"), ("tf32",),
+    ["257x1000->999", "v0", "2x64->3"], seeds=2, device="cuda")] if _default_path("tf32") == "wgmma" else []
+CASES += [dict(c, path="wgmma-narrow") for c in check.iter_cases(
+    [p for p in ("84", "33") if p in PROBLEMS], algebra.STAGES, ("train", "eval"), ("tf32",),
+    ["1030x200->1500"], seeds=2, device="cuda")] if _default_path("tf32") == "wgmma" else []
 # Split-K of the SIMT GEMM (fp32 on the 32×32 tile): v0 splits on its own (8 splits of 8 K
 # steps); forced to 3 ($FUSEDLIB_SIMT_SPLITK=3: uneven K ranges, a split of one K step at
 # 7x33->65, whose K % 4 ≠ 0 takes the scalar loads, and at 2x64->3, one tile).
@@ -258,7 +271,7 @@ def _run_recorded(case: dict, monkeypatch, run, part: str) -> None:
     case = dict(case)
     path = case.pop("path")
     monkeypatch.setenv(engine.ENV_VAR, "simt" if path == SIMT_SMALL or path in SIMT_SPLITK else
-                       "wgmma" if path in WGMMA_SPLITK or path in WGMMA_WSPLIT else path)
+                       "wgmma" if path in WGMMA_SPLITK or path in WGMMA_WSPLIT or path in WGMMA_WIDTH else path)
     if path == SIMT_SMALL:
         monkeypatch.setenv("FUSEDLIB_SIMT_SMALL_SMEM", "1")
     if path in SIMT_SPLITK:
@@ -267,6 +280,8 @@ def _run_recorded(case: dict, monkeypatch, run, part: str) -> None:
         monkeypatch.setenv("FUSEDLIB_WGMMA_SPLITK", WGMMA_SPLITK[path])
     if path in WGMMA_WSPLIT:
         monkeypatch.setenv("FUSEDLIB_WGMMA_WSPLIT", WGMMA_WSPLIT[path])
+    if path in WGMMA_WIDTH:
+        monkeypatch.setenv("FUSEDLIB_WGMMA_WIDTH", WGMMA_WIDTH[path])
     monkeypatch.setattr(check, "make_reference", _cached_reference)
     result = {**run(**case), "path": path}
     RECORD[part].append(result)
@@ -405,6 +420,37 @@ def test_persistent_grid_sizes_are_bit_identical(problem, shape, stage, precisio
     same = all(torch.equal(a, b) for run in runs[1:] for a, b in zip(run, runs[0]))
     RECORD["determinism"].append({"problem": problem, "stage": stage, "precision": precision,
                                   "shape": str(sh), "pass": "grid 1, 7, SMs", "reruns": 3, "bit_identical": same})
+    assert same
+    assert all(torch.isfinite(t).all() for t in runs[0])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="the wgmma GEMM runs on sm_90 only")
+@pytest.mark.parametrize("problem", ["84", "33"])
+@pytest.mark.parametrize("stage,dtype", [(s, d) for s in ("sums", "fused") for d in (torch.float32, torch.bfloat16)],
+                         ids=str)
+def test_tile_widths_are_bit_identical(problem, stage, dtype, monkeypatch):
+    """The tf32 wgmma GEMM's two tile widths ($FUSEDLIB_WGMMA_WIDTH=256, 64; one split each, as the
+    split-K count changes the sum's order): the same outputs and running buffers bit for bit after
+    two train steps and an eval step, float32 (tf32) and bf16 (the statistics' partials are by 128-row
+    tiles and single columns, and their merge order does not depend on the column tiles)."""
+    sh = parse_shape("257x1000->999")
+    model = make_reference(problem, sh.in_features, sh.out_features, seed=0).cuda()
+    x = torch.randn(sh.batch, sh.in_features, device="cuda", dtype=dtype)
+    monkeypatch.setenv(engine.ENV_VAR, "wgmma")
+    monkeypatch.setenv("FUSEDLIB_WGMMA_SPLITK", "1")
+    runs = []
+    for width in ("256", "64"):
+        monkeypatch.setenv("FUSEDLIB_WGMMA_WIDTH", width)
+        fused = fusedlib.from_reference(copy.deepcopy(model), stage=stage, precision="tf32").to(dtype)
+        with torch.no_grad():
+            outs = [fused(x), fused(x)]
+            fused.eval()
+            outs += [fused(x), fused.bn.running_mean.clone(), fused.bn.running_var.clone()]
+        runs.append(outs)
+    same = all(torch.equal(a, b) for a, b in zip(runs[1], runs[0]))
+    RECORD["determinism"].append({"problem": problem, "stage": stage, "precision": f"tf32 ({dtype})",
+                                  "shape": str(sh), "pass": "tile widths 256, 64", "reruns": 2, "bit_identical": same})
     assert same
     assert all(torch.isfinite(t).all() for t in runs[0])
 

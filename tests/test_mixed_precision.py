@@ -273,17 +273,21 @@ def _eager_path_errors(kind: str, training: bool, shape: tuple, dtype) -> Errors
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", SHAPES16, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("path", ["mma", "wgmma"])
+@pytest.mark.parametrize("path", ["mma", "wgmma", "wgmma-wide"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("kind", ["84", "33"])
 @pytest.mark.parametrize("stage", fusedlib.STAGES)
 def test_sixteen_bit_kernels_on_each_path_within_twice_eager(stage, kind, training, dtype, path, shape, monkeypatch):
     """Each GEMM path with 16-bit operands (FUSEDLIB_GEMM_PATH; wgmma needs sm_90a): output,
-    buffers and gradients within twice eager's error in the dtype, over PATH_SEEDS."""
-    if path == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
+    buffers and gradients within twice eager's error in the dtype, over PATH_SEEDS. At these shapes
+    the wgmma GEMM takes its narrow tile (128 × 64); ``wgmma-wide`` forces its 128 × 256 tile
+    (FUSEDLIB_WGMMA_WIDTH=256), the KernelBench shapes' own."""
+    if path.startswith("wgmma") and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma runs on sm_90a only")
-    monkeypatch.setenv(fusedlib.engine.ENV_VAR, path)
+    monkeypatch.setenv(fusedlib.engine.ENV_VAR, path.split("-")[0])
+    if path == "wgmma-wide":
+        monkeypatch.setenv("FUSEDLIB_WGMMA_WIDTH", "256")
 
     def fused(ref, x, dy):
         module = fusedlib.from_reference(ref, stage=stage).to(dtype)

@@ -213,18 +213,13 @@ struct ColumnStats {
 // fence waits for this thread's outstanding writes: the epilogues write the partials and count
 // before they store Z', so that the fence does not wait for the tile's stores too). The last tile
 // of the block resets the counter to zero for the next call (the host keeps the counters between
-// calls: fusedlib/kernels/torch_op.cuh) and returns true: it then merges (merge_block). DEFER (the
-// persistent GEMM): count only; the block's merge units (merge_slice) wait for the count, merge
-// and reset it. flag: one shared word.
-template <int BM, int BN, int THREADS, bool DEFER = false>
+// calls: fusedlib/kernels/torch_op.cuh) and returns true: it then merges (merge_block). flag: one
+// shared word. (The persistent GEMM's tiles count through its counting warp instead: gemm_wgmma.cuh.)
+template <int BM, int BN, int THREADS>
 __device__ __forceinline__ bool count_tile(const Problem& p, int* flag, int n0, int tid) {
   const int col_block = n0 / BN, row_tiles = ceil_div(p.n, BM);
   __threadfence();  // this tile's partials visible device-wide before it is counted
   epilogue_sync<THREADS>();
-  if (DEFER) {
-    if (tid == 0) atomicAdd(p.counters + col_block, 1u);
-    return false;
-  }
   if (tid == 0) {
     *flag = atomicAdd(p.counters + col_block, 1u) == (unsigned)row_tiles - 1;
     if (*flag) p.counters[col_block] = 0;  // every tile of the block has counted
@@ -268,24 +263,24 @@ __device__ __forceinline__ void merge_columns(const Problem& p, float* smem, int
 }
 
 // A merge unit of the persistent wgmma GEMM (after its tiles): merge_columns on a 64-column
-// slice of column block `block`, whose row_tiles tiles count on p.counters[block]. It waits
-// until every tile of the block has counted (each was handed to a running CTA before this unit
-// was: the scheduler hands out the tiles first), then counts itself; the last of the block's
-// `slices` units resets the counter.
+// slice of column block `block`, whose `units` units (a tile each, or with split-K a tile × split)
+// count on p.counters[block]. It waits until every one of them has counted (each was handed to a
+// running CTA before this unit was: the scheduler hands out the tiles first), then counts itself;
+// the last of the block's `slices` units resets the counter.
 __device__ __forceinline__ void merge_slice(const Problem& p, float* smem, int block, int j0, int cols,
-                                            int row_tiles, int slices, int tile_rows, int tid) {
+                                            int units, int slices, int tile_rows, int tid) {
   if (tid == 0) {
     unsigned int v;
     for (;;) {
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p.counters + block) : "memory");
-      if (v >= (unsigned)row_tiles) break;
+      if (v >= (unsigned)units) break;
       __nanosleep(200);
     }
   }
   epilogue_sync<256>();
   __threadfence();
   merge_columns(p, smem, j0, cols, tile_rows, tid);
-  if (tid == 0 && atomicAdd(p.counters + block, 1u) == (unsigned)(row_tiles + slices - 1)) p.counters[block] = 0;
+  if (tid == 0 && atomicAdd(p.counters + block, 1u) == (unsigned)(units + slices - 1)) p.counters[block] = 0;
 }
 
 struct ColumnStatsMerge {
@@ -418,16 +413,20 @@ __device__ __forceinline__ void z_staging_drained(int tid) {
 // Eval's coefficients of column n0 + tid, for a 16-bit Y by TMA (take_coef's values, column by
 // thread): a mainloop takes them before its first product, where the accumulators are not yet live
 // (beside them, eval_affine's division and square root would spill). Elsewhere unused.
-template <class Epi, int OP>
+template <class Epi, int OP, int BN>
 __device__ __forceinline__ Affine early_coef(const Problem& p, int n0, int tid, bool tma) {
   if constexpr (OP != OPERAND_FP32 && Epi::kStore == Store::kAffine)
-    if (tma && n0 + tid < p.m) return eval_affine<OP>(p, n0 + tid, true);
+    if (tma && tid < BN && n0 + tid < p.m) return eval_affine<OP>(p, n0 + tid, true);
   return {1.f, 0.f};
 }
 
 // OP: the GEMM's operand type; a 16-bit OP stores a 16-bit Z' or eval's Y (p.z_type) from the registers, or
 // through TMA (store_z_tma) where the mainloop gives Z's map (zmap) and kZStaging bytes at smem; eval's
 // Y by TMA then takes column n0 + tid's coefficients as `early` (early_coef, before the mainloop).
+// DEFER (the persistent GEMM): a merging epilogue neither counts nor merges; the GEMM's counting warp
+// counts the tile once its consumers are done with it, and its merge units merge (gemm_wgmma.cuh);
+// but where the batch is one row tile (N ≤ 128: KernelBench v0), the tile finalizes its columns
+// from its own moments.
 template <int BN, class Epi, bool DEFER = false, int OP = OPERAND_FP32>
 __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float (&d)[BN / 2], float* smem,
                                                         float* out, int m0, int n0, int tid,
@@ -505,13 +504,13 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
   };
   // The tile's statistics, then its stores of Z' where it merges: the count's fence (count_tile)
   // then waits for the partials alone, not for the tile's stores as well (nothing in this kernel
-  // reads Z'). Without a merge there is no fence, and the stores go first, draining while the
-  // statistics are taken.
+  // reads Z'). Without a merge, or with the count handed over (DEFER), there is no fence, and the
+  // stores go first, draining while the statistics are taken.
   // a 16-bit Z' (or eval's Y) by TMA: after the statistics (the staging area is this shared
   // memory), once the last tile's stores have read it
   bool tma = false;
   if constexpr (k16) tma = p.z_type == OP && zmap != nullptr;
-  if (!Epi::kMerge && !tma) store_z();
+  if ((!Epi::kMerge || DEFER) && !tma) store_z();
   if (tma) z_staging_drained<THREADS>(tid);
   bool last = false;
   if constexpr (Epi::kStats) {
@@ -552,16 +551,18 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
         const int tile = m0 / BM;
         p.part[(size_t)(2 * tile) * p.m + n0 + tid] = mean[tid];
         p.part[(size_t)(2 * tile + 1) * p.m + n0 + tid] = total;
+        // one row tile (N ≤ 128, DEFER: no merge units): the partials are the column's moments, the
+        // merge of one tile's (merge_in_order) the same bits
+        if (Epi::kMerge && DEFER && p.n <= BM) column_done<OP>(p, n0 + tid, {(float)rows, mean[tid], total}, false);
       }
     }
-    if (Epi::kMerge) last = count_tile<BM, BN, THREADS, DEFER>(p, flag, n0, tid);
+    if (Epi::kMerge && !DEFER) last = count_tile<BM, BN, THREADS>(p, flag, n0, tid);
   }
   if constexpr (k16) {
     if (tma) {
       if constexpr (Epi::kStore == Store::kAffine) {  // eval's Y: the affine in the registers
-        static_assert(BN == THREADS, "a column a thread");
-        coef[tid] = early.a;
-        coef[BN + tid] = early.c;
+        static_assert(BN <= THREADS, "a column a thread");
+        if (tid < BN) coef[tid] = early.a, coef[BN + tid] = early.c;
         epilogue_sync<THREADS>();
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) stored(j, d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
@@ -571,7 +572,7 @@ __device__ __forceinline__ void epilogue_from_fragments(const Problem& p, float 
       if (Epi::kMerge && last) z_staging_drained<THREADS>(tid);
     }
   }
-  if (Epi::kMerge && !tma) store_z();
+  if (Epi::kMerge && !DEFER && !tma) store_z();
   if (Epi::kMerge && last) merge_block<BM, BN, THREADS, OP>(p, n0, tid);
 }
 

@@ -8,7 +8,7 @@
 //               (KernelBench v0 gets 64 tiles of 32×32 instead of 4 of 128×128), and where
 //               even those leave SMs idle, split-K (simt_split_k)
 //   PATH_MMA    tf32 / 3xtf32, mma.sync m16n8k8, sm_80 on: 128×128 tiles
-//   PATH_WGMMA  tf32 / 3xtf32, TMA + wgmma, sm_90a: 128×256 (tf32) or 128×192 / 128×168 (3xtf32, per shape) tiles
+//   PATH_WGMMA  tf32 / 3xtf32, TMA + wgmma, sm_90a: 128×256 or 128×64 (tf32) or 128×192 / 128×168 (3xtf32, per shape) tiles
 // bf16 / fp16 operands (p.operand, docs/design.md §15) run the tf32 tiles of mma.sync or wgmma with
 // 16-bit instructions (exact products, fp32 sums).
 // Statistics tiles are therefore 128 rows on the tensor-core paths and 128, 64 or 32 on SIMT

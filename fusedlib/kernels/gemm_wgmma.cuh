@@ -2,7 +2,8 @@
 // wgmma m64nBNk8 fed by TMA bulk tensor copies into a 4- or 5-stage shared-memory ring on
 // mbarriers; warp-specialized: one producer warpgroup (one thread of it issues the copies), two
 // consumer warpgroups of 64 rows each; 128×BN block tile, grouped raster order.
-//  * tf32: BN = 256, one pass over K; the tensor cores read the top 19 bits of the fp32 words.
+//  * tf32: BN = 256, or 64 where the wide tiles would leave most SMs idle (wg_tile_width), one pass
+//    over K; the tensor cores read the top 19 bits of the fp32 words.
 //  * 3xtf32: X = Xb + Xs split into TF32 parts by the consumers as they read X's tile (in train
 //    mode X shifted by the batch's first row, common.cuh); W = Wb + Ws split in shared memory by the
 //    producer warpgroup's three idle warps after each W tile lands (wgmma reads B from shared
@@ -53,23 +54,27 @@ constexpr int kSplitWide = 192, kSplitNarrow = 168;
 // rows as every other tensor-core tile's (the statistics' partials and their merge order unchanged).
 constexpr int kSplitSwap = 128;
 
+// The tf32 (and 16-bit) tile's widths: 256 columns, or 64 where 256-wide tiles would leave most
+// SMs idle (wg_tile_width: KernelBench v0's 128 × 1024 → 512 gives 2 wide tiles, 8 narrow ones).
+constexpr int kWgWide = 256, kWgNarrow = 64;
+
 // Per column-tile width BN: 128×BN block tile, K step 32 (one 128-byte swizzle row), a stage X's
 // tile and W's (3xTF32: W's tile as loaded, split in place into Wb, and Ws beside it), as many
-// pipeline stages as fit in 192 KB (tf32: 4, 3xTF32: 3), then the epilogue's shared memory (BN =
-// 256: also the TMA epilogue's staging area, kZStaging) and the mbarriers (3xTF32: full, split,
-// empty a stage).
+// pipeline stages as fit in 192 KB, at most 6 (tf32: 4, 3xTF32: 3, the narrow tile: 6), then the
+// epilogue's shared memory (tf32: at least the TMA epilogue's staging area, kZStaging, which the
+// merge units share) and the mbarriers (3xTF32: full, split, empty a stage).
 template <int BN, bool PROMOTE>
 struct WgTile {
   static constexpr uint32_t kABytes = kWgBM * kWgBK * 4, kBBytes = BN * kWgBK * 4;
   static constexpr uint32_t kStageBytes = kABytes + (PROMOTE ? 2 : 1) * kBBytes;
   static constexpr uint32_t kLoadBytes = kABytes + kBBytes;  // what TMA writes a stage (X's tile, W's)
-  static constexpr int kStages = (192 * 1024) / kStageBytes;
+  static constexpr int kStages = (192 * 1024) / kStageBytes < 6 ? (192 * 1024) / kStageBytes : 6;
   // 3xTF32 with the first-row shift: x₀ (p.x0) over the stage's 32 K columns, a 128-byte row a stage
   static constexpr size_t kRow0Offset = (size_t)kStages * kStageBytes;
   static constexpr size_t kEpilogueOffset = kRow0Offset + kStages * kWgBK * sizeof(float);  // beside the live ring
   static constexpr size_t kEpilogueBytes = fragment_smem_floats<BN>() * sizeof(float);
   static constexpr size_t kBarrierOffset =
-      kEpilogueOffset + (BN == 256 && !PROMOTE && kZStaging > kEpilogueBytes ? kZStaging : kEpilogueBytes);
+      kEpilogueOffset + (!PROMOTE && kZStaging > kEpilogueBytes ? kZStaging : kEpilogueBytes);
   // + the tile scheduler's 2 slots (tile indices) + the split-K flag
   static constexpr size_t kSmem = 1024 + kBarrierOffset + (PROMOTE ? 3 : 2) * kStages * sizeof(uint64_t) + 16 + 16;
   static_assert(kBarrierOffset % 8 == 0 && kSmem <= 232448, "aligned mbarriers; within sm_90's 227 KB");
@@ -94,9 +99,11 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
 // Named barrier 2 (1: epilogue_sync): the hand-off of each unit between the producer warp and the
-// 256 consumer threads, all of them waiting (bar.sync); it orders the unit index's write before
-// its reads, and the reads of a slot before its next write.
-__device__ __forceinline__ void handoff_sync() { asm volatile("bar.sync 2, 288;\n" ::: "memory"); }
+// 256 consumer threads (N = 288; with merge units also the counting warp, N = 320), all of them
+// waiting (bar.sync); it orders the unit index's write before its reads, and the reads of a slot
+// before its next write.
+template <int N>
+__device__ __forceinline__ void handoff_sync() { asm volatile("bar.sync 2, %0;\n" ::"n"(N) : "memory"); }
 // Named barrier 5 (3 and 4: store_z_tma's): a merge unit done. The consumers arrive after it
 // (bar.arrive: they go on to the hand-off), the producer warp waits there before it claims the
 // next unit, so that no CTA holds a claimed merge behind the one it runs: it would wait in the
@@ -153,8 +160,24 @@ FL_WGMMA_SS_N256(wgmma_tf32, "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf
 FL_WGMMA_SS_N256(wgmma_bf16, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", ", 0, 0")
 FL_WGMMA_SS_N256(wgmma_f16, "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", ", 0, 0")
 #undef FL_WGMMA_SS_N256
-template <int OP>
-__device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+// The narrow tile's (kWgNarrow): D(64×64), the same operands and layout.
+#define FL_WGMMA_SS_N64(NAME, INSTR, IMM)                                                                   \
+  __device__ __forceinline__ void NAME(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" INSTR                                     \
+                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1" IMM ";\n}\n" \
+                 : \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                               \
+  }
+FL_WGMMA_SS_N64(wgmma_tf32, "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "")
+FL_WGMMA_SS_N64(wgmma_bf16, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", ", 0, 0")
+FL_WGMMA_SS_N64(wgmma_f16, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", ", 0, 0")
+#undef FL_WGMMA_SS_N64
+template <int OP, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   if constexpr (OP == OPERAND_BF16) wgmma_bf16(d, desc_a, desc_b, accumulate);
   else if constexpr (OP == OPERAND_FP16) wgmma_f16(d, desc_a, desc_b, accumulate);
   else wgmma_tf32(d, desc_a, desc_b, accumulate);
@@ -398,7 +421,11 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
   const int KT = ceil_div(p.k, BK), S = SPLITK ? p.splits : 1, units = tiles * S;
   constexpr bool kUnits = kMergeUnits && Epi::kMerge && wg_persistent(PROMOTE);  // merges after the tiles
   static_assert(!kUnits || BN % 64 == 0, "a column block in 64-column slices");
-  const int all_units = units + (kUnits ? ceil_div(p.m, 64) : 0);  // + a merge unit a 64-column slice
+  static_assert(!kUnits || T::kBarrierOffset - T::kEpilogueOffset >= 3 * 256 * sizeof(float), "merge_columns' smem");
+  // + a merge unit a 64-column slice, where a column's statistics span row tiles (one row tile: the
+  // tile's epilogue finalizes its columns, epilogue_from_fragments)
+  const int all_units = units + (kUnits && row_tiles > 1 ? ceil_div(p.m, 64) : 0);
+  constexpr int kHandoff = kUnits ? 320 : 288;  // the hand-off's threads (+ the counting warp)
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -449,7 +476,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
           for (const int first = min(kt1, kt + ST); kt < first; ++kt) load_step(kt, m0, n0);
         if (wg_persistent(PROMOTE)) {
           __syncwarp();  // (lane 0 from its loads: bar.sync wants the whole warp)
-          handoff_sync();  // the consumers take unit f from slot f % 2
+          handoff_sync<kHandoff>();  // the consumers take unit f from slot f % 2
           if (u >= all_units) break;
         }
         if (issuer)
@@ -471,6 +498,21 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
         __syncwarp();
         if (threadIdx.x % 32 == 0) mbar_arrive(split + s);  // one arrival a warp
       }
+    } else if constexpr (kUnits) {  // warp 1, the counting warp: each unit's count (below)
+      if (threadIdx.x < 64)
+        for (int f = 0, done = -1;; ++f) {  // done: unit f − 1 where it was a tile (× split)
+          __syncwarp();  // (bar.sync wants the whole warp)
+          handoff_sync<kHandoff>();
+          const int u = tile_slot[f % 2];
+          if (done >= 0 && threadIdx.x == 32) {
+            int m0, n0;
+            wg_tile_origin(done / S, row_tiles, col_tiles, BN, m0, n0);
+            __threadfence();  // the partials the consumers wrote before the hand-off, visible device-wide
+            atomicAdd(p.counters + n0 / BN, 1u);
+          }
+          if (u >= all_units) break;
+          done = u < units && row_tiles > 1 ? u : -1;
+        }
     }
   } else {  // consumers: warpgroup 1 → rows 0..63, warpgroup 2 → rows 64..127
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
@@ -480,13 +522,13 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
     for (int f = 0;; ++f) {
       int u = blockIdx.x;
       if (wg_persistent(PROMOTE)) {
-        handoff_sync();  // unit f − 1 done (its epilogue); unit f's index is in slot f % 2
+        handoff_sync<kHandoff>();  // unit f − 1 done (its epilogue); unit f's index is in slot f % 2
         u = tile_slot[f % 2];
         if (u >= all_units) break;
         if (kUnits && u >= units) {  // merge unit: the 64-column slice from j0, of column block j0 / BN
           const int j0 = (u - units) * 64, block = j0 / BN, slices = ceil_div(min(BN, p.m - block * BN), 64);
           if (OP != OPERAND_FP32 && wg_z_tma(p)) z_staging_drained<256>(threadIdx.x - 128);  // (epi: staging)
-          merge_slice(p, epi, block, j0, min(64, p.m - j0), row_tiles, slices, kWgBM, threadIdx.x - 128);
+          merge_slice(p, epi, block, j0, min(64, p.m - j0), row_tiles * S, slices, kWgBM, threadIdx.x - 128);
           merge_done_arrive();
           continue;
         }
@@ -509,7 +551,7 @@ wgmma_gemm_kernel(const Problem p, float* out, const __grid_constant__ CUtensorM
       if constexpr (OP != OPERAND_FP32 && Epi::kStore == Store::kAffine) {
         int m0, n0;
         wg_tile_origin(u / S, row_tiles, col_tiles, BN, m0, n0);
-        early = early_coef<Epi, OP>(p, n0, threadIdx.x - 128, wg_z_tma(p));
+        early = early_coef<Epi, OP, BN>(p, n0, threadIdx.x - 128, wg_z_tma(p));
       }
       bool prev_released = true;  // step it − 1's stage already handed back to the producer
       // 3xTF32: the A fragments (Xb and Xs) of G K slices at a time (all four; 2 at BN = 192, for
@@ -675,9 +717,9 @@ inline bool wg_swap(int n, int m) {
   return 4L * n <= m && (long)ceil_div(n, kSplitSwap) * ceil_div(m, kWgBM) >= kSwapMinTiles && !wg_w_pass(n);
 }
 
-// CTAs of a persistent launch: one an SM, at most one a tile. $FUSEDLIB_WGMMA_GRID=G caps it
-// at G (tests: every grid size must give the same bits, as the schedule and the merge order
-// do not depend on it; G ≥ tiles: one CTA a tile).
+// CTAs of a persistent launch: one an SM, at most one a unit (launch_wg: of tiles, or of merges).
+// $FUSEDLIB_WGMMA_GRID=G caps it at G (tests: every grid size must give the same bits, as the
+// schedule and the merge order do not depend on it; G ≥ tiles: one CTA a tile).
 inline int persistent_grid(int tiles) {
   const char* cap = std::getenv("FUSEDLIB_WGMMA_GRID");
   const int limit = cap && std::atoi(cap) > 0 ? std::atoi(cap) : sm_count();
@@ -692,9 +734,20 @@ inline int persistent_grid(int tiles) {
 // $FUSEDLIB_WGMMA_SPLITK=S forces S (tests; clamped to 1 … the K steps). A 3xTF32 split-K GEMM
 // runs 128×168 tiles (wg_split_width: 128×192 leaves no registers for the split bookkeeping).
 inline int wg_split_width(int n, int m, int splits) { return splits > 1 ? kSplitNarrow : split_tile_width(n, m); }
+// The tf32 (and 16-bit) tile's width for an N×M output: 256 where those tiles fill at least a
+// quarter of the SMs, else 64 (4 times the CTAs, each with a quarter of the columns: at v0 the
+// wide tiles' 2 CTAs run 16 or 32 K steps each while 130 SMs idle, results/h200/NOTES.md run258).
+// $FUSEDLIB_WGMMA_WIDTH=256 or 64 forces one (tests: both give the same bits: the statistics'
+// partials and their merge order are by 128-row tiles and single columns, not by column tiles).
+inline int wg_tile_width(int n, int m) {
+  const char* forced = std::getenv("FUSEDLIB_WGMMA_WIDTH");
+  if (forced && std::atoi(forced) == kWgNarrow) return kWgNarrow;
+  if (forced && std::atoi(forced) == kWgWide) return kWgWide;
+  return 4L * ceil_div(n, kWgBM) * ceil_div(m, kWgWide) >= sm_count() ? kWgWide : kWgNarrow;
+}
 inline SplitK wg_split_k(int precision, int n, int k, int m, int operand = OPERAND_FP32) {
   if (precision == TF32X3 && wg_swap(n, m)) return {1, ceil_div(m, kWgBM) * ceil_div(n, kSplitSwap), 0};
-  const int bn = precision == TF32 ? 256 : split_tile_width(n, m);
+  const int bn = precision == TF32 ? wg_tile_width(n, m) : split_tile_width(n, m);
   const int KT = ceil_div(k, wg_step_k(operand)), tiles = ceil_div(n, kWgBM) * ceil_div(m, bn), work = (precision == TF32 ? 1 : 3) * KT;
   const char* forced = std::getenv("FUSEDLIB_WGMMA_SPLITK");
   int s = 1;
@@ -713,8 +766,13 @@ const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const 
   auto kernel = wgmma_gemm_kernel<BN, PROMOTE, Epi, SPLITK, OP, SWAP>;
   FL_OPT_IN_SMEM(kernel, (WgTile<BN, PROMOTE>::kSmem));
   const int units = ceil_div(SWAP ? p.m : p.n, kWgBM) * ceil_div(SWAP ? p.n : p.m, BN) * p.splits;
-  kernel<<<wg_persistent(PROMOTE) ? persistent_grid(units) : units, kWgThreads, WgTile<BN, PROMOTE>::kSmem, st>>>(
-      p, out, a, b0, row0, b1);
+  // persistent: at least as many CTAs as merge units where the SMs allow, so that with few units of
+  // tiles the merges all run side by side (not a CTA for every unit of either kind: run264, v0's 8
+  // and 8 on 128 × 256 tiles in tf32, lost 2–3 µs that way)
+  const bool merging = kMergeUnits && Epi::kMerge && wg_persistent(PROMOTE) && ceil_div(p.n, kWgBM) > 1;
+  const int merges = merging ? ceil_div(p.m, 64) : 0;
+  kernel<<<wg_persistent(PROMOTE) ? persistent_grid(std::max(units, merges)) : units, kWgThreads,
+           WgTile<BN, PROMOTE>::kSmem, st>>>(p, out, a, b0, row0, b1);
   FL_CHECK_LAUNCH();
   return nullptr;
 }
@@ -725,6 +783,17 @@ const char* launch_wg(const Problem& p, float* out, const CUtensorMap& a, const 
   else
     return p.splits > 1 ? launch_wg<BN, PROMOTE, Epi, true, OP>(p, out, a, b0, row0, b1, st)
                         : launch_wg<BN, PROMOTE, Epi, false, OP>(p, out, a, b0, row0, b1, st);
+}
+
+// The tf32 kernel of width BN for the operands' type (z: a 16-bit Z's map, in map_b1's slot).
+template <int BN, class Epi>
+const char* launch_wg_tf32(const Problem& p, float* out, const CUtensorMap& a, const CUtensorMap& b0,
+                           const CUtensorMap& z, cudaStream_t st) {
+  switch (p.operand) {
+    case OPERAND_BF16: return launch_wg<BN, false, Epi, OPERAND_BF16>(p, out, a, b0, a, z, st);
+    case OPERAND_FP16: return launch_wg<BN, false, Epi, OPERAND_FP16>(p, out, a, b0, a, z, st);
+    default: return launch_wg<BN, false, Epi>(p, out, a, b0, a, b0, st);
+  }
 }
 
 template <class Epi>
@@ -740,15 +809,13 @@ const char* launch_wgmma_gemm(const Problem& p, const float* x, const float* w, 
   if ((err = encode_map(&a, x, p.n, p.k, kWgBM, CU_TENSOR_MAP_SWIZZLE_128B, p.operand))) return err;
   if (p.precision == TF32) {
     if (p.z0 || p.parts) return "the tf32 wgmma GEMM reads X and W as they are (TMA): z0 and parts must be null";
-    if ((err = encode_map(&b0, w, p.m, p.k, 256, CU_TENSOR_MAP_SWIZZLE_128B, p.operand))) return err;
+    const int bn = wg_tile_width(p.n, p.m);  // (the split-K plan, p.splits, took the same width)
+    if ((err = encode_map(&b0, w, p.m, p.k, bn, CU_TENSOR_MAP_SWIZZLE_128B, p.operand))) return err;
     // 16-bit operands: a 16-bit Z' goes out by TMA in 64 × 64 boxes (wg_z_tma), its map in map_b1's slot
     CUtensorMap z = b0;
     if (wg_z_tma(p) && (err = encode_map(&z, p.z, p.n, p.m, 64, CU_TENSOR_MAP_SWIZZLE_128B, p.operand))) return err;
-    switch (p.operand) {
-      case OPERAND_BF16: return launch_wg<256, false, Epi, OPERAND_BF16>(p, out, a, b0, a, z, st);
-      case OPERAND_FP16: return launch_wg<256, false, Epi, OPERAND_FP16>(p, out, a, b0, a, z, st);
-      default: return launch_wg<256, false, Epi>(p, out, a, b0, a, b0, st);
-    }
+    return bn == kWgWide ? launch_wg_tf32<kWgWide, Epi>(p, out, a, b0, z, st)
+                         : launch_wg_tf32<kWgNarrow, Epi>(p, out, a, b0, z, st);
   }
   // the first-row shift's x₀ (p.x0: X's row 0, or an external row), a 1×K map (without the shift, unused)
   if (p.z0 && (uintptr_t)p.x0 % 16 != 0) return "the wgmma GEMM needs a 16-byte aligned shift row x0 (TMA)";

@@ -619,6 +619,8 @@ PATH_LABELS = {
     "wgmma-wpass": "3xTF32 with W's parts made by a pass over W",
     "wgmma-wsmem": "3xTF32 with W split in shared memory",
     "wgmma-swap": "3xTF32's swapped GEMM, $Z^\\top = WX^\\top$",
+    "wgmma-wide": "the tf32 GEMM's 128 × 256 tile, forced where the 128 × 64 one is the default",
+    "wgmma-narrow": "the tf32 GEMM's 128 × 64 tile, forced where the 128 × 256 one is the default",
 }
 
 
@@ -670,7 +672,8 @@ def stage_validation(stage: str, gpu: str = RESULTS_GPU):
         kinds = det.groupby("pass", sort=False).bit_identical.agg(["size", "all"])
         names = {"forward": "forward reruns", "backward": "backward reruns",
                  "grid 1, 7, SMs": "persistent grids of 1, 7 and one CTA an SM",
-                 "W split in smem, by the pass": "3xTF32's W split in shared memory and by a pass"}
+                 "W split in smem, by the pass": "3xTF32's W split in shared memory and by a pass",
+                 "tile widths 256, 64": "the tf32 GEMM's two tile widths"}
         lines.append(f"Bit-identical outputs and running buffers: {'every' if kinds['all'].all() else '**not every**'} "
                      "check of " + ", ".join(f"{names.get(kind, kind)} ({row['size']}"
                                              + ("" if row["all"] else ", **some differ**") + ")"
