@@ -81,7 +81,7 @@ def test_validation_record_is_consistent(path):
     assert set(tools) == {(t, st) for t in ("memcheck", "racecheck") for st in build.STAGE_FILES}
     assert all(errors == 0 for errors in tools.values()), tools
     assert record["determinism"] and all(d["bit_identical"] for d in record["determinism"])
-    # sm_90: the persistent GEMM's grid sizes, and 3xTF32's two ways of splitting W
+    # sm_90: the persistent GEMM's grid sizes, 3xTF32's two ways of splitting W, tf32's two tile widths
     passes = {d.get("pass") for d in record["determinism"]}
     assert {"forward", "backward"} <= passes <= {"forward", "backward", "grid 1, 7, SMs",
-                                                 "W split in smem, by the pass"}, passes
+                                                 "W split in smem, by the pass", "tile widths 256, 64"}, passes
