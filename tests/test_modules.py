@@ -376,3 +376,42 @@ def test_the_train_backward_fake_gives_the_kernels_dtypes():
     args = (torch.randn(n, m), torch.rand(n, m), torch.randn(n, m), torch.randn(n, k).bfloat16(),
             torch.randn(m, k).bfloat16(), torch.ones(1), torch.ones(m), torch.zeros(m), "84", "fp32", 1e-5)
     torch.library.opcheck(fusedlib.ops.train_backward, args)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["84", "33"])
+def test_the_checks_before_the_kernels_hold_on_cuda(kind):
+    """On CUDA the forward first tries the C++ eager call (:func:`fusedlib.cuda.eager_forward`),
+    not the CPU tests' route: there too forward-mode AD raises, a hook on gemm is an error, a
+    frozen BatchNorm in a train-mode model (from_reference keeps it frozen) normalises with its
+    running statistics and updates none, and in eval mode an in-place op after 33 keeps its
+    backward (84's, as eager's, refuses it)."""
+    from fusedlib.reference import make_reference
+    ref = make_reference(kind, 64, 96, seed=0).cuda().train()
+    ref.bn.eval()
+    fused = fusedlib.from_reference(copy.deepcopy(ref))
+    assert fused.training and not fused.bn.training and fused.gemm.weight.is_cuda
+    x, v = torch.rand(32, 64, device="cuda"), torch.rand(32, 64, device="cuda")
+    with pytest.raises(NotImplementedError, match="forward-mode AD"):
+        torch.func.jvp(fused, (x,), (v,))
+    handle = fused.gemm.register_forward_hook(lambda m, i, o: o * 2)
+    with pytest.raises(TypeError, match="gemm: has forward or backward hooks"):
+        fused(x)
+    handle.remove()
+    before = fused.bn.running_mean.clone()
+    torch.testing.assert_close(fused(x), ref(x), rtol=1e-5, atol=1e-6)
+    assert torch.equal(fused.bn.running_mean, before) and fused.bn.num_batches_tracked.item() == 0
+    ref.eval()
+    fused.eval()
+    grads = []
+    for m in (ref, fused):
+        xg = x.clone().requires_grad_()
+        try:
+            torch.relu_(m(xg)).sum().backward()
+            grads.append(xg.grad)
+        except RuntimeError as exc:
+            assert "inplace" in str(exc) and kind == "84"
+            grads.append(None)
+    assert (grads[0] is None) == (grads[1] is None) == (kind == "84")
+    if kind == "33":
+        torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
