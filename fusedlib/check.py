@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import sys
 
@@ -131,6 +132,13 @@ def _case_modules(problem, stage, mode, precision, shape, seed, device):
     return sh, ref, gen, copy.deepcopy(ref).double(), from_reference(ref, stage=stage, precision=precision)
 
 
+def _warmup(sh):
+    """The shape of the train steps before a case's forward: the case's, with a batch of at least
+    2 (BatchNorm's batch statistics), so that an eval-mode case of one row has running buffers
+    to read."""
+    return dataclasses.replace(sh, batch=max(sh.batch, 2))
+
+
 def run_case(problem: str, stage: str, mode: str, precision: str, shape: str, seed: int,
              device: str = "cpu", input_kind: str = "rand") -> dict:
     """Run one case and return its record.
@@ -161,7 +169,7 @@ def run_case(problem: str, stage: str, mode: str, precision: str, shape: str, se
         if step == 3:
             for mod in (ref, ref64, fused):
                 mod.eval()
-        x = get_inputs(sh, input_kind, gen).to(device)
+        x = get_inputs(sh if step == 3 or mode == "train" else _warmup(sh), input_kind, gen).to(device)
         with torch.no_grad():
             y, y32, y64 = fused(x), ref(x), ref64(x.double())
     bn, bn64 = fused.bn, ref64.bn
@@ -216,7 +224,7 @@ def run_grad_case(problem: str, stage: str, mode: str, precision: str, shape: st
     models = (fused, peer, ref64)
     with torch.no_grad():
         for _ in range(2):
-            x = get_inputs(sh, input_kind, gen).to(device)
+            x = get_inputs(_warmup(sh), input_kind, gen).to(device)
             for mod in models:
                 mod(x.to(next(mod.parameters()).dtype))
     for mod in models:

@@ -64,6 +64,25 @@ def validate_input(x, in_features: int, param: torch.Tensor, training: bool, syn
             "(x: BatchNorm in train mode needs a batch of at least 2)")
 
 
+def scale_shape_error(shape, kind: str, out_features: int) -> str | None:
+    """What is wrong with a scale of ``shape`` for problem ``kind`` ("84" or "33") at
+    ``out_features``, or None: 1 element for 84; 1 or out_features elements for 33/39, in a
+    shape that multiplies the (N, out_features) output elementwise as the eager model's
+    ``x * scale`` does, keeping its shape: (k,) or (1, k). A (M, 1) scale would scale rows in
+    eager PyTorch (or fail to broadcast), and a third dimension would change the output's
+    shape; the kernels read the scale flat, so either would be a silent difference."""
+    shape = tuple(shape)
+    if kind == "84" and math.prod(shape) != 1:
+        return (f"expected 1 element for problem 84 (KernelBench's scale_shape=(1,); a scale a column is "
+                f"problem 33/39's), got {shape}")
+    if math.prod(shape) not in (1, out_features):
+        return f"expected 1 element or out_features={out_features} (one a column), got {shape}"
+    if len(shape) > 2 or (len(shape) == 2 and shape[0] != 1):
+        return (f"expected shape (k,) or (1, k) (a column scale that broadcasts over the rows of the "
+                f"(batch, out_features) output, as in x * scale), got {shape}")
+    return None
+
+
 def _parametrized(m: nn.Module, cls: type) -> bool:
     """Whether ``m`` is a ``cls`` with parametrizations (torch.nn.utils.parametrize makes its class a
     subclass of ``cls`` of its own; the forward reads the parametrized tensors, :meth:`_FusedBase._tensors`)."""
@@ -90,7 +109,8 @@ def check_submodules(gemm: nn.Module, bn: nn.Module, softmax: nn.Module | None =
             parametrizations), ``softmax`` not an ``nn.Softmax(dim=1)``, or one of them has
             forward or backward hooks (or pre-hooks).
         ValueError: ``bn`` keeps no running statistics (``track_running_stats=False``, or
-            ``running_mean`` / ``running_var`` set to None).
+            ``running_mean`` / ``running_var`` set to None), or ``bn.num_features`` is not
+            ``gemm.out_features``.
     """
     if type(gemm) is not nn.Linear and not _parametrized(gemm, nn.Linear):
         raise TypeError(f"gemm: expected an nn.Linear (the fused module reads gemm.weight and gemm.bias and never "
@@ -111,6 +131,9 @@ def check_submodules(gemm: nn.Module, bn: nn.Module, softmax: nn.Module | None =
         raise TypeError("gemm: expected an nn.Linear with a bias (bias=True), as the problems' Linear; got bias=None")
     if not bn.affine:
         raise TypeError("bn: expected affine=True (the fused modules read BatchNorm's weight γ and bias β)")
+    if bn.num_features != gemm.out_features:
+        raise ValueError(f"bn: expected num_features == gemm.out_features = {gemm.out_features} (BatchNorm over "
+                         f"the Linear's outputs), got {bn.num_features}")
     buffers = bn._buffers  # (not bn.running_mean: nn.Module.__getattr__ on the forward's hot path)
     if not bn.track_running_stats or buffers.get("running_mean") is None or buffers.get("running_var") is None:
         raise ValueError("bn: expected track_running_stats=True with running_mean and running_var (the fused "
@@ -134,6 +157,11 @@ def _first_derivative_only(grad: torch.Tensor) -> None:
             "float32 outside torch.autocast (module.float(), whose backward is differentiable) or in eval mode")
 
 
+#: A fused module's process group as :func:`convert_sync_batchnorm` sets it without one: the default
+#: group, resolved at each forward as ``nn.SyncBatchNorm`` resolves it (a name, so the module pickles).
+_DEFAULT_GROUP = "torch.distributed.group.WORLD"
+
+
 class _FusedBase(nn.Module):
     """Shared forward of the fused modules: validation, then CPU algebra or CUDA kernels."""
 
@@ -143,12 +171,9 @@ class _FusedBase(nn.Module):
                       scale_shape=(1,)) -> None:
         algebra.check_stage_precision(stage, precision)
         shape = (scale_shape,) if isinstance(scale_shape, int) else tuple(scale_shape)
-        if self._kind == "84" and math.prod(shape) != 1:
-            raise ValueError(f"scale_shape: expected 1 element for problem 84 (KernelBench's scale_shape=(1,); "
-                             f"a scale a column is problem 33/39's), got {shape}")
-        if math.prod(shape) not in (1, out_features):
-            raise ValueError(f"scale_shape: expected 1 element or out_features={out_features} (one a column), "
-                             f"got {shape}")
+        problem = scale_shape_error(shape, self._kind, out_features)
+        if problem is not None:
+            raise ValueError(f"scale_shape: {problem}")
         self._stage, self._precision = stage, precision
         self.process_group = process_group
 
@@ -160,11 +185,15 @@ class _FusedBase(nn.Module):
         global batch's (one all-gather of 3 × out_features floats a forward, one all-reduce a
         backward), as ``nn.SyncBatchNorm`` computes them; eval mode communicates nothing. CPU
         tensors over gloo, CUDA tensors over NCCL (one GPU a rank)."""
-        return self.__dict__.get("_process_group")  # (none in a module pickled before it existed)
+        group = self.__dict__.get("_process_group")  # (none in a module pickled before it existed)
+        if isinstance(group, str):  # (_DEFAULT_GROUP) convert_sync_batchnorm without a group: the default one, as it is now
+            import torch.distributed as dist
+            return dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
+        return group
 
     @process_group.setter
     def process_group(self, group) -> None:
-        if group is not None and not hasattr(group, "group_name"):
+        if group is not None and not (isinstance(group, str) and group == _DEFAULT_GROUP) and not hasattr(group, "group_name"):
             raise TypeError(f"process_group: expected a torch.distributed ProcessGroup or None, got "
                             f"{type(group).__name__}")
         self._process_group = group
@@ -250,14 +279,16 @@ class _FusedBase(nn.Module):
         """x: (N, in_features) -> (N, out_features); see the class docstring."""
         tensors = self._tensors()
         if tensors[2].dim() != 1:  # a scale of shape (1, 1) or (1, M): the kernels take it flat (a view,
-            tensors = (*tensors[:2], tensors[2].reshape(-1), *tensors[3:])  # its gradient in the scale's shape)
+            if tensors[2].dim() > 2 or (tensors[2].dim() == 2 and tensors[2].shape[0] != 1):  # (its gradient in the scale's shape)
+                raise ValueError(f"scale: {scale_shape_error(tensors[2].shape, self._kind, tensors[0].shape[0])}")
+            tensors = (*tensors[:2], tensors[2].reshape(-1), *tensors[3:])
         gemm, bn = self._modules["gemm"], self._modules["bn"]
         check_submodules(gemm, bn, self._modules.get("softmax"))
         group = self._sync_group(bn)
         synced = group is not None
         if (isinstance(x, torch.Tensor) and x.is_cuda and not torch.compiler.is_compiling() and not synced
                 and x.dtype == tensors[0].dtype and x.shape[0] > 0  # (another dtype: the operator's autocast rule)
-                and not ops.forward_ad_open()):  # (a tangent: the operator, which refuses it)
+                and not ops.transformed()):  # (a tangent or a torch.func transform: refused in _run)
             y = cuda.eager_forward(self, x, tensors, bn.eps, bn.momentum)  # None: the operator's way below
             if y is not None:
                 if y.requires_grad:  # the 16-bit train step's C++ autograd node: a first derivative only
@@ -307,7 +338,7 @@ class _FusedBase(nn.Module):
             f32 = tensors
         y = None
         if (widened and x.is_cuda and not synced and not torch.compiler.is_compiling()
-                and not torch.is_autocast_enabled("cuda") and not ops.forward_ad_open()):  # the eager call, as forward's (None: the operator)
+                and not torch.is_autocast_enabled("cuda") and not ops.transformed()):  # the eager call, as forward's (None: the operator)
             y = cuda.eager_forward(self, x, f32, bn.eps, bn.momentum)
         if y is None:
             y = self._run(x, f32, group)
@@ -321,6 +352,8 @@ class _FusedBase(nn.Module):
     def _run(self, x: torch.Tensor, tensors: tuple, group) -> torch.Tensor:
         """The forward through the operators, x validated and contiguous; group: :meth:`_sync_group`'s."""
         bn = self._modules["bn"]
+        if not torch.compiler.is_compiling() and ops.transformed():  # before any kernel reads a wrapped tensor
+            ops.refuse_transforms((x, *tensors[:5]))
         if group is not None:  # the batch across the group's ranks (docs/design.md §14)
             return ops.sync_train(x, *tensors, self._stage, self._kind, self._precision, bn.eps, bn.momentum,
                                   group.group_name)
@@ -338,7 +371,9 @@ class _FusedBase(nn.Module):
 
     def extra_repr(self) -> str:
         """Shown by ``print(module)``: the stage, the precision (and a process group's name)."""
-        group = "" if self.process_group is None else f", process_group={self.process_group.group_name!r}"
+        group = self.process_group
+        group = (", process_group=default" if isinstance(self.__dict__.get("_process_group"), str) and group is None
+                 else "" if group is None else f", process_group={group.group_name!r}")
         return f"stage={self._stage!r}, precision={self._precision!r}{group}"
 
 
@@ -441,13 +476,17 @@ def reference_kind(model: nn.Module) -> str:
     kind = "84" if isinstance(softmax, nn.Softmax) else "33"
     if kind == "84" and softmax.dim not in (1, -1):
         problems.append(f"softmax: expected nn.Softmax(dim=1), got dim={softmax.dim}")
+    elif softmax is not None and kind == "33":  # (an 84 model whose softmax was replaced, nn.Identity say)
+        problems.append(f"softmax: expected nn.Softmax(dim=1) (problem 84) or no softmax (33/39), got {softmax!r}")
+    elif softmax is None and "softmax" in getattr(getattr(type(model).forward, "__code__", None), "co_names", ()):
+        problems.append("softmax: the model's forward calls a softmax, but the model has no nn.Softmax(dim=1) "
+                        "named softmax (problem 84's structure; without one the model would be read as 33/39)")
     if not isinstance(scale, nn.Parameter):
         problems.append(f"scale: expected an nn.Parameter, got {type(scale).__name__}")
     elif isinstance(gemm, nn.Linear):
-        allowed = (1,) if kind == "84" else (1, gemm.out_features)
-        if scale.numel() not in allowed:
-            problems.append(f"scale: expected {' or '.join(map(str, allowed))} elements for problem "
-                            f"{kind}, got shape {tuple(scale.shape)}")
+        problem = scale_shape_error(scale.shape, kind, gemm.out_features)
+        if problem is not None:
+            problems.append(f"scale: {problem}")
     if problems:
         raise TypeError("model: not the KernelBench structure of problem 84 (gemm, bn, scale, softmax) "
                         "or 33/39 (gemm, scale, bn): " + "; ".join(problems))
@@ -470,12 +509,22 @@ def from_reference(model: nn.Module, *, stage: str = "fused", precision: str = "
 
     Raises:
         TypeError: ``model`` lacks the reference structure (the message names what is missing),
-            or keeps its tensors in more than one dtype (a BatchNorm kept in float32 beside a
-            bf16 Linear: convert the model to one dtype first).
+            its ``gemm``, ``bn`` or ``softmax`` is a subclass or carries hooks or parametrizations
+            (none of which the fused module would copy: :func:`check_submodules`), or it keeps its
+            tensors in more than one dtype (a BatchNorm kept in float32 beside a bf16 Linear:
+            convert the model to one dtype first).
         ValueError: unknown stage or precision.
     """
     kind = reference_kind(model)
     gemm, bn = model.gemm, model.bn
+    # exactly nn.Linear / nn.BatchNorm1d, no hooks: a subclass's forward or a hook (pruning's mask)
+    # would not be copied into the fused module, which never calls them
+    check_submodules(gemm, bn, model.softmax if kind == "84" else None)
+    for name, m in (("gemm", gemm), ("bn", bn)):
+        if "parametrizations" in m._modules:
+            raise TypeError(f"{name}: has parametrizations ({', '.join(m.parametrizations)}), which from_reference "
+                            f"does not copy; remove them (torch.nn.utils.parametrize.remove_parametrizations) "
+                            f"and register them on the fused module's {name} after conversion")
     if kind == "84":
         fused = FusedGemmBatchNormScalingSoftmax(
             gemm.in_features, gemm.out_features, bn.eps, bn.momentum,
@@ -512,20 +561,13 @@ def convert_sync_batchnorm(module: nn.Module, process_group=None) -> nn.Module:
 
     Args:
         module: any ``nn.Module``.
-        process_group: a ``torch.distributed`` process group; None: the default group
-            (``torch.distributed.group.WORLD``).
-
-    Raises:
-        RuntimeError: ``process_group`` is None and ``torch.distributed`` is not initialized.
+        process_group: a ``torch.distributed`` process group, or None: the default group
+            (``torch.distributed.group.WORLD``) as it is at each forward, as ``nn.SyncBatchNorm``
+            takes it. The model can then be converted before ``init_process_group``, saved whole
+            with ``torch.save``, and run in one process (sharing nothing).
     """
-    if process_group is None:
-        import torch.distributed as dist
-        if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError("process_group: None means the default group, but torch.distributed is not "
-                               "initialized (call torch.distributed.init_process_group first)")
-        process_group = dist.group.WORLD
     if isinstance(module, _FusedBase):
-        module.process_group = process_group
+        module.process_group = _DEFAULT_GROUP if process_group is None else process_group
         return module
     if isinstance(module, nn.modules.batchnorm._BatchNorm):
         return nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)

@@ -51,6 +51,8 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
+_functorch_active = torch._C._are_functorch_transforms_active
+
 from . import algebra, engine
 
 __all__ = ["OPS", "SCHEMA", "SYNC_SCHEMA", "StageFunction", "SyncStageFunction", "backward_gemms", "eager_call",
@@ -83,6 +85,33 @@ def forward_ad_open() -> bool:
     """Whether a ``torch.autograd.forward_ad.dual_level`` is open (``torch.func.jvp`` opens one):
     only then can a tensor carry a tangent. One attribute read, for the forward's hot path."""
     return _forward_ad._current_level >= 0
+
+
+def transformed() -> bool:
+    """Whether a call may carry a tangent or run under a ``torch.func`` transform (grad, vjp,
+    jacrev, vmap, jvp): a forward-mode dual level is open or functorch's interpreter stack is not
+    empty. Two reads, for the forward's hot path: where True, the forward takes the route that
+    :func:`refuse_transforms` guards."""
+    return _forward_ad._current_level >= 0 or _functorch_active()
+
+
+def refuse_transforms(tensors) -> None:
+    """Raise where the operators cannot give a transform's answer: a forward-mode tangent on one
+    of ``tensors`` (:func:`refuse_forward_ad`), or any ``torch.func`` transform, whose wrapped
+    tensors the kernels cannot read (``torch.func.grad``/``vjp`` need an autograd.Function of
+    another form, ``vmap`` a batching rule; neither is derived for the fused operators).
+
+    Raises:
+        NotImplementedError: naming the transform and what to use instead.
+    """
+    if forward_ad_open():
+        refuse_forward_ad(tensors)
+    if _functorch_active():
+        raise NotImplementedError(
+            "fusedlib: torch.func transforms (grad, vjp, jacrev, vmap) are not supported by the fused operators; "
+            "use torch.autograd.grad or .backward() (first and second derivatives), or apply torch.func to the eager "
+            "reference model (fusedlib.reference.make_reference, its parameters loaded from the fused module's "
+            "state_dict)")
 
 
 def refuse_forward_ad(tensors) -> None:

@@ -28,6 +28,15 @@ def test_check_table_and_summary(capsys):
     assert rc == 0 and "3 passed, 0 failed" in out and "naive" in out     # fp32, tf32, 3xtf32
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_check_runs_an_eval_case_of_one_row(grad, capsys):
+    """A batch of 1 in eval mode (BatchNorm's running statistics: the message for train mode
+    suggests it) runs: the train steps before it take 2 rows."""
+    rc = cli.main(["check", "--problem", "84", "--stage", "fused", "--precision", "fp32", "--mode", "eval",
+                   "--shape", "1x16:8", "--seeds", "1", *(["--grad"] if grad else [])])
+    assert rc == 0 and "1 passed, 0 failed" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv,message", [
     (["check", "--stage", "naive", "--precision", "bf16"], "--precision: expected 'all' or a comma list"),
     (["check", "--stage", "fastest"], "--stage: expected 'all' or a comma list"),

@@ -36,11 +36,42 @@ def test_from_reference_accepts_kernelbench_model(problem):
     (lambda m: setattr(m, "gemm", nn.Linear(64, 48, bias=False)), "gemm: expected an nn.Linear with a bias"),
     (lambda m: setattr(m, "bn", nn.BatchNorm1d(48, affine=False)), "bn: expected affine=True"),
     (lambda m: setattr(m, "bn", nn.BatchNorm1d(40)), "num_features == gemm.out_features = 48"),
-    (lambda m: setattr(m, "scale", nn.Parameter(torch.ones(3))), "scale: expected 1 elements for problem 84"),
+    (lambda m: setattr(m, "scale", nn.Parameter(torch.ones(3))), "scale: expected 1 element for problem 84"),
     (lambda m: setattr(m, "softmax", nn.Softmax(dim=0)), "softmax: expected nn.Softmax\\(dim=1\\)"),
+    # an 84 model with its softmax replaced or removed is not problem 33: refused, not read as one
+    (lambda m: setattr(m, "softmax", nn.Identity()), "softmax: expected nn.Softmax\\(dim=1\\) \\(problem 84\\) or no"),
+    (lambda m: delattr(m, "softmax"), "the model's forward calls a softmax"),
 ])
 def test_from_reference_names_what_is_missing(mutate, match):
     ref = Upstream84(64, 48)
+    mutate(ref)
+    with pytest.raises(TypeError, match=match):
+        fusedlib.from_reference(ref)
+
+
+class _LoRALinear(nn.Linear):  # a subclass whose own forward the fused module would not run
+    def forward(self, x):
+        return super().forward(x) * 2
+
+
+def _parametrize(m):
+    from torch.nn.utils import parametrize
+    parametrize.register_parametrization(m.gemm, "weight", nn.Identity())
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda m: setattr(m, "gemm", _LoRALinear(64, 48)), "gemm: expected an nn.Linear \\(the fused module reads"),
+    (lambda m: m.bn.register_forward_hook(lambda mod, i, o: o * 2), "bn: has forward or backward hooks"),
+    (lambda m: __import__("torch.nn.utils.prune").nn.utils.prune.l1_unstructured(m.gemm, "weight", amount=0.5),
+     "gemm: has forward or backward hooks.*prune.remove"),
+    (_parametrize, "gemm: has parametrizations \\(weight\\).*remove_parametrizations"),
+    (lambda m: setattr(m, "scale", nn.Parameter(torch.ones(48, 1))), "scale: expected shape \\(k,\\) or \\(1, k\\)"),
+])
+def test_from_reference_refuses_what_it_would_not_copy(mutate, match):
+    """A reference whose Linear or BatchNorm is a subclass, carries hooks (pruning's mask) or
+    parametrizations, or whose scale broadcasts otherwise than one value a column (33's (M, 1):
+    eager scales rows): each would give a fused module that computes something else; refused."""
+    ref = Upstream33(64, 48, (48,))
     mutate(ref)
     with pytest.raises(TypeError, match=match):
         fusedlib.from_reference(ref)

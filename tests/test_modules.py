@@ -337,6 +337,47 @@ def test_forward_mode_ad_is_an_error_not_a_zero_tangent(module):
     assert torch.isfinite(module(x)).all()  # the dual level closed: the forward as before
 
 
+@pytest.mark.parametrize("transform", ["grad", "vjp", "jacrev", "vmap"])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_torch_func_transforms_are_a_clear_error(module, transform, mode):
+    """torch.func's grad, vjp, jacrev and vmap through a fused module raise fusedlib's error,
+    naming the transforms and what to use instead, rather than PyTorch's about an autograd.Function
+    form or a batching rule; outside them the module runs as before."""
+    module.train(mode == "train")
+    x = torch.rand(4, 8)
+    calls = {"grad": lambda: torch.func.grad(lambda t: module(t).sum())(x),
+             "vjp": lambda: torch.func.vjp(module, x),
+             "jacrev": lambda: torch.func.jacrev(module)(x),
+             "vmap": lambda: torch.func.vmap(module)(x.reshape(2, 2, 8))}
+    with pytest.raises(NotImplementedError, match="torch.func transforms .* not supported.*torch.autograd.grad"):
+        calls[transform]()
+    assert torch.isfinite(module(x)).all()
+
+
+@pytest.mark.parametrize("kind", ["84", "33"])
+def test_a_scale_or_batchnorm_that_does_not_fit_the_linear_is_an_error(kind):
+    """A BatchNorm over another number of features than the Linear's outputs, or a scale that
+    eager PyTorch's x * scale would broadcast otherwise than one value a column ((M, 1) scales
+    rows, a third dimension changes the output's shape), is a clear error naming it, not an
+    internal one or a silently flattened scale; (1, M) and (1, 1) give the flat scale's output."""
+    from fusedlib.reference import make_reference
+    module = fusedlib.from_reference(make_reference(kind, 8, 5, seed=0))
+    x = torch.rand(4, 8)
+    other = copy.deepcopy(module)
+    other.bn = torch.nn.BatchNorm1d(7)
+    with pytest.raises(ValueError, match="bn: expected num_features == gemm.out_features = 5 .*got 7"):
+        other(x)
+    bad, good = ((5, 1), (1, 5)) if kind == "33" else ((1, 1, 1), (1, 1))
+    other = copy.deepcopy(module)
+    other.scale = torch.nn.Parameter(module.scale.detach().reshape(bad))
+    with pytest.raises(ValueError, match="scale: expected shape \\(k,\\) or \\(1, k\\)"):
+        other(x)
+    other.scale = torch.nn.Parameter(module.scale.detach().reshape(good))
+    torch.testing.assert_close(other(x), module(x), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="scale_shape: expected shape"):
+        FusedGemmScaleBatchNorm(8, 5, (5, 1))
+
+
 @pytest.mark.parametrize("kind", ["84", "33"])
 def test_an_in_place_op_after_the_module_keeps_its_backward(kind):
     """ReLU(inplace=True) after a fused module in eval mode (or with a frozen BatchNorm), as

@@ -302,8 +302,26 @@ def test_process_group_is_checked_and_shown():
     import fusedlib
     with pytest.raises(TypeError, match="process_group: expected a torch.distributed ProcessGroup"):
         fusedlib.FusedGemmBatchNormScalingSoftmax(4, 3, process_group="world")
-    with pytest.raises(RuntimeError, match="torch.distributed is not initialized"):
-        fusedlib.convert_sync_batchnorm(fusedlib.FusedGemmScaleBatchNorm(4, 3, (3,)))
+
+
+def test_a_model_converted_for_the_default_group_is_saved_and_run_alone():
+    """convert_sync_batchnorm without a group, as nn.SyncBatchNorm's converter: before
+    init_process_group, the group resolved at the forward; the model pickles whole
+    (torch.save) and, in one process, computes what it computed before conversion."""
+    import io
+
+    import fusedlib
+    module = fusedlib.FusedGemmScaleBatchNorm(4, 3, (3,)).double()
+    before = copy.deepcopy(module)
+    converted = fusedlib.convert_sync_batchnorm(module)
+    assert converted.process_group is None and "process_group=default" in repr(converted)
+    buffer = io.BytesIO()
+    torch.save(converted, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    x = torch.randn(6, 4, dtype=torch.float64)
+    for m in (converted, loaded):
+        torch.testing.assert_close(m(x), before(x), rtol=1e-12, atol=1e-12)
 
 
 def _pytorch_converter_worker(rank: int, world: int, out: str) -> None:
