@@ -423,7 +423,7 @@ def test_the_train_backward_fake_gives_the_kernels_dtypes():
 @pytest.mark.parametrize("kind", ["84", "33"])
 def test_the_checks_before_the_kernels_hold_on_cuda(kind):
     """On CUDA the forward first tries the C++ eager call (:func:`fusedlib.cuda.eager_forward`),
-    not the CPU tests' route: there too forward-mode AD raises, a hook on gemm is an error, a
+    not the CPU tests' route: there too forward-mode AD and torch.func's other transforms raise, a hook on gemm is an error, a
     frozen BatchNorm in a train-mode model (from_reference keeps it frozen) normalises with its
     running statistics and updates none, and in eval mode an in-place op after 33 keeps its
     backward (84's, as eager's, refuses it)."""
@@ -435,6 +435,12 @@ def test_the_checks_before_the_kernels_hold_on_cuda(kind):
     x, v = torch.rand(32, 64, device="cuda"), torch.rand(32, 64, device="cuda")
     with pytest.raises(NotImplementedError, match="forward-mode AD"):
         torch.func.jvp(fused, (x,), (v,))
+    with pytest.raises(NotImplementedError, match="forward-mode AD"):  # the 16-bit route's checks too
+        torch.func.jvp(copy.deepcopy(fused).bfloat16(), (x.bfloat16(),), (v.bfloat16(),))
+    for transform in (lambda: torch.func.grad(lambda t: fused(t).sum())(x),
+                      lambda: torch.func.vmap(fused)(x.reshape(2, 16, 64))):
+        with pytest.raises(NotImplementedError, match="torch.func transforms"):
+            transform()
     handle = fused.gemm.register_forward_hook(lambda m, i, o: o * 2)
     with pytest.raises(TypeError, match="gemm: has forward or backward hooks"):
         fused(x)
