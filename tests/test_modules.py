@@ -386,16 +386,23 @@ def test_an_in_place_op_after_the_module_keeps_its_backward(kind):
     from fusedlib.reference import make_reference
     ref = make_reference(kind, 8, 6, seed=0).eval()
     fused = fusedlib.from_reference(copy.deepcopy(ref))
+    _in_place_relu_grads(ref, fused, torch.rand(5, 8), kind)
+
+
+def _in_place_relu_grads(ref, fused, x: torch.Tensor, kind: str) -> list:
+    """x's gradients through ReLU(inplace=True) after ``ref`` and after ``fused`` (None where the
+    backward refuses the in-place op, which must be 84's in both)."""
     grads = []
     for m in (ref, fused):
-        x = torch.rand(5, 8, requires_grad=True)
+        xg = x.clone().requires_grad_()
         try:
-            torch.relu_(m(x)).sum().backward()
-            grads.append(x.grad)
+            torch.relu_(m(xg)).sum().backward()
+            grads.append(xg.grad)
         except RuntimeError as exc:
             assert "inplace" in str(exc) and kind == "84"
             grads.append(None)
     assert (grads[0] is None) == (grads[1] is None) == (kind == "84")
+    return grads
 
 
 def test_the_operators_refuse_an_unknown_kind():
@@ -450,15 +457,6 @@ def test_the_checks_before_the_kernels_hold_on_cuda(kind):
     assert torch.equal(fused.bn.running_mean, before) and fused.bn.num_batches_tracked.item() == 0
     ref.eval()
     fused.eval()
-    grads = []
-    for m in (ref, fused):
-        xg = x.clone().requires_grad_()
-        try:
-            torch.relu_(m(xg)).sum().backward()
-            grads.append(xg.grad)
-        except RuntimeError as exc:
-            assert "inplace" in str(exc) and kind == "84"
-            grads.append(None)
-    assert (grads[0] is None) == (grads[1] is None) == (kind == "84")
+    grads = _in_place_relu_grads(ref, fused, x, kind)
     if kind == "33":
         torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
