@@ -46,6 +46,8 @@ TERMS: dict[str, Term] = {
     "thread block": Term("A group of a kernel's threads that run on one SM together and share its shared memory; "
                          "a kernel's threads come in blocks of the same size.", "00", r"(?i)\bthread\s+blocks?\b"),
     "grid": Term("All the thread blocks of one kernel launch.", "00", r"(?i)\bgrids?\b"),
+    "cuBLAS": Term("NVIDIA's library of linear-algebra kernels: PyTorch's nn.Linear runs its GEMM on a GPU, the "
+                   "fastest GEMM the course measures its own against.", "00", r"\bcuBLAS(?:Lt)?\b"),
     "DRAM": Term("The GPU's main memory (HBM on an H100 or H200): every tensor lives there between kernels, and it is the "
                  "slowest place a kernel reads from or writes to.", "00", r"\bDRAM\b"),
     "L2": Term("The cache between DRAM and the SMs, shared by the whole GPU: data read again soon after may come "
@@ -92,9 +94,17 @@ TERMS: dict[str, Term] = {
                         r"(?i)\bridge points?\b"),
     "column block": Term("All the tiles of Z that cover the same columns: the tiles whose partials a column's "
                          "statistics merge.", "00", r"(?i)\bcolumn blocks?\b"),
+    "Chan's merge": Term("The exact rule that combines the row count, mean and sum of squared deviations of two "
+                         "blocks of rows into those of both, without reading the rows again (Chan, Golub & LeVeque).",
+                         "00", r"\bChan(?:'s|’s)?(?:\s+|-)(?:merge[ds]?|formula)\b"),
+    "online softmax": Term("A softmax whose row maximum and sum of exponentials come from one sweep over the row, the "
+                           "running sum rescaled whenever the maximum grows.", "00", r"(?i)\bonline[- ]softmax\b"),
     "CUDA graph": Term("A recording of a sequence of kernel launches, captured once and replayed with one call, "
                        "which saves the host's per-launch overhead.", "00", r"\bCUDA graphs?\b"),
     # ------------------------------------------------------------------ 02: the naive stage and the GEMM engine
+    "sm_XY": Term("NVIDIA's name for compute capability X.Y, the GPU generation a kernel is compiled for: sm_80 is "
+                  "Ampere (A100), sm_90a Hopper (H100, H200) with its architecture-specific instructions.", "02",
+                  r"\bsm_(?:\d+a?|XY)\b|(?i:\bcompute capabilit(?:y|ies)\b)"),
     "SIMT": Term("Single instruction, multiple threads: the ordinary CUDA cores, each thread computing its own "
                  "fp32 fused multiply-adds; the fp32 GEMM runs this way.", "02", r"\bSIMT\b"),
     "mma.sync": Term("The tensor-core instruction of Ampere GPUs (sm_80 on): one warp multiplies a 16×8 tile by an "

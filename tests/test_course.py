@@ -632,3 +632,133 @@ def test_stage_validation_counts_and_flags_a_failing_case(tmp_path, monkeypatch)
     assert int(table.cases.sum()) == len(cases) and table.index.names == ["precision", "path"]
     monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path / "absent"))
     assert course.stage_validation("sums") == (course.NO_RESULTS, None)
+
+
+# ---------------------------------------------------------------- notebooks 05–07: spreads, ratios, eval against train
+def test_peer_spread_md_says_when_the_records_do_not_measure_it(tmp_path, monkeypatch):
+    """Without peers/bench.csv the line says the spread is not measured (not an empty string);
+    with repeated configurations it gives each peer's largest spread."""
+    import pandas as pd
+    monkeypatch.setattr(course, "results_dir", lambda gpu="h100": tmp_path)
+    cols = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl", "median_ms"]
+    pd.DataFrame([("84", 1024, 8192, 8192, "train", "fp32", "eager", 2.0)], columns=cols).to_csv(
+        tmp_path / "bench.csv", index=False)
+    text = course.peer_spread_md()
+    assert course.NOT_MEASURED in text and course.PEER_REPEATS in text and "\n" not in text
+    (tmp_path / "peers").mkdir()
+    pd.DataFrame([("84", 1024, 8192, 8192, "train", "fp32", "eager", 2.5)], columns=cols).to_csv(
+        tmp_path / "peers" / "bench.csv", index=False)
+    text = course.peer_spread_md()
+    assert course.NOT_MEASURED not in text and "**25.0 %**" in text
+
+
+def test_gemm_run_spread_pairs_naive_and_fold(tmp_path, monkeypatch):
+    """The same GEMM kernel in naive's and fold's profiled runs: max/min − 1 per (problem,
+    precision, kernel); other kernels and impls left out; None without such a pair."""
+    import pandas as pd
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    assert course.gemm_run_spread() is None  # no profile.csv
+    shape = "1024x8192->8192"
+    rows = [("84", shape, "train", "tf32", "naive", "wgmma_gemm_kernel<BiasStore>", 1, 100.0),
+            ("84", shape, "train", "tf32", "fold", "wgmma_gemm_kernel<BiasStore>", 1, 104.0),
+            ("84", shape, "train", "tf32", "naive", "column_moment_kernel", 1, 10.0),
+            ("84", shape, "train", "tf32", "fold", "column_moment_kernel", 1, 20.0),
+            ("84", shape, "train", "tf32", "sums", "wgmma_gemm_kernel<ColumnStats>", 1, 200.0)]
+    cols = ["problem", "shape", "mode", "precision", "impl", "kernel", "calls", "cuda_time_us_per_call"]
+    pd.DataFrame(rows, columns=cols).to_csv(tmp_path / "profile.csv", index=False)
+    pairs = course.gemm_run_spread()
+    assert len(pairs) == 1 and pairs["spread %"].iloc[0] == pytest.approx(4.0)
+    assert course.gemm_run_spread(("fp32",)) is None
+
+
+def test_measurement_ratios_are_the_stage_time_over_each_other():
+    table = course.measurement_table("fused", ("fp32", "tf32", "3xtf32"))
+    if table is None:
+        pytest.skip("no committed bench.csv")
+    r = course.measurement_ratios("fused", ("fp32", "tf32", "3xtf32"))
+    t = table.set_index(["problem", "precision"])
+    assert list(r.index) == list(t.index)
+    assert r["× predicted"].to_numpy() == pytest.approx((t["fused ms"] / t["predicted ms"]).to_numpy())
+    assert r["× eager"].to_numpy() == pytest.approx((t["fused ms"] / t["eager ms"]).to_numpy())
+    assert r["× GEMM alone"].to_numpy() == pytest.approx((t["fused ms"] / t["gemm_only ms"]).to_numpy())
+    saved = course.saved_table("fused")
+    assert r["× sums"].to_numpy() == pytest.approx((saved["fused ms"] / saved["sums ms"]).to_numpy())
+
+
+def _eval_line(text, problem, precision):
+    [line] = [x for x in text.splitlines() if x.startswith(f"- **{problem} in {precision}**")]
+    return line
+
+
+def test_eval_slower_md_follows_the_profile(tmp_path, monkeypatch):
+    """Each case where eval is slower says its GEMM took longer exactly where profile.csv has the
+    eval GEMM longer than the train one; raising the eval GEMM of a case beyond the spread makes
+    the line say so; a case eval is not slower in is not listed."""
+    import shutil
+    t = course.eval_versus_train()
+    if t is None or course.profile() is None:
+        pytest.skip("no committed bench.csv and profile.csv")
+    text = course.eval_slower_md()
+    slower = t[t["% saved"] < 0]
+    for (p, q), r in t.iterrows():
+        if (p, q) not in slower.index:
+            assert f"**{p} in {q}**" not in text
+            continue
+        line = _eval_line(text, p, q)
+        assert (": longer" in line) == (r["eval GEMM µs"] > r["train GEMM µs"]), line
+        assert f"{r['eval GEMM µs']:.1f} µs against train's {r['train GEMM µs']:.1f}" in line
+    # an eval GEMM far slower than train's, in a case eval is slower in: longer, beyond the spread
+    p, q = slower.index[0]
+    src = course.results_dir()
+    for name in ("bench.csv", "profile.csv", "env.json"):
+        shutil.copy(src / name, tmp_path / name)
+    prof = course.profile()
+    from fusedlib.reference import PRESETS
+    sel = ((prof.problem == p) & (prof["shape"] == str(PRESETS[p])) & (prof["mode"] == "eval") & (prof.impl == "fused")
+           & (prof.precision == q) & prof.kernel.str.contains("gemm"))
+    prof.loc[sel, "cuda_time_us_per_call"] *= 1.5
+    prof.to_csv(tmp_path / "profile.csv", index=False)
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    assert ": longer, beyond the same kernel's spread" in _eval_line(course.eval_slower_md(), p, q)
+
+
+def test_eval_slower_md_without_a_slower_case(tmp_path, monkeypatch):
+    import shutil
+    if course.measured() is None:
+        pytest.skip("no committed bench.csv")
+    bench = course.measured()
+    bench.loc[bench["mode"] == "eval", "median_ms"] *= 0.5
+    bench.to_csv(tmp_path / "bench.csv", index=False)
+    shutil.copy(course.results_dir() / "env.json", tmp_path / "env.json")
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    assert "nowhere slower" in course.eval_slower_md()
+    (tmp_path / "bench.csv").unlink()
+    assert course.NO_RESULTS in course.eval_slower_md() and course.eval_versus_train() is None
+
+
+def test_kernel_pass_share_and_the_16bit_trends(tmp_path, monkeypatch):
+    """The measured share of the kernels around the GEMM (the GEMM alone: none), and one line per
+    group of impls that move alike from tf32 to bf16: naive keeps Z in float32, so its passes
+    weigh more in bf16, predicted and measured; without profile.csv the measured side says so."""
+    assert course.is_gemm_kernel("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT")
+    assert course.is_gemm_kernel("void fl::wgmma_gemm_kernel<256, false, fl::ColumnStatsMerge>")
+    assert not course.is_gemm_kernel("void fl::online_softmax_rows_regs_kernel<8, 0, 0>(float const*)")
+    if course.profile() is None:
+        pytest.skip("no committed profile.csv")
+    assert course.kernel_pass_share("gemm_only", "84", "bf16") < 1
+    naive = [(course.kernel_pass_share("naive", p, "tf32"), course.kernel_pass_share("naive", p, "bf16"))
+             for p in course.PROBLEMS]
+    text = course.pass_share_trend_md()
+    [line] = [x for x in text.splitlines() if "`naive`" in x]
+    grows = all(b > a for a, b in naive)
+    assert line.startswith("- **Grows at every shape**, predicted and measured") == grows
+    assert "Z in float32" in line and text.count("`fused` (Z′ in bf16") == 1
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    assert "(not profiled)" in course.pass_share_trend_md()
+    with pytest.raises(ValueError, match="two"):
+        course.pass_share_trend_md(precisions=("tf32",))
+
+
+def test_peer_spread_md_without_any_benchmark(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    assert course.NO_RESULTS in course.peer_spread_md()

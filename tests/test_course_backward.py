@@ -68,3 +68,40 @@ def test_backward_dataflow_draws_one_bar_row_per_kernel():
                   for c, u in (*p["reads"].values(), *p["writes"].values()))
     assert widths == pytest.approx(plan_mb)                                   # to scale
     assert set(backward.FIGURES) and all(callable(f) for f in backward.FIGURES.values())
+
+
+def test_train_step_inversions_name_a_later_stage_slower_than_an_earlier(tmp_path, monkeypatch):
+    """One row per setting whose stages break the ladder's order (median step), with its largest
+    pair and how many pairs are out of order; settings in order are left out; the sentence counts
+    them and says where the fastest calls are back in order."""
+    import pandas as pd
+    rows = []
+    for precision, ms in (("bf16", (1.0, 0.9, 0.8, 0.7)), ("fp16", (0.8, 0.9, 0.95, 1.0))):
+        for impl, t in zip(("naive", "fold", "sums", "fused"), ms):
+            rows.append({"problem": "33", "precision": precision, "impl": impl, "median_ms": t, "min_ms": t / 2,
+                         "forward_ms": t / 3})
+    pd.DataFrame(rows).to_csv(tmp_path / "train_step.csv", index=False)
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    t = course.train_step_inversions()
+    assert list(t.index) == [("33", "fp16")]
+    r = t.iloc[0]
+    assert (r["earlier"], r["later"], r["pairs"]) == ("naive", "fused", "6 of 6")
+    assert r["% slower"] == pytest.approx(25.0)
+    text = course.train_step_inversions_md()
+    assert text.startswith("In 1 of 2 settings") and "in 0 of the 1" in text
+    assert course.train_step_inversions(("bf16",)).empty
+    assert "every stage's step" in course.train_step_inversions_md(("bf16",))
+    (tmp_path / "train_step.csv").unlink()
+    assert course.train_step_inversions() is None and course.NO_RESULTS in course.train_step_inversions_md()
+
+
+def test_the_committed_16bit_steps_out_of_order_are_listed():
+    steps = course.train_steps()
+    if steps is None or not steps.precision.isin(course.SIXTEEN_STEPS).any():
+        pytest.skip("no committed 16-bit train steps")
+    t = course.train_step_inversions(course.SIXTEEN_STEPS)
+    for (problem, precision), g in steps[steps.precision.isin(course.SIXTEEN_STEPS)].groupby(["problem", "precision"]):
+        ms = g.set_index("impl").median_ms
+        ordered = all(ms[a] >= ms[b] for i, a in enumerate(("naive", "fold", "sums", "fused"))
+                      for b in ("naive", "fold", "sums", "fused")[i + 1:])
+        assert ((problem, precision) in t.index) == (not ordered), (problem, precision)

@@ -40,5 +40,17 @@ def test_the_ring_exercise_matches_the_kernel_source():
     assert "kWgBM = 128, kWgBK = 32" in src
     assert re.search(r"kABytes = kWgBM \* kWgBK \* 4, kBBytes = BN \* kWgBK \* 4", src)
     assert "kStageBytes = kABytes + (PROMOTE ? 2 : 1) * kBBytes" in src
-    assert "kStages = (192 * 1024) / kStageBytes" in src
+    assert "kStages = (192 * 1024) / kStageBytes < 6 ? (192 * 1024) / kStageBytes : 6" in src  # capped at six
     assert nb05.ring_stages(256, False) == 4 and nb05.ring_stages(168, True) == 3
+    assert nb05.ring_stages(64, False) == 6  # eight fit at the narrow tf32 tile: the cap decides
+
+
+def test_the_ring_check_rejects_each_known_mistake():
+    """The registered wrong answer ignores the cap; the check also rejects one that counts the
+    3xTF32 operand's slice once."""
+    from fusedlib.lab.exercises import ExerciseError
+    from fusedlib.lab.exercises import nb05 as checks
+    assert (64, False) in checks.RING_CASES
+    for wrong in (checks._ring_stages_without_the_cap, checks._ring_stages_forgetting_w_small):
+        with pytest.raises(ExerciseError):
+            checks.check_ring_stages(wrong)

@@ -300,6 +300,30 @@ def measurement_md(stage: str, precisions=("fp32",), mode: str = "train", gpu: s
     return head + "\n\n" + "\n".join(lines)
 
 
+def measurement_ratios(stage: str, precisions=("fp32",), mode: str = "train", gpu: str = RESULTS_GPU):
+    """:func:`measurement_md`'s comparisons as a table: one row per problem and precision (the
+    KernelBench shapes), ``<stage> ms`` (bench.csv's median) and that time over each other time,
+    ``× predicted`` (the cost model's), ``× <previous stage>`` (the same precision), ``× eager``,
+    ``× compile`` and ``× GEMM alone`` (3xtf32: the fp32 peers, the same accuracy class); below 1,
+    ``stage`` is the faster. NaN where the run lacks a time; None without bench.csv."""
+    from ..algebra import STAGES
+    table = measurement_table(stage, precisions, mode, gpu)
+    if table is None:
+        return None
+    previous = STAGES[STAGES.index(stage) - 1] if stage in STAGES and STAGES.index(stage) > 0 else None
+    kb = at_presets(measured(gpu=gpu), mode)
+    t = table.set_index(["problem", "precision"])
+    out = t[[f"{stage} ms"]].copy()
+    out["× predicted"] = t[f"{stage} ms"] / t["predicted ms"]
+    if previous is not None:
+        prev = kb[kb.impl == previous].set_index(["problem", "precision"]).median_ms
+        out[f"× {previous}"] = [t.loc[i, f"{stage} ms"] / prev[i] if i in prev.index else float("nan")
+                                for i in t.index]
+    for peer, label in (("eager", "eager"), ("compile", "compile"), ("gemm_only", "GEMM alone")):
+        out[f"× {label}"] = t[f"{stage} ms"] / t[f"{peer} ms"]
+    return out
+
+
 def ladder_md(precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: str = RESULTS_GPU) -> str:
     """The ladder in words (Markdown): for each problem at its KernelBench shape and each
     precision, the committed median of every stage in order (:data:`NOT_MEASURED` where the run
@@ -1127,6 +1151,132 @@ def fused_versus_sums(mode: str = "train", gpu: str = RESULTS_GPU):
     return pd.DataFrame(rows).set_index(["problem", "precision"]) if rows else None
 
 
+def gemm_run_spread(precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", gpu: str = RESULTS_GPU):
+    """How much one GEMM kernel's time moves between two runs, from profile.csv: ``naive`` and
+    ``fold`` run the same GEMM kernel (BiasStore epilogue, the same name) at the same shape, each
+    in its own profiled run, so their two timings differ by noise alone. One row per (problem,
+    precision, kernel) at the KernelBench shapes timed in both: ``naive`` and ``fold`` (µs per
+    call) and ``spread %`` (max/min − 1). None without profile.csv or without such pairs.
+    Read a difference between stages against its precision's largest spread
+    (``.groupby(level="precision")["spread %"].max()``)."""
+    from ..reference import PRESETS
+    prof = profile(gpu)
+    if prof is None:
+        return None
+    same = prof[(prof["mode"] == mode) & prof.impl.isin(["naive", "fold"]) & prof.precision.isin(list(precisions))
+                & prof.kernel.str.contains("gemm") & (prof["shape"] == prof.problem.map(lambda p: str(PRESETS.get(p))))]
+    pairs = same.pivot_table(index=["problem", "precision", "kernel"], columns="impl",
+                             values="cuda_time_us_per_call", aggfunc="last")
+    pairs = pairs.dropna() if {"naive", "fold"} <= set(pairs.columns) else pairs.iloc[0:0]
+    if pairs.empty:
+        return None
+    pairs = pairs[["naive", "fold"]].copy()
+    pairs["spread %"] = 100 * (pairs.max(axis=1) / pairs.min(axis=1) - 1)
+    return pairs
+
+
+def _flush_us(gpu: str = RESULTS_GPU) -> float:
+    """µs the L2 flush before each timed call keeps the GPU busy: FLUSH_MB written at the measured
+    copy bandwidth (docs/design.md §6)."""
+    from .timing import FLUSH_MB
+    return FLUSH_MB * 2**20 / (ceilings(gpu)["bandwidth"] * 1e3)
+
+
+def eval_versus_train(stage: str = "fused", precisions=("fp32", "tf32", "3xtf32"), gpu: str = RESULTS_GPU):
+    """``stage``'s forward in eval mode against train mode at the KernelBench shapes, one row per
+    problem and precision that bench.csv holds in both modes: the medians (``train ms``, ``eval
+    ms``, bench.csv), ``% saved`` (:func:`pct_saved`; negative: eval is slower), the host time to
+    enqueue each call (``train host µs``, ``eval host µs``), and from profile.csv, where it holds
+    the row, the GEMM kernel's device time (``train GEMM µs``, ``eval GEMM µs``) and all of the
+    forward's kernels' (``train kernels µs``, ``eval kernels µs``; NaN where the profile lacks
+    them). None without bench.csv."""
+    import pandas as pd
+
+    from ..reference import PRESETS
+    bench = measured(gpu=gpu)
+    if bench is None:
+        return None
+    prof = profile(gpu)
+    rows = []
+    for problem in PROBLEMS:
+        for precision in precisions:
+            row = {"problem": problem, "precision": precision}
+            for mode in ("train", "eval"):
+                b = at_presets(bench, mode)
+                b = b[(b.problem == problem) & (b.impl == stage) & (b.precision == precision)]
+                row[f"{mode} ms"] = float(b.median_ms.iloc[0]) if len(b) else float("nan")
+                row[f"{mode} host µs"] = (float(b.host_us.iloc[0]) if len(b) and "host_us" in b else float("nan"))
+                k = (prof[(prof.problem == problem) & (prof["shape"] == str(PRESETS[problem])) & (prof["mode"] == mode)
+                          & (prof.impl == stage) & (prof.precision == precision)].drop_duplicates("kernel", keep="last")
+                     if prof is not None else None)
+                has = k is not None and len(k) > 0
+                gemm = k.kernel.str.contains("gemm") if has else None
+                row[f"{mode} GEMM µs"] = float(k.cuda_time_us_per_call[gemm].sum()) if has else float("nan")
+                row[f"{mode} kernels µs"] = float(k.cuda_time_us_per_call.sum()) if has else float("nan")
+            if row["train ms"] != row["train ms"] or row["eval ms"] != row["eval ms"]:
+                continue
+            row["% saved"] = pct_saved(row["train ms"], row["eval ms"])
+            rows.append(row)
+    if not rows:
+        return None
+    cols = ["train ms", "eval ms", "% saved", "train GEMM µs", "eval GEMM µs", "train kernels µs", "eval kernels µs",
+            "train host µs", "eval host µs"]
+    return pd.DataFrame(rows).set_index(["problem", "precision"])[cols]
+
+
+def eval_slower_md(stage: str = "fused", precisions=("fp32", "tf32", "3xtf32"), gpu: str = RESULTS_GPU) -> str:
+    """Where ``stage``'s eval-mode forward is slower than its train-mode one (bench.csv medians,
+    :func:`eval_versus_train`), what the records say about each such case (Markdown), rendered
+    from them: whether the eval GEMM kernel took longer in profile.csv than the train one, and
+    whether by more than the same GEMM kernel moves between two runs in that precision
+    (:func:`gemm_run_spread`); where it did not take longer, whether the forward's difference is
+    within that spread, or else whether the eval call's host time outlasted the L2 flush before it
+    (so that the GPU may have waited for the host, docs/design.md §6). One sentence where eval is
+    nowhere slower; :data:`NO_RESULTS` without bench.csv."""
+    t = eval_versus_train(stage, precisions, gpu)
+    if t is None:
+        return f"*{NO_RESULTS} (results/{gpu}/bench.csv).*"
+    slower = t[t["% saved"] < 0]
+    if slower.empty:
+        return f"Eval mode is nowhere slower than train mode for `{stage}` in these records."
+    pairs = gemm_run_spread(gpu=gpu)
+    spread = pairs.groupby(level="precision")["spread %"].max() if pairs is not None else None
+    flush = _flush_us(gpu)
+    lines = []
+    for (problem, precision), r in slower.iterrows():
+        d = -r["% saved"]
+        s = float(spread[precision]) if spread is not None and precision in spread.index else None
+        head = f"- **{problem} in {precision}** ({r['train ms']:.3f} → {r['eval ms']:.3f} ms, {d:.1f} % slower): "
+        if r["eval GEMM µs"] != r["eval GEMM µs"] or r["train GEMM µs"] != r["train GEMM µs"]:
+            lines.append(head + "the per-kernel profile has no row for it: these records do not say why.")
+            continue
+        g = 100 * (r["eval GEMM µs"] / r["train GEMM µs"] - 1)
+        gemm = f"eval's GEMM took {r['eval GEMM µs']:.1f} µs against train's {r['train GEMM µs']:.1f}"
+        spread_txt = f"the same kernel's spread ({s:.1f} % in {precision})"
+        if g > 0 and s is not None and g <= s:
+            lines.append(head + gemm + f" ({g:+.1f} %): longer, but within {spread_txt}, so not resolved.")
+        elif g > 0:
+            lines.append(head + gemm + f" ({g:+.1f} %): longer" + (f", beyond {spread_txt}." if s is not None else
+                         " (no estimate of the spread between runs to read it against)."))
+        elif s is not None and d <= s:
+            lines.append(head + gemm + f": less; the forward's {d:.1f} % is within {spread_txt}.")
+        else:
+            text = (head + gemm + f", all its kernels {r['eval kernels µs']:.1f} against "
+                    f"{r['train kernels µs']:.1f}: less, so the extra time lies outside the kernels.")
+            if r["eval host µs"] > flush and r["eval host µs"] > r["train host µs"]:
+                text += (f" The host (the CPU issuing the launches) took {r['eval host µs']:.0f} µs to enqueue "
+                         f"the eval call (train's "
+                         f"{r['train host µs']:.0f}), more than the L2 flush before it lasts (about {flush:.0f} µs): "
+                         f"up to {r['eval host µs'] - flush:.0f} of the {1e3 * (r['eval ms'] - r['train ms']):.0f} µs "
+                         "may be the GPU waiting for the host.")
+            else:
+                text += " These records do not say where it went."
+            lines.append(text)
+    cases = ", ".join(f"{p} in {q}" for p, q in slower.index)
+    return (f"Eval mode is slower in {cases}. Case by case, the per-kernel profile (`profile.csv`, a run of its "
+            "own), and the spread of one GEMM kernel between two runs (notebook 05):\n\n" + "\n".join(lines))
+
+
 def saved_table(stage: str = "fused", mode: str = "train", gpu: str = RESULTS_GPU):
     """The ladder's savings at the KernelBench shapes, one row per problem and precision:
     ``naive ms``, the previous stage's ms, ``stage``'s ms (one run of bench.csv,
@@ -1226,11 +1376,15 @@ def sync_summary(sync) -> "object":
 
 def peer_spread_md(mode: str = "train", gpu: str = RESULTS_GPU) -> str:
     """:func:`peer_spread` in words (Markdown), for reading every ratio against a peer: how
-    many runs, and per peer the largest and median spread; empty where no configuration was timed
-    twice (no ``results/<gpu>/peers/bench.csv``)."""
+    many runs, and per peer the largest and median spread; where no configuration was timed
+    twice (no ``results/<gpu>/peers/bench.csv``), one line saying that the records do not
+    measure it."""
     spread = peer_spread(mode, gpu)
+    if spread is None and measured(gpu=gpu) is None:
+        return f"The peers' run-to-run spread: {NO_RESULTS} (results/{gpu}/bench.csv)."
     if spread is None:
-        return ""
+        return (f"The peers' run-to-run spread: {NOT_MEASURED} in this GPU's records (results/{gpu}/ holds "
+                f"one run of each peer and no `{PEER_REPEATS}`), so the ratios against the peers come without it.")
     return ("Read the ratios against the peers with their own run-to-run spread, the same configuration "
             "timed in separate runs of the benchmark: " + "; ".join(
                 f"{impl} moved by up to **{r['largest']:.1f} %** (median {r['median']:.1f} %) over "
@@ -1340,6 +1494,82 @@ def pass_share_md(precisions=("tf32", "bf16"), mode: str = "train", gpu: str = R
         f"`fused` saves {_by_problem(lead)} of eager's time; the saving {trend(lead)}. Eager's passes shrink with its "
         "GEMM, and so does the fused row pass, whose Z′ is in the 16-bit dtype as eager's Z is.",
     ])
+
+def is_gemm_kernel(name: str) -> bool:
+    """Whether a profiled kernel (profile.csv's ``kernel``) is a GEMM's: the engine's
+    (``…gemm_kernel``), cuBLAS's (``sm90_xmma_gemm…``, ``nvjet…``, cutlass's ``…gemm…``, and its
+    split-K reduction). Every other kernel is one of the passes around it."""
+    low = name.lower()
+    return "gemm" in low or low.startswith("nvjet") or "splitkreduce" in low
+
+
+def kernel_pass_share(impl: str, problem: str, precision: str, mode: str = "train", gpu: str = RESULTS_GPU):
+    """The measured counterpart of :func:`pass_share`: the % of ``impl``'s profiled kernel time at
+    ``problem``'s KernelBench shape spent outside its GEMM kernels (:func:`is_gemm_kernel`), from
+    profile.csv (the latest profile of each kernel); None where the profile lacks the row."""
+    from ..reference import PRESETS
+    prof = profile(gpu)
+    if prof is None:
+        return None
+    sel = prof[(prof.problem == problem) & (prof["shape"] == str(PRESETS[problem])) & (prof["mode"] == mode)
+               & (prof.impl == impl) & (prof.precision == precision)].drop_duplicates("kernel", keep="last")
+    total = float(sel.cuda_time_us_per_call.sum())
+    if sel.empty or total <= 0:
+        return None
+    gemm = float(sel.cuda_time_us_per_call[sel.kernel.map(is_gemm_kernel)].sum())
+    return 100 * (total - gemm) / total
+
+
+def pass_share_trend_md(impls=("naive", "fold", "sums", "fused", "eager"), precisions=("tf32", "bf16"),
+                        mode: str = "train", gpu: str = RESULTS_GPU) -> str:
+    """How the share of the passes around the GEMM moves from ``precisions[0]`` to
+    ``precisions[1]`` (default tf32 → bf16) at the KernelBench shapes, predicted
+    (:func:`pass_share`) and measured (:func:`kernel_pass_share`), in one line per group of
+    ``impls`` that move alike (Markdown): "grows at every shape", "shrinks at every shape" or
+    "moves both ways", each impl with where it keeps Z (:data:`fusedlib.algebra.Z16_STAGES`:
+    the 16-bit dtype; the other stages float32; eager PyTorch the dtype) and its measured shares
+    (the range over the problems). A measured trend reads "not profiled" where profile.csv lacks
+    a row.
+
+    Raises:
+        ValueError: ``precisions`` is not two precisions.
+    """
+    from ..algebra import STAGES, Z16_STAGES
+    if len(precisions) != 2:
+        raise ValueError(f"precisions: expected two (before, after), got {precisions!r}")
+    a, b = precisions
+
+    def trend(pairs):
+        if any(x is None or y is None for x, y in pairs):
+            return "not profiled"
+        up = [y > x for x, y in pairs]
+        return "grows at every shape" if all(up) else "shrinks at every shape" if not any(up) else "moves both ways"
+
+    groups: dict[tuple[str, str], list[str]] = {}
+    for impl in impls:
+        predicted = [(pass_share(impl, p, a, None, mode, gpu)["passes %"], pass_share(impl, p, b, None, mode, gpu)["passes %"])
+                     for p in PROBLEMS]
+        measured_ = [(kernel_pass_share(impl, p, a, mode, gpu), kernel_pass_share(impl, p, b, mode, gpu))
+                     for p in PROBLEMS]
+        dtype = b if b in SIXTEEN else "the module's dtype"
+        z = f"Z′ in {dtype}" if impl in Z16_STAGES else "Z in float32" if impl in STAGES else f"Z in {dtype}"
+        name = f"`{impl}`" if impl in STAGES else impl
+        label = f"{name} ({z}"
+        if trend(measured_) != "not profiled":
+            label += (f"; measured {_span([x for x, _ in measured_], '{:.0f}')} % → "
+                      f"{_span([y for _, y in measured_], '{:.0f}')} %")
+        groups.setdefault((trend(predicted), trend(measured_)), []).append(label + ")")
+    to = {"grows at every shape": "to grow at every shape", "shrinks at every shape": "to shrink at every shape",
+          "moves both ways": "to move both ways"}
+    lines = []
+    for (p, m), names in groups.items():
+        head = (f"**{p[0].upper() + p[1:]}**, predicted and measured" if p == m else
+                f"**Predicted {to[p]}** (not profiled)" if m == "not profiled" else
+                f"**Predicted {to[p]}, measured {to[m]}**")
+        lines.append(f"- {head}: " + ", ".join(names) + ".")
+    return (f"The passes' share of each implementation's time, {a} → {b}, {mode} mode, at the three KernelBench "
+            f"shapes, predicted by the cost model and measured kernel by kernel (`profile.csv`):\n\n" + "\n".join(lines))
+
 
 def predicted_ladder(precisions=("tf32", "bf16"), impls=("naive", "fold", "sums", "fused", "eager", "gemm_only"),
                      mode: str = "train", gpu: str = RESULTS_GPU):
@@ -1700,6 +1930,61 @@ def train_step_16bit_md(gpu: str = RESULTS_GPU) -> str:
                      f"its forward {_span(fwd)}× eager's forward; its gradients' error against float64 is "
                      f"{_span(err)}× eager's.")
     return "\n".join(lines)
+
+
+def train_step_inversions(precisions=None, gpu: str = RESULTS_GPU):
+    """Where the committed train steps break the ladder's order: one row per problem and precision
+    (those of ``precisions``, default all) in which a later stage's median step takes longer than
+    an earlier stage's, with its largest such pair: ``earlier``, ``later``, their medians (ms),
+    ``% slower`` (later over earlier), the fastest call of each (``min_ms``: earlier, later), and
+    ``pairs``, how many of the stages' pairs are out of order. None without train_step.csv; empty
+    (the same columns) where every stage's step is at most each earlier one's."""
+    import pandas as pd
+
+    from ..algebra import STAGES
+    df = train_steps(gpu)
+    if df is None:
+        return None
+    if precisions is not None:
+        df = df[df.precision.isin(list(precisions))]
+    rows = []
+    for (problem, precision), g in df.groupby(["problem", "precision"], sort=False):
+        t = g.drop_duplicates("impl", keep="last").set_index("impl")
+        stages = [s for s in STAGES if s in t.index]
+        out = [(e, l) for i, e in enumerate(stages) for l in stages[i + 1:] if t.median_ms[l] > t.median_ms[e]]
+        if not out:
+            continue
+        e, l = max(out, key=lambda pair: t.median_ms[pair[1]] / t.median_ms[pair[0]])
+        rows.append({"problem": problem, "precision": precision, "earlier": e, "later": l,
+                     "earlier ms": float(t.median_ms[e]), "later ms": float(t.median_ms[l]),
+                     "% slower": 100 * (t.median_ms[l] / t.median_ms[e] - 1),
+                     "earlier fastest ms": float(t.min_ms[e]), "later fastest ms": float(t.min_ms[l]),
+                     "pairs": f"{len(out)} of {len(stages) * (len(stages) - 1) // 2}"})
+    cols = ["earlier", "later", "earlier ms", "later ms", "% slower", "earlier fastest ms", "later fastest ms", "pairs"]
+    return pd.DataFrame(rows, columns=["problem", "precision"] + cols).set_index(["problem", "precision"])
+
+
+def train_step_inversions_md(precisions=None, gpu: str = RESULTS_GPU) -> str:
+    """:func:`train_step_inversions` in words (Markdown): in how many of the settings held a
+    later stage's step is slower than an earlier one's, the largest case, and in how many of them
+    the fastest calls (``min_ms``) are in the ladder's order again for that pair. One sentence
+    where no setting breaks the order; :data:`NO_RESULTS` without train_step.csv."""
+    t = train_step_inversions(precisions, gpu)
+    if t is None:
+        return f"*{NO_RESULTS} (results/{gpu}/train_step.csv).*"
+    df = train_steps(gpu)
+    settings = df if precisions is None else df[df.precision.isin(list(precisions))]
+    n = len(settings.groupby(["problem", "precision"]))
+    if t.empty:
+        return f"In all {n} settings every stage's step (median) is at most each earlier stage's."
+    (p, q), w = t["% slower"].idxmax(), t.loc[t["% slower"].idxmax()]
+    back = int((t["later fastest ms"] <= t["earlier fastest ms"]).sum())
+    below = [100 * (1 - r[f"{k} fastest ms"] / r[f"{k} ms"]) for _, r in t.iterrows() for k in ("earlier", "later")]
+    return (f"In {len(t)} of {n} settings a later stage's step (median) takes longer than an earlier stage's; the "
+            f"table gives the largest such pair of each. Most at {p} in {q}: `{w['later']}` {w['later ms']:.3f} ms "
+            f"against `{w['earlier']}`'s {w['earlier ms']:.3f} ({w['% slower']:+.0f} %). The fastest call of each "
+            f"of these steps lies {_span(below, '{:.0f}')} % below its median, and by the fastest calls the pair is "
+            f"back in the ladder's order in {back} of the {len(t)}.")
 
 
 def train_step_md(gpu: str = RESULTS_GPU) -> str:

@@ -15,12 +15,15 @@ def online_max_sum(chunks):
     return m, l
 
 
-def ring_stages(bn: int, three_x: bool, bm: int = 128, bk: int = 32, budget: int = 192 * 1024) -> int:
-    """Stages of the wgmma GEMM's load ring that fit in ``budget`` bytes of shared memory: a
-    stage holds X's bm×bk slice and W's bn×bk slice in fp32, and in 3xTF32 a second copy of
-    W's slice (W_small beside W_big)."""
+def ring_stages(bn: int, three_x: bool, bm: int = 128, bk: int = 32, budget: int = 192 * 1024,
+                cap: int = 6) -> int:
+    """Stages of the wgmma GEMM's load ring: as many whole stages as fit in ``budget`` bytes of
+    shared memory, at most ``cap`` (the kernel's ``WgTile::kStages`` caps the ring at six, which
+    only the narrow tf32 tile, BN = 64, would exceed: eight fit). A stage holds X's bm×bk
+    slice and W's bn×bk slice in fp32, and in 3xTF32 a second copy of W's slice (W_small beside
+    W_big)."""
     stage = 4 * bk * (bm + (2 if three_x else 1) * bn)
-    return budget // stage
+    return min(budget // stage, cap)
 
 
 def row_pass_share(n: int, k: int, m: int, element_bytes: int, tflops: float, gbytes_per_s: float) -> float:
