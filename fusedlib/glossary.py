@@ -101,6 +101,10 @@ TERMS: dict[str, Term] = {
                            "running sum rescaled whenever the maximum grows.", "00", r"(?i)\bonline[- ]softmax\b"),
     "CUDA graph": Term("A recording of a sequence of kernel launches, captured once and replayed with one call, "
                        "which saves the host's per-launch overhead.", "00", r"\bCUDA graphs?\b"),
+    # ------------------------------------------------------------------ 01: the algebra
+    "normwise relative error": Term("The norm of a result's difference from the float64 result over the norm of "
+                                    "that result, ‖y − y₆₄‖ / ‖y₆₄‖: one number for a whole tensor.", "01",
+                                    r"(?i)\bnormwise\b"),
     # ------------------------------------------------------------------ 02: the naive stage and the GEMM engine
     "sm_XY": Term("NVIDIA's name for compute capability X.Y, the GPU generation a kernel is compiled for: sm_80 is "
                   "Ampere (A100), sm_90a Hopper (H100, H200) with its architecture-specific instructions.", "02",
@@ -162,6 +166,10 @@ TERMS: dict[str, Term] = {
     "fp16": Term("IEEE half precision, a 16-bit float with 5 exponent bits and 10 mantissa bits: about three "
                  "significant decimal digits, but nothing beyond 65504 and a narrow range near zero.", "05",
                  r"\b(?:fp16|FP16|float16)\b"),
+    # ------------------------------------------------------------------ 07: eval mode and state kept between calls
+    "version counter": Term("The integer every PyTorch tensor carries (``t._version``), incremented by each in-place "
+                            "operation run through PyTorch's operators; autograd reads it to refuse a backward "
+                            "through an overwritten tensor.", "07", r"(?i)\bversion counters?\b"),
     # ------------------------------------------------------------------ 08: the backward
     "autocast": Term("``torch.autocast``: a context in which PyTorch runs chosen operators, such as nn.Linear, in a "
                      "lower precision (bf16 here) while the parameters stay float32.", "08", r"(?i)\bautocast\b"),

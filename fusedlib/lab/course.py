@@ -565,7 +565,7 @@ def versions_plot(gpu: str = NOTES_GPU):
         ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
-    fig.suptitle(f"The tensor-core mainloop, version by version (results/{gpu}/mainloop_versions.csv)", fontsize=10)
+    fig.suptitle(f"The tensor-core mainloop, design by design (results/{gpu}/mainloop_versions.csv)", fontsize=10)
     fig.tight_layout()
     return fig
 
