@@ -23,7 +23,7 @@ def _args(*argv):
 def test_columns_are_the_contract():
     assert bench.COLUMNS == ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl",
                              "median_ms", "min_ms", "max_ms", "iters", "tflops", "gbytes_per_s", "rel_err",
-                             "gpu", "torch", "cuda", "commit", "timestamp", "host_us"]
+                             "gpu", "torch", "cuda", "commit", "timestamp", "host_us", "device_ms"]
     assert bench.PROFILE_COLUMNS[:8] == ["problem", "shape", "mode", "precision", "impl", "kernel", "calls",
                                          "cuda_time_us_per_call"]
 
@@ -434,7 +434,8 @@ def test_round_robin_interleaves_every_impl_in_blocks_per_round():
     fns = {name: (_recorder(log, name), "fp32") for name in ("a", "b", "c")}
     times = bench.time_round_robin(fns, torch.zeros(2), warmup=2, iters=6, rounds=3)
     assert list(times) == ["a", "b", "c"]
-    assert all(len(t) == 4 and t[1] <= t[0] <= t[2] and t[1] >= 0 and t[3] >= 0 for t in times.values())
+    assert all(len(t) == 5 and t[1] <= t[0] <= t[2] and t[1] >= 0 and t[3] >= 0 and t[4] is None
+               for t in times.values())                                          # no hold: no device time
     assert {name: log.count(name) for name in fns} == {"a": 8, "b": 8, "c": 8}       # warmup + iters each
     assert log[:6] == ["a", "a", "b", "b", "c", "c"]                                   # warm-ups first
     assert log[6:] == ["a", "a", "b", "b", "c", "c",                                   # then 3 rounds of 2,
@@ -640,3 +641,23 @@ def test_environment_names_the_commit_and_a_tree_that_differs_from_it(tmp_path, 
     assert records._environment()["commit"] == head + "-dirty"
     monkeypatch.setenv("FUSEDLIB_COMMIT", "5eed4d6")
     assert records._environment()["commit"] == "5eed4d6"
+
+
+def test_a_held_stream_is_a_column_of_its_own_and_a_negative_hold_an_error(tmp_path, capsys):
+    """--hold-us: each row's device_ms (the median with the stream held while the host enqueues)
+    comes from make_row's fifth time, empty without a hold; a negative hold is refused by the
+    timing function and by the command, naming it."""
+    from fusedlib.lab import records, timing
+    from fusedlib.reference import Shape
+    env = {"gpu": "g", "torch": "t", "cuda": "c", "commit": "x"}
+    shape = Shape(8, 16, 8)
+    held = records.make_row("84", shape, "train", "fp32", "fused", (1.0, 0.9, 1.2, 30.0, 0.8), 50, 1e-7, env)
+    plain = records.make_row("84", shape, "train", "fp32", "fused", (1.0, 0.9, 1.2, 30.0, None), 50, 1e-7, env)
+    assert held["device_ms"] == 0.8 and plain["device_ms"] == "" and held["host_us"] == plain["host_us"] == 30.0
+    assert list(held) == bench.COLUMNS
+    with pytest.raises(ValueError, match="hold_us: expected >= 0"):
+        timing.hold_cycles(torch.zeros(2), -1.0)
+    assert timing.hold_cycles(torch.zeros(2), 2000.0) == 0                      # the CPU: nothing to hold
+    rc = bench.main(_args("--problem", "84", "--shape", "8x16:8", "--device", "cpu", "--hold-us", "-5",
+                          "--out", str(tmp_path / "b.csv")))
+    assert rc == 2 and "--hold-us -5: expected a time of at least 0" in capsys.readouterr().err

@@ -31,6 +31,9 @@ def test_command_rejects_bad_arguments(capsys):
     assert cli.main(["train-step", "--impl", "fastest"]) == 2
     assert "impl" in capsys.readouterr().err
     assert cli.main(["train-step", "--iters", "3", "--rounds", "5"]) == 2
+    capsys.readouterr()
+    assert cli.main(["train-step", "--hold-us", "-1"]) == 2
+    assert "--hold-us -1: expected a time of at least 0" in capsys.readouterr().err
     if not torch.cuda.is_available():
         assert cli.main(["train-step"]) == 2
         assert "CUDA" in capsys.readouterr().err

@@ -421,6 +421,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"the implementations of a table are timed in turn, in this many rounds of about "
                         f"iters/rounds calls each, so that GPU clock drift falls on all alike (default "
                         f"{ROUNDS}; >= 1 and at most --iters)")
+    p.add_argument("--hold-us", type=float, default=0.0, help="also time each call with the stream held for this many µs before it (a spinning kernel, so the host has enqueued the call before it starts): the column device_ms, the GPU's time without its waits for the host; 0 (default): not measured. Must exceed the host's time to enqueue a call (host_us); 2000 covers a train step")
     p.add_argument("--seed", type=int, default=0, help="seed of the model parameters and inputs")
     p.add_argument("--out", type=Path, help="bench.csv to write (default results/<gpu>/bench.csv); "
                    "env.json, profile.csv and sources.json go next to it")
@@ -478,6 +479,9 @@ def main(args) -> int:
         tables = plan_tables(*_selection(args))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.hold_us < 0:
+        print(f"error: --hold-us {args.hold_us:g}: expected a time of at least 0 µs", file=sys.stderr)
         return 2
     if args.rounds < 1 or args.iters < args.rounds:
         print(f"error: --rounds {args.rounds} --iters {args.iters}: expected 1 <= --rounds <= --iters "
@@ -665,7 +669,7 @@ def _time_table(table: Table, ref, state0: dict, x, y64, z64, args, env: dict, o
             try:
                 with torch.no_grad():
                     iters, rounds = table_iters(built, x, args.iters, args.rounds, args.min_time_ms)
-                    times = time_round_robin(built, x, args.warmup, iters, rounds)
+                    times = time_round_robin(built, x, args.warmup, iters, rounds, hold_us=args.hold_us)
                 break
             except TimingError as exc:  # drop the failing implementation, time the others again
                 failures += 1

@@ -17,7 +17,7 @@ from ..reference import Shape, problem_kind
 #: The bench.csv contract, in order.
 COLUMNS = ["problem", "batch", "in_features", "out_features", "mode", "precision", "impl", "median_ms",
            "min_ms", "max_ms", "iters", "tflops", "gbytes_per_s", "rel_err", "gpu", "torch", "cuda", "commit",
-           "timestamp", "host_us"]
+           "timestamp", "host_us", "device_ms"]
 #: The profile.csv contract: torch.profiler's device time per kernel and call; the last two
 #: columns are Nsight Compute's DRAM bytes per call and SM throughput (% of peak), empty
 #: unless measured (``--ncu``).
@@ -74,11 +74,14 @@ def _environment(device: str = "cuda") -> dict:
 def make_row(problem: str, shape: Shape, mode: str, precision: str, impl: str, times, iters: int,
              rel_error: float, env: dict) -> dict:
     """One bench.csv row (:data:`COLUMNS`). ``times`` = (median, min, max) in ms, optionally
-    followed by the median host time per call in µs (``host_us``, empty without it); ``tflops``
+    followed by the median host time per call in µs (``host_us``, empty without it) and the
+    median device time in ms with the stream held while the host enqueues (``device_ms``:
+    ``--hold-us``, :func:`fusedlib.lab.timing.time_round_robin`; empty without it); ``tflops``
     (TFLOP/s) and ``gbytes_per_s`` (GB/s) are the cost model's FLOPs and compulsory bytes of
     ``impl`` divided by the median; ``timestamp`` is ISO-8601 UTC."""
     from .costmodel import cost
-    median, lo, hi, *host = times
+    median, lo, hi, *rest = times
+    host, device = (rest + [None, None])[:2]
     c = cost(problem_kind(problem), impl, shape.batch, shape.in_features, shape.out_features, mode, precision)
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return {"problem": str(problem), "batch": shape.batch, "in_features": shape.in_features,
@@ -86,7 +89,8 @@ def make_row(problem: str, shape: Shape, mode: str, precision: str, impl: str, t
             "median_ms": _sig(median), "min_ms": _sig(lo), "max_ms": _sig(hi), "iters": iters,
             "tflops": _sig(c.flops / (median * 1e-3) / 1e12), "gbytes_per_s": _sig(c.bytes / (median * 1e-3) / 1e9),
             "rel_err": _sig(rel_error, 3), "gpu": env["gpu"], "torch": env["torch"], "cuda": env["cuda"],
-            "commit": env["commit"], "timestamp": now, "host_us": _sig(host[0], 4) if host else ""}
+            "commit": env["commit"], "timestamp": now, "host_us": "" if host is None else _sig(host, 4),
+            "device_ms": "" if device is None else _sig(device)}
 
 
 def _sig(value: float, digits: int = 6) -> float:

@@ -12,6 +12,7 @@ each call. Units: milliseconds for device times, microseconds for host times.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 from ..engine import cublas_precision
@@ -39,12 +40,46 @@ def _flush_buffer(x, flush_mb: int):
     return torch.empty(flush_mb * (1 << 20) // 4, device=x.device, dtype=torch.float32)
 
 
-def _timed_call(fn, x, flush) -> tuple[float, float]:
+@functools.lru_cache(maxsize=None)
+def _cycles_per_us(device) -> float:
+    """The clock of ``torch.cuda._sleep``'s spin on ``device``: cycles per µs, from one spin of
+    10⁷ cycles timed with CUDA events (a few ms, once per device)."""
+    import torch
+    with torch.cuda.device(device):
+        torch.cuda._sleep(1000)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(10_000_000)
+        end.record()
+        torch.cuda.synchronize()
+    return 10_000_000 / (start.elapsed_time(end) * 1e3)
+
+
+def hold_cycles(x, hold_us: float) -> int:
+    """The spin, in cycles, that holds ``x``'s CUDA stream for ``hold_us`` µs before a timed
+    call (:func:`_timed_call`); 0 for ``hold_us`` 0 or a CPU tensor.
+
+    Raises:
+        ValueError: ``hold_us`` < 0.
+    """
+    if hold_us < 0:
+        raise ValueError(f"hold_us: expected >= 0 µs, got {hold_us}")
+    if not hold_us or not x.is_cuda:
+        return 0
+    return int(hold_us * _cycles_per_us(x.device))
+
+
+def _timed_call(fn, x, flush, hold: int = 0) -> tuple[float, float]:
     """One timed call of ``fn(x)``, the protocol of :func:`time_cuda` and
     :func:`time_round_robin`: (time in ms, host time in µs). CUDA tensor: ``flush.zero_()``
     (the L2 flush, unless ``flush`` is None), a CUDA event before and after the call, a device
     synchronize; the host time is the host clock around the call alone: the CPU time to
     enqueue one forward (the GPU is still busy with the flush, so no launch waits for it).
+    With ``hold`` (cycles, :func:`hold_cycles`) a spinning kernel (``torch.cuda._sleep``) runs
+    between the flush and the start event, so that the host has enqueued the whole call before
+    its first kernel can start: the time is then the GPU's alone, without its waits for the host
+    (nvbench's blocking kernel, the same idea); the host time is then that of launches onto a
+    busy stream, which cost the driver more, and is not the same quantity.
     CPU tensor: the host clock around the call, for both."""
     import time
 
@@ -56,6 +91,8 @@ def _timed_call(fn, x, flush) -> tuple[float, float]:
         return ms, ms * 1e3
     if flush is not None:
         flush.zero_()
+    if hold:
+        torch.cuda._sleep(hold)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     host = time.perf_counter()
@@ -134,10 +171,12 @@ def _precision_context(precision):
 
 
 def time_round_robin(fns: dict, x, warmup: int = MIN_WARMUP, iters: int = MIN_ITERS, rounds: int = ROUNDS,
-                     flush_mb: int = FLUSH_MB) -> dict[str, tuple[float, float, float, float]]:
+                     flush_mb: int = FLUSH_MB, hold_us: float = 0.0
+                     ) -> dict[str, tuple[float, float, float, float, float | None]]:
     """Time several implementations of one computation against each other, interleaved:
-    impl → (median, min, max) in ms over ``iters`` calls each, and the median host time in µs
-    (the CPU time to enqueue one call, :func:`_timed_call`).
+    impl → (median, min, max) in ms over ``iters`` calls each, the median host time in µs
+    (the CPU time to enqueue one call, :func:`_timed_call`), and with ``hold_us`` the median
+    device time in ms (else None).
 
     Args:
         fns: impl name → (callable, precision): a precision string (the calls run under
@@ -151,6 +190,10 @@ def time_round_robin(fns: dict, x, warmup: int = MIN_WARMUP, iters: int = MIN_IT
             Round r starts at the r-th impl (the order rotated by one a round), so that over
             the rounds each impl takes each place in the round alike.
         flush_mb: the L2 flush before each timed call (0: none).
+        hold_us: 0 (the default), or after each block of an impl's timed calls as many again,
+            each with the stream held for ``hold_us`` µs before it (:func:`_timed_call`): their
+            median is the device's time alone, without its waits for the host. ``hold_us`` must
+            exceed the host's time to enqueue a call (``host_us``).
 
     Each timed call follows :func:`time_cuda`'s protocol (:func:`_timed_call`): on a CUDA
     tensor an L2 flush, CUDA events and a synchronize; on a CPU tensor the host clock, no
@@ -168,28 +211,33 @@ def time_round_robin(fns: dict, x, warmup: int = MIN_WARMUP, iters: int = MIN_IT
     counts = round_calls(iters, rounds)
     contexts = {name: _precision_context(precision) for name, (_, precision) in fns.items()}
 
-    def calls(name, fn, n, timed, flush=None) -> list[float]:
+    def calls(name, fn, n, timed, flush=None) -> tuple[list, list]:
         try:
             with contexts[name]():
                 if timed:
-                    return [_timed_call(fn, x, flush) for _ in range(n)]
+                    return ([_timed_call(fn, x, flush) for _ in range(n)],
+                            [_timed_call(fn, x, flush, hold)[0] for _ in range(n if hold else 0)])
                 for _ in range(n):
                     fn(x)
-                return []
+                return [], []
         except Exception as exc:
             raise TimingError(name, exc) from exc
 
+    hold = hold_cycles(x, hold_us)
     for name, (fn, _) in fns.items():
         calls(name, fn, warmup, timed=False)
     flush = _flush_buffer(x, flush_mb)
     if x.is_cuda:
         torch.cuda.synchronize(x.device)
-    times = {name: [] for name in fns}
+    times, held = {name: [] for name in fns}, {name: [] for name in fns}
     names = list(fns)
     for r, n in enumerate(counts):
         for name in names[r % len(names):] + names[:r % len(names)]:  # round r starts at impl r
-            times[name] += calls(name, fns[name][0], n, timed=True, flush=flush)
-    return {name: (*_summary([ms for ms, _ in t]), _summary([us for _, us in t])[0]) for name, t in times.items()}
+            plain, device = calls(name, fns[name][0], n, timed=True, flush=flush)
+            times[name] += plain
+            held[name] += device
+    return {name: (*_summary([ms for ms, _ in t]), _summary([us for _, us in t])[0],
+                   _summary(held[name])[0] if held[name] else None) for name, t in times.items()}
 
 
 def table_iters(fns: dict, x, iters: int, rounds: int, min_ms: float = MIN_TIMED_MS,

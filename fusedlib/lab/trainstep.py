@@ -27,7 +27,8 @@ its error includes autocast's rounding of x, W and b.
 
 Columns (:data:`COLUMNS`): problem, batch, in_features, out_features, precision, impl,
 median_ms, min_ms, max_ms, iters, forward_ms, peak_mib, grad_rel_err, gpu, torch, cuda,
-commit, timestamp. The kernel sources the rows were measured on are recorded beside, in
+commit, timestamp, device_ms (the step's median with the stream held while the host enqueues:
+``--hold-us``; empty without it). The kernel sources the rows were measured on are recorded beside, in
 ``train_step.sources.json`` (:func:`fusedlib.lab.bench.stamp_sources`): ``--fresh`` starts a
 new file.
 """
@@ -44,7 +45,8 @@ from . import bench, records
 from ..reference import PRESETS, PROBLEMS
 
 COLUMNS = ["problem", "batch", "in_features", "out_features", "precision", "impl", "median_ms", "min_ms", "max_ms",
-           "iters", "forward_ms", "peak_mib", "grad_rel_err", "gpu", "torch", "cuda", "commit", "timestamp"]
+           "iters", "forward_ms", "peak_mib", "grad_rel_err", "gpu", "torch", "cuda", "commit", "timestamp",
+           "device_ms"]
 #: Implementations: the four stages, eager PyTorch and torch.compile (default mode).
 IMPLS = ("naive", "fold", "sums", "fused", "eager", "compile")
 #: The record of the kernel sources the rows were measured on, beside the CSV.
@@ -178,17 +180,18 @@ def measure(problem: str, precisions, impls, args, env: dict) -> list[dict]:
             extra[impl] = (peak, grad_rel_err(module, ref64))  # (outside autocast)
             steps[impl] = (step, context)
             forwards[impl] = (model, context)
-        times = bench.time_round_robin(steps, x, args.warmup, args.iters, args.rounds)
+        times = bench.time_round_robin(steps, x, args.warmup, args.iters, args.rounds, hold_us=args.hold_us)
         fwd = bench.time_round_robin(forwards, x, args.warmup, args.iters, args.rounds)
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         for impl in todo:
-            median, lo, hi, _ = times[impl]
+            median, lo, hi, _, device = times[impl]
             rows.append({"problem": problem, "batch": shape.batch, "in_features": shape.in_features,
                          "out_features": shape.out_features, "precision": precision, "impl": impl,
                          "median_ms": bench._sig(median), "min_ms": bench._sig(lo), "max_ms": bench._sig(hi),
                          "iters": args.iters, "forward_ms": bench._sig(fwd[impl][0]),
                          "peak_mib": bench._sig(extra[impl][0], 5), "grad_rel_err": bench._sig(extra[impl][1], 3),
-                         **{k: env[k] for k in ("gpu", "torch", "cuda", "commit")}, "timestamp": now})
+                         **{k: env[k] for k in ("gpu", "torch", "cuda", "commit")}, "timestamp": now,
+                         "device_ms": "" if device is None else bench._sig(device)})
             print(f"{problem:>3} {precision:13} {impl:8} step {median:8.3f} ms  forward {fwd[impl][0]:7.3f} ms  "
                   f"peak {extra[impl][0]:7.0f} MiB  grad err {extra[impl][1]:.1e}", file=sys.stderr, flush=True)
         del steps, forwards
@@ -207,6 +210,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iters", type=int, default=bench.MIN_ITERS, help="timed calls of each implementation")
     p.add_argument("--warmup", type=int, default=bench.MIN_WARMUP, help="untimed calls first")
     p.add_argument("--rounds", type=int, default=bench.ROUNDS, help="round-robin rounds (as the bench)")
+    p.add_argument("--hold-us", type=float, default=0.0, help="also time each call with the stream held for this many µs before it (a spinning kernel, so the host has enqueued the call before it starts): the column device_ms (the step), the GPU's time without its waits for the host; 0 (default): not measured. Must exceed the host's time to enqueue a call (host_us); 2000 covers a train step")
     p.add_argument("--seed", type=int, default=0, help="seed of the model parameters and inputs")
     p.add_argument("--out", type=Path, help="CSV to write (default results/<gpu>/train_step.csv)")
     p.add_argument("--fresh", action="store_true", help="start a new file (else append)")
@@ -218,6 +222,8 @@ def main(args) -> int:
         precisions = parse_precisions(args.precision)
         impls = bench.parse_list(args.impl, IMPLS, what="impl")
         bench.round_calls(args.iters, args.rounds)
+        if args.hold_us < 0:
+            raise ValueError(f"--hold-us {args.hold_us:g}: expected a time of at least 0 µs")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
