@@ -7,7 +7,8 @@ the host. Here, with HOLD_US > 0, a spinning kernel (torch.cuda._sleep) of HOLD_
 flush and before the start event, so the host has enqueued the whole call before its first kernel
 can start (nvbench's blocking kernel, the same idea): the time is the device's alone. The host time
 is measured as before (the host clock around the call). Usage:
-HOLD_US=2000 python lab/experiments/run272-hold.py bench|train-step <the CLI's options>.
+HOLD_US=2000 python lab/experiments/run272-hold.py bench|train-step <the CLI's options>. (The
+harness's ``--hold-us`` now times the held calls beside the method's, in the column device_ms.)
 """
 import os
 import sys
@@ -21,29 +22,13 @@ HOLD_US = float(os.environ.get("HOLD_US", "0"))
 _plain = timing._timed_call
 
 
-def _cycles_per_us() -> float:
-    """The spin kernel's clock: cycles per µs, from one 10⁷-cycle spin timed with events."""
-    torch.cuda._sleep(1000)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(10_000_000)
-    end.record()
-    torch.cuda.synchronize()
-    return 10_000_000 / (start.elapsed_time(end) * 1e3)
-
-
-def _held(fn, x, flush):
-    if not x.is_cuda:
-        return _plain(fn, x, flush)
-    if flush is not None:
-        flush.zero_()
-    torch.cuda._sleep(CYCLES)
-    return _plain(fn, x, None)  # start event, the call, end event, synchronize
+def _held(fn, x, flush, hold=0):
+    return _plain(fn, x, flush, CYCLES)  # the flush, the spin, start event, the call, end event, synchronize
 
 
 if __name__ == "__main__":
     if HOLD_US > 0:
-        CYCLES = int(HOLD_US * _cycles_per_us())
+        CYCLES = timing.hold_cycles(torch.zeros(1, device="cuda"), HOLD_US)
         print(f"hold: {HOLD_US:.0f} us = {CYCLES} cycles", file=sys.stderr)
         timing._timed_call = _held
     sys.exit(main(sys.argv[1:]))
