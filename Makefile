@@ -111,7 +111,7 @@ results: check-gpu
 	$(BIN)/python -m fusedlib bench --fresh --ceilings --profile
 	$(BIN)/python -m fusedlib bench --append --problem 84,33 --mode train --sweep batch --sweep features \
 		--impl stages,eager,compile,gemm_only
-	$(BIN)/python -m fusedlib train-step --fresh
+	$(BIN)/python -m fusedlib train-step --fresh --hold-us 2000
 	# the peers' run-to-run spread (course.peer_spread): one more run of eager, compile and the GEMM
 	# alone at each KernelBench shape, train mode (≈ 2 min)
 	gpu=$$($(BIN)/python -c "import torch; from fusedlib.lab.records import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))") && \
@@ -128,7 +128,7 @@ results-16bit: venv
 	$(BIN)/python -m fusedlib bench --append --profile --problem 84,33,39 --precision 16bit --impl stages,eager,compile,gemm_only
 	$(BIN)/python -m fusedlib bench --append --profile --problem 84 --mode train --precision bf16,tf32 \
 		--sweep in_features --impl naive,sums,fused,gemm_only
-	$(BIN)/python -m fusedlib train-step --precision 16bit,autocast-bf16
+	$(BIN)/python -m fusedlib train-step --precision 16bit,autocast-bf16 --hold-us 2000
 	$(MAKE) figures notebooks
 
 clean:

@@ -213,12 +213,13 @@ def test_make_results_16bit_appends_the_16bit_tables():
     """make results keeps all = fp32, tf32, 3xtf32 (no 16-bit table: it stays within its time);
     make results-16bit appends bf16 and fp16 at the KernelBench shapes of 84, 33 and 39 (both
     modes), stages and peers, then 84's in_features sweep in bf16 and tf32 (train; notebook 06's
-    lines), then the train steps in bf16, fp16 and autocast-bf16, appended."""
+    lines), then the train steps in bf16, fp16 and autocast-bf16, appended; the train steps with
+    the GPU's times alone beside (--hold-us)."""
     from fusedlib.lab import trainstep
     full = [bench.plan_tables(*bench._selection(_args(*argv))) for argv in _results_commands("bench")]
     assert all({t.precision for t in plan} <= {"fp32", "tf32", "3xtf32"} for plan in full)
     assert {t.precision for t in full[0]} == {"fp32", "tf32", "3xtf32"}
-    assert _results_commands("train-step") == [["--fresh"]]
+    assert _results_commands("train-step") == [["--fresh", "--hold-us", "2000"]]  # the GPU's times beside
     argvs = _results_commands("bench", "results-16bit")
     assert len(argvs) == 2 and all("--append" in a and "--fresh" not in a for a in argvs)
     sweep = bench.plan_tables(*bench._selection(_args(*argvs[1])))
@@ -232,7 +233,7 @@ def test_make_results_16bit_appends_the_16bit_tables():
                for d in ("bf16", "fp16"))
     assert {"eager", "compile", "gemm_only", *bench.STAGE_IMPLS} <= set(plan[0].impls)
     steps = _results_commands("train-step", "results-16bit")
-    assert len(steps) == 1 and "--fresh" not in steps[0]
+    assert len(steps) == 1 and "--fresh" not in steps[0] and steps[0][-2:] == ["--hold-us", "2000"]
     assert trainstep.parse_precisions(steps[0][steps[0].index("--precision") + 1]) == ["bf16", "fp16", "autocast-bf16"]
 
 

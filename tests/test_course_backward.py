@@ -91,6 +91,15 @@ def test_train_step_inversions_name_a_later_stage_slower_than_an_earlier(tmp_pat
     assert text.startswith("In 1 of 2 settings") and "in 0 of the 1" in text
     assert course.train_step_inversions(("bf16",)).empty
     assert "every stage's step" in course.train_step_inversions_md(("bf16",))
+    assert "device_ms" not in text and "later device ms" not in t
+    # with the GPU's times alone (--hold-us): the pair's, and whether they are in order
+    df = pd.DataFrame(rows).assign(device_ms=lambda d: d.median_ms.where(d.impl != "fused", 0.79))
+    df.to_csv(tmp_path / "train_step.csv", index=False)
+    r = course.train_step_inversions().iloc[0]
+    assert (r["earlier device ms"], r["later device ms"]) == (0.8, 0.79)
+    assert "`device_ms`) the pair is in the ladder's order in 1 of the 1." in course.train_step_inversions_md()
+    df.assign(device_ms=df.device_ms.where(df.impl != "fused", 0.84)).to_csv(tmp_path / "train_step.csv", index=False)
+    assert "in 0 of the 1; in the others the later stage is 5.0 % slower" in course.train_step_inversions_md()
     (tmp_path / "train_step.csv").unlink()
     assert course.train_step_inversions() is None and course.NO_RESULTS in course.train_step_inversions_md()
 

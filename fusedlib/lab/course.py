@@ -601,8 +601,9 @@ def train_step_table(gpu: str = RESULTS_GPU, precisions=None):
     """One row per problem and precision (those of ``precisions``, default all): each
     implementation's train step (forward + backward, median ms), the fused stage against eager
     PyTorch (3xtf32: eager fp32, the same accuracy class) and torch.compile (×: their time /
-    fused time), the fused step's peak memory beside eager's (MiB) and the largest gradient error
-    of fused and eager (normwise, against float64). A one-row note (:data:`NO_RESULTS`) without a
+    fused time), where the file holds ``device_ms`` (``--hold-us``) the same against eager with
+    the GPU's times alone (``eager / fused, device``), the fused step's peak memory beside eager's
+    (MiB) and the largest gradient error of fused and eager (normwise, against float64). A one-row note (:data:`NO_RESULTS`) without a
     committed file, or without rows of ``precisions``."""
     import pandas as pd
     df = train_steps(gpu)
@@ -622,6 +623,9 @@ def train_step_table(gpu: str = RESULTS_GPU, precisions=None):
         for i in ("eager", "compile"):
             row[f"{i} / fused"] = f"{peer.median_ms[i] / f.median_ms:.2f}×" if i in peer.index else ""
         has_eager = "eager" in peer.index
+        if "device_ms" in df and df.device_ms.notna().any():  # (--hold-us: the GPU's time alone)
+            held = has_eager and f.device_ms == f.device_ms and peer.device_ms["eager"] == peer.device_ms["eager"]
+            row["eager / fused, device"] = f"{peer.device_ms['eager'] / f.device_ms:.2f}×" if held else ""
         row["peak MiB fused / eager"] = f"{f.peak_mib:.0f}" + (f" / {peer.peak_mib['eager']:.0f}" if has_eager else "")
         row["grad err fused / eager"] = f"{f.grad_rel_err:.1e}" + (f" / {peer.grad_rel_err['eager']:.1e}"
                                                                      if has_eager else "")
@@ -1936,7 +1940,8 @@ def train_step_inversions(precisions=None, gpu: str = RESULTS_GPU):
     """Where the committed train steps break the ladder's order: one row per problem and precision
     (those of ``precisions``, default all) in which a later stage's median step takes longer than
     an earlier stage's, with its largest such pair: ``earlier``, ``later``, their medians (ms),
-    ``% slower`` (later over earlier), the fastest call of each (``min_ms``: earlier, later), and
+    ``% slower`` (later over earlier), the fastest call of each (``min_ms``: earlier, later), where
+    the file holds them the GPU's times alone (``device_ms``, ``--hold-us``: earlier, later), and
     ``pairs``, how many of the stages' pairs are out of order. None without train_step.csv; empty
     (the same columns) where every stage's step is at most each earlier one's."""
     import pandas as pd
@@ -1947,7 +1952,7 @@ def train_step_inversions(precisions=None, gpu: str = RESULTS_GPU):
         return None
     if precisions is not None:
         df = df[df.precision.isin(list(precisions))]
-    rows = []
+    rows, device = [], "device_ms" in df and df.device_ms.notna().any()
     for (problem, precision), g in df.groupby(["problem", "precision"], sort=False):
         t = g.drop_duplicates("impl", keep="last").set_index("impl")
         stages = [s for s in STAGES if s in t.index]
@@ -1959,15 +1964,19 @@ def train_step_inversions(precisions=None, gpu: str = RESULTS_GPU):
                      "earlier ms": float(t.median_ms[e]), "later ms": float(t.median_ms[l]),
                      "% slower": 100 * (t.median_ms[l] / t.median_ms[e] - 1),
                      "earlier fastest ms": float(t.min_ms[e]), "later fastest ms": float(t.min_ms[l]),
+                     **({"earlier device ms": float(t.device_ms[e]), "later device ms": float(t.device_ms[l])}
+                        if device else {}),
                      "pairs": f"{len(out)} of {len(stages) * (len(stages) - 1) // 2}"})
-    cols = ["earlier", "later", "earlier ms", "later ms", "% slower", "earlier fastest ms", "later fastest ms", "pairs"]
+    cols = ["earlier", "later", "earlier ms", "later ms", "% slower", "earlier fastest ms", "later fastest ms",
+            *(["earlier device ms", "later device ms"] if device else []), "pairs"]
     return pd.DataFrame(rows, columns=["problem", "precision"] + cols).set_index(["problem", "precision"])
 
 
 def train_step_inversions_md(precisions=None, gpu: str = RESULTS_GPU) -> str:
     """:func:`train_step_inversions` in words (Markdown): in how many of the settings held a
     later stage's step is slower than an earlier one's, the largest case, and in how many of them
-    the fastest calls (``min_ms``) are in the ladder's order again for that pair. One sentence
+    the fastest calls (``min_ms``) are in the ladder's order again for that pair, and where the file
+    holds them, the GPU's times alone (``device_ms``). One sentence
     where no setting breaks the order; :data:`NO_RESULTS` without train_step.csv."""
     t = train_step_inversions(precisions, gpu)
     if t is None:
@@ -1984,7 +1993,21 @@ def train_step_inversions_md(precisions=None, gpu: str = RESULTS_GPU) -> str:
             f"table gives the largest such pair of each. Most at {p} in {q}: `{w['later']}` {w['later ms']:.3f} ms "
             f"against `{w['earlier']}`'s {w['earlier ms']:.3f} ({w['% slower']:+.0f} %). The fastest call of each "
             f"of these steps lies {_span(below, '{:.0f}')} % below its median, and by the fastest calls the pair is "
-            f"back in the ladder's order in {back} of the {len(t)}.")
+            f"back in the ladder's order in {back} of the {len(t)}." + _device_order_md(t))
+
+
+def _device_order_md(t) -> str:
+    """:func:`train_step_inversions_md`'s sentence on the GPU's times alone (``device_ms``): in how
+    many of the pairs they are in the ladder's order, and by how much the later is slower in the
+    others; empty where the file holds no such times."""
+    if "later device ms" not in t:
+        return ""
+    slower = 100 * (t["later device ms"] / t["earlier device ms"] - 1)
+    back = int((slower <= 0).sum())
+    rest = slower[slower > 0]
+    return (f" By the GPU's times alone (the stream held while the host enqueues each call, `device_ms`) the pair "
+            f"is in the ladder's order in {back} of the {len(t)}"
+            + (f"; in the others the later stage is {_span(list(rest), '{:.1f}')} % slower." if len(rest) else "."))
 
 
 def train_step_md(gpu: str = RESULTS_GPU) -> str:
