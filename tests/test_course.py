@@ -630,6 +630,7 @@ def test_stage_validation_counts_and_flags_a_failing_case(tmp_path, monkeypatch)
     assert f"**{len(cases) - 1} of {len(cases)} cases pass**" in md
     assert md.count("Failing: problem") == 1 and "**not every**" in md and "some differ" in md
     assert int(table.cases.sum()) == len(cases) and table.index.names == ["precision", "path"]
+    assert all(table.what_the_path_runs.str.len() > 0)                  # every path described beside it
     monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path / "absent"))
     assert course.stage_validation("sums") == (course.NO_RESULTS, None)
 

@@ -681,8 +681,9 @@ def validation_cases(stage: str, gpu: str = RESULTS_GPU):
 def stage_validation(stage: str, gpu: str = RESULTS_GPU):
     """The committed GPU validation (``validation.json``, tests/test_gpu.py) of one stage's
     forward cases: a Markdown summary (cases passed, each failing case with its error and
-    budget, the bit-identity checks by kind, the sanitizer's runs, the path labels) and a
-    DataFrame of cases, passed and the largest relative error per precision and GEMM path.
+    budget, the bit-identity checks by kind, the sanitizer's runs) and a DataFrame of cases,
+    passed and the largest relative error per precision and GEMM path, with what the path runs
+    (:data:`PATH_LABELS`).
     Without a committed record: (:data:`NO_RESULTS`, None)."""
     import pandas as pd
     record = _validation(gpu)
@@ -708,13 +709,21 @@ def stage_validation(stage: str, gpu: str = RESULTS_GPU):
                                              for kind, row in kinds.iterrows()) + ".")
     san = [s for s in record.get("sanitizer", []) if s["stage"] == stage]
     if san:
-        lines.append("compute-sanitizer (NVIDIA's checker of a running kernel: memcheck finds out-of-bounds and "
-                     "misaligned accesses, racecheck races on shared memory): " + ", ".join(
-                         f"{s['tool']} ({s.get('path', 'auto')} path) {s['errors']} errors" for s in san) + ".")
-    lines.append(path_legend(set(v.path) | {s.get("path", "auto") for s in san}))
+        what = ("compute-sanitizer (NVIDIA's checker of a running kernel: memcheck finds out-of-bounds and "
+                "misaligned accesses, racecheck races on shared memory): ")
+        if any(s["errors"] for s in san):
+            lines.append(what + ", ".join(f"{s['tool']} ({s.get('path', 'auto')} path) {s['errors']} errors"
+                                          for s in san) + ".")
+        else:
+            tools = " and ".join(dict.fromkeys(s["tool"] for s in san))
+            paths = ", ".join(f"`{p}`" for p in dict.fromkeys(s.get("path", "auto") for s in san))
+            lines.append(what + f"{tools} on the paths {paths}: no error"
+                         + (f" (`auto`: {PATH_LABELS['auto']})." if "`auto`" in paths else "."))
     table = v.groupby(["precision", "path"]).agg(cases=("passed", "size"), passed=("passed", "sum"),
                                                  max_rel_err=("rel_err", "max"))
-    return "\n\n".join(lines), table.assign(max_rel_err=table.max_rel_err.map("{:.1e}".format))
+    paths = table.index.get_level_values("path")
+    return "\n\n".join(lines), table.assign(max_rel_err=table.max_rel_err.map("{:.1e}".format),
+                                             what_the_path_runs=[PATH_LABELS.get(p, "") for p in paths])
 
 
 def gradient_validation(gpu: str = RESULTS_GPU):
