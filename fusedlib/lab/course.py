@@ -306,11 +306,10 @@ def measurement_ratios(stage: str, precisions=("fp32",), mode: str = "train", gp
     ``× predicted`` (the cost model's), ``× <previous stage>`` (the same precision), ``× eager``,
     ``× compile`` and ``× GEMM alone`` (3xtf32: the fp32 peers, the same accuracy class); below 1,
     ``stage`` is the faster. NaN where the run lacks a time; None without bench.csv."""
-    from ..algebra import STAGES
     table = measurement_table(stage, precisions, mode, gpu)
     if table is None:
         return None
-    previous = STAGES[STAGES.index(stage) - 1] if stage in STAGES and STAGES.index(stage) > 0 else None
+    previous = _previous_stage(stage)
     kb = at_presets(measured(gpu=gpu), mode)
     t = table.set_index(["problem", "precision"])
     out = t[[f"{stage} ms"]].copy()
@@ -1024,7 +1023,6 @@ def gemm_share(stage: str, precisions=("fp32",), mode: str = "train", gpu: str =
     the GEMM, and the % of the total spent after the GEMM: the kernels a later stage can remove,
     so the most it can save (no later stage removes the GEMM or the parts pass). None without
     profile.csv or rows for the stage."""
-    import pandas as pd
     table = profile_table(stage, precisions, mode, gpu)
     if table is None:
         return None
@@ -1188,6 +1186,15 @@ def gemm_run_spread(precisions=("fp32", "tf32", "3xtf32"), mode: str = "train", 
     return pairs
 
 
+def _profiled_kernels(prof, problem: str, impl: str, precision: str, mode: str):
+    """The rows of profile.csv (a DataFrame, :func:`profile`) of ``impl``'s forward at ``problem``'s
+    KernelBench shape in ``mode`` and ``precision``, the latest profile of each kernel (empty where
+    it has none)."""
+    from ..reference import PRESETS
+    return prof[(prof.problem == problem) & (prof["shape"] == str(PRESETS[problem])) & (prof["mode"] == mode)
+                & (prof.impl == impl) & (prof.precision == precision)].drop_duplicates("kernel", keep="last")
+
+
 def _flush_us(gpu: str = RESULTS_GPU) -> float:
     """µs the L2 flush before each timed call keeps the GPU busy: FLUSH_MB written at the measured
     copy bandwidth (docs/design.md §6)."""
@@ -1204,8 +1211,6 @@ def eval_versus_train(stage: str = "fused", precisions=("fp32", "tf32", "3xtf32"
     forward's kernels' (``train kernels µs``, ``eval kernels µs``; NaN where the profile lacks
     them). None without bench.csv."""
     import pandas as pd
-
-    from ..reference import PRESETS
     bench = measured(gpu=gpu)
     if bench is None:
         return None
@@ -1219,9 +1224,7 @@ def eval_versus_train(stage: str = "fused", precisions=("fp32", "tf32", "3xtf32"
                 b = b[(b.problem == problem) & (b.impl == stage) & (b.precision == precision)]
                 row[f"{mode} ms"] = float(b.median_ms.iloc[0]) if len(b) else float("nan")
                 row[f"{mode} host µs"] = (float(b.host_us.iloc[0]) if len(b) and "host_us" in b else float("nan"))
-                k = (prof[(prof.problem == problem) & (prof["shape"] == str(PRESETS[problem])) & (prof["mode"] == mode)
-                          & (prof.impl == stage) & (prof.precision == precision)].drop_duplicates("kernel", keep="last")
-                     if prof is not None else None)
+                k = _profiled_kernels(prof, problem, stage, precision, mode) if prof is not None else None
                 has = k is not None and len(k) > 0
                 gemm = k.kernel.str.contains("gemm") if has else None
                 row[f"{mode} GEMM µs"] = float(k.cuda_time_us_per_call[gemm].sum()) if has else float("nan")
@@ -1520,12 +1523,10 @@ def kernel_pass_share(impl: str, problem: str, precision: str, mode: str = "trai
     """The measured counterpart of :func:`pass_share`: the % of ``impl``'s profiled kernel time at
     ``problem``'s KernelBench shape spent outside its GEMM kernels (:func:`is_gemm_kernel`), from
     profile.csv (the latest profile of each kernel); None where the profile lacks the row."""
-    from ..reference import PRESETS
     prof = profile(gpu)
     if prof is None:
         return None
-    sel = prof[(prof.problem == problem) & (prof["shape"] == str(PRESETS[problem])) & (prof["mode"] == mode)
-               & (prof.impl == impl) & (prof.precision == precision)].drop_duplicates("kernel", keep="last")
+    sel = _profiled_kernels(prof, problem, impl, precision, mode)
     total = float(sel.cuda_time_us_per_call.sum())
     if sel.empty or total <= 0:
         return None
@@ -1689,9 +1690,7 @@ def sixteen_bit_time_md(problem: str = "84", precision: str = "bf16", mode: str 
     prof, bench = profile(gpu), measured(gpu=gpu)
     if prof is None or bench is None:
         return None
-    from ..reference import PRESETS
-    sel = prof[(prof.problem == problem) & (prof["shape"] == str(PRESETS[problem])) & (prof["mode"] == mode)
-               & (prof.impl == "fused") & (prof.precision == precision)].drop_duplicates("kernel", keep="last")
+    sel = _profiled_kernels(prof, problem, "fused", precision, mode)
     row = at_presets(bench, mode)
     row = row[(row.problem == problem) & (row.impl == "fused") & (row.precision == precision)]
     if sel.empty or row.empty:
@@ -1702,8 +1701,7 @@ def sixteen_bit_time_md(problem: str = "84", precision: str = "bf16", mode: str 
     launches = int(sel.calls[copies].sum())
     total, host = 1e3 * float(row.median_ms.iloc[0]), float(row.host_us.iloc[0])
     idle = total - (g + c + r)
-    from .timing import FLUSH_MB
-    flush = FLUSH_MB * 2**20 / (ceilings(gpu)["bandwidth"] * 1e3)  # µs: FLUSH_MB written at the copy's DRAM rate
+    flush = _flush_us(gpu)
     kernels = int(sel.calls.sum())
     if idle <= 0:
         wait = f"The kernels account for the whole time; the host took {host:.0f} µs to enqueue it."
