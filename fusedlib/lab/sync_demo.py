@@ -9,6 +9,7 @@ process on the concatenated batch; :func:`compare` puts the two side by side.
 """
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import tempfile
@@ -42,8 +43,18 @@ def _batch(n: int):
 def _step(module, x: torch.Tensor, dy: torch.Tensor, compile_it: bool = False) -> dict:
     """One train step's forward and backward (loss Σ Y∘dY); what it produced."""
     x = x.clone().requires_grad_()
-    run = torch.compile(module, backend="aot_eager", fullgraph=True) if compile_it else module
-    y = run(x)
+    if compile_it:
+        # torch.compile of a one-line function whose globals are a dict of its own, emptied after
+        # the call: Dynamo stores the compiled graph, which holds the process group it traced (the
+        # module's), in the compiled frame's globals. Compiling the module itself put it in
+        # fusedlib.modules' globals, which kept the group alive past destroy_process_group
+        # (:func:`_rank`) to interpreter exit.
+        scope = {"module": module}
+        exec("def call(x):\n    return module(x)\n", scope)
+        y = torch.compile(scope["call"], backend="aot_eager", fullgraph=True)(x)
+        scope.clear()
+    else:
+        y = module(x)
     (y * dy).sum().backward()
     return {"y": y.detach(), "dx": x.grad, "grads": {n: p.grad.clone() for n, p in module.named_parameters()},
             "buffers": {n: b.clone() for n, b in module.named_buffers()}}
@@ -55,8 +66,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank(rank: int, world: int, port: int, backend: str, fn, args: tuple) -> None:
+def _stderr_to(path: str) -> None:
+    """This process's standard error, file descriptor 2 itself, appended to ``path`` from now on:
+    Python's tracebacks and warnings, what C++ writes (gloo, "terminate called ..." before an
+    abort) and :mod:`faulthandler`'s dump of every thread's Python stack on a fatal signal
+    (SIGABRT, SIGSEGV, ...), so that the parent can show why a rank died."""
+    import faulthandler
+    import sys
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
+    faulthandler.enable(all_threads=True)
+
+
+def _rank(rank: int, world: int, port: int, backend: str, fn, args: tuple, logs: str) -> None:
     import torch.distributed as dist
+    _stderr_to(os.path.join(logs, f"rank{rank}.stderr"))
+    # Before the group exists: torch.distributed.nn.functional's functions take ``group=group.WORLD``
+    # as a default argument, evaluated when it is first imported; torch._dynamo imports it (via
+    # torch.distributed.fsdp), and torch.compile, or a custom operator's first call (fusedlib's in a
+    # backward), imports torch._dynamo. Imported after init_process_group, those defaults held the
+    # default group past destroy_process_group: its gloo threads, pairs and rank 0's TCPStore
+    # server were torn down only at interpreter exit, in no order between the ranks. Imported
+    # now, the defaults are None and destroy_process_group really frees the group.
+    import torch.distributed.nn  # noqa: F401
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if backend == "nccl":  # one GPU a rank
         torch.cuda.set_device(rank)
@@ -74,6 +108,31 @@ def _rank(rank: int, world: int, port: int, backend: str, fn, args: tuple) -> No
     # active exception"), one run in a few.
     dist.barrier()
     dist.destroy_process_group()
+    # ... and the group really gone now, in step with the other ranks, while the interpreter is
+    # whole: reference cycles that hold it (torch.compile's artifacts) freed here rather than by
+    # the collection at interpreter exit, where the gloo threads, pairs and rank 0's TCPStore
+    # server would end in each rank on its own (see also the import above and :func:`_step`).
+    gc.collect()
+
+
+#: how many of its last lines of standard error an exception shows for each rank
+STDERR_LINES = 40
+
+
+def _stderr_tails(logs: str, world: int, first: int | None = None) -> str:
+    """The last :data:`STDERR_LINES` lines of each rank's standard error (:func:`_stderr_to`),
+    rank ``first`` (the one that failed) first; ranks that wrote nothing are left out."""
+    parts = []
+    for rank in sorted(range(world), key=lambda r: r != first):
+        path = os.path.join(logs, f"rank{rank}.stderr")
+        try:
+            with open(path, errors="replace") as f:
+                lines = f.read().splitlines()[-STDERR_LINES:]
+        except FileNotFoundError:  # (the rank died before it got there)
+            continue
+        if lines:
+            parts.append(f"\n\n-- rank {rank}'s standard error, its last {len(lines)} lines:\n" + "\n".join(lines))
+    return "".join(parts) or "\n\n-- (no rank wrote to its standard error)"
 
 
 def spawn_ranks(fn, world: int, *args, backend: str = "gloo", timeout: float | None = None) -> None:
@@ -84,20 +143,40 @@ def spawn_ranks(fn, world: int, *args, backend: str = "gloo", timeout: float | N
     importable (a module's top-level function). ``timeout`` (seconds): the ranks are killed if
     they have not all finished by then (a collective that never completes).
 
+    Each rank's standard error goes to a file of a temporary folder (:func:`_stderr_to`, with
+    :mod:`faulthandler` on), not to this process's: when a rank fails, or ``timeout`` passes, the
+    exception raised here ends with the last lines each rank wrote (the failing rank's first), a
+    Python traceback, a C++ message or the Python stacks at a fatal signal; what ranks that
+    succeeded wrote (warnings) is dropped with the folder.
+
     Raises:
-        torch.multiprocessing.ProcessRaisedException: a rank failed (its traceback inside).
+        torch.multiprocessing.ProcessRaisedException: a rank raised out of ``init_process_group``
+            (its traceback inside).
+        torch.multiprocessing.ProcessExitedException: a rank exited with a non-zero code (``fn``
+            raised: its traceback is in the rank's standard error) or died of a signal
+            (``signal_name``, e.g. SIGABRT).
         TimeoutError: ``timeout`` passed first.
     """
     import time
 
     import torch.multiprocessing as mp
-    context = mp.spawn(_rank, args=(world, _free_port(), backend, fn, args), nprocs=world, join=False)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not context.join(None if deadline is None else max(0.0, deadline - time.monotonic())):
-        if deadline is not None and time.monotonic() >= deadline:
-            for process in context.processes:
-                process.kill()
-            raise TimeoutError(f"{world} ranks of {getattr(fn, '__name__', fn)} did not finish within {timeout} s")
+    from torch.multiprocessing.spawn import ProcessException
+    name = getattr(fn, "__name__", fn)
+    with tempfile.TemporaryDirectory(prefix="fusedlib-ranks-") as logs:
+        context = mp.spawn(_rank, args=(world, _free_port(), backend, fn, args, logs), nprocs=world, join=False)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while not context.join(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                if deadline is not None and time.monotonic() >= deadline:
+                    for process in context.processes:
+                        process.kill()
+                        process.join()
+                    raise TimeoutError(f"{world} ranks of {name} did not finish within {timeout} s"
+                                       + _stderr_tails(logs, world))
+        except ProcessException as error:  # (join killed the other ranks: every log is complete)
+            error.msg += _stderr_tails(logs, world, first=error.error_index)
+            error.args = (error.msg,)
+            raise
 
 
 def _worker(rank: int, world: int, shards: tuple, kind: str, stage: str, compile_it: bool, out: str) -> None:
@@ -116,7 +195,8 @@ def run_ranks(kind: str, stage: str, shards: tuple[int, ...], compile_it: bool =
     ``compile_it``: the forward under ``torch.compile(fullgraph=True)`` (backend aot_eager).
 
     Raises:
-        torch.multiprocessing.ProcessRaisedException: a rank failed (its traceback inside).
+        torch.multiprocessing.spawn.ProcessException: a rank failed (:func:`spawn_ranks`: each rank's
+            standard error's last lines inside).
     """
     with tempfile.TemporaryDirectory() as out:
         spawn_ranks(_worker, len(shards), tuple(shards), kind, stage, compile_it, out)
