@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# run278 (one GPU; the build made here): run277 with the row bodies loading Z' through L2 only
+# with the affine unit at 8 rows in flight a thread (was 4), and diagnostics ($FUSEDLIB_ROWS_DEBUG:
+# 1 the row units without their bodies, 2 without their waits, 3 neither; timing only, wrong
+# outputs): which part of the row units costs, against the pass of its own, in one interleaved table.
+LOG=run278.log
+. lab/experiments/preamble.sh
+. lab/experiments/start_builds.sh
+wait
+say "built ($(( $(date +%s) - t0 )) s)"
+timeout 90 python -m pytest -q -m gpu -p no:cacheprovider -x tests/test_gpu.py -k "row_units" > $OUT/run278-tests.log 2>&1
+say "tests: rc=$? ($(( $(date +%s) - t0 )) s)"; tail -n 3 $OUT/run278-tests.log | tee -a $OUT/$LOG
+timeout ${AB_TIMEOUT:-200} python lab/experiments/run277-ab.py ${PROBLEMS:-84,33} ${PRECS:-bf16} > $OUT/run278-ab.log 2>&1
+say "ab: rc=$? ($(( $(date +%s) - t0 )) s)"; cat $OUT/run278-ab.log | grep -v Warn | tail -n 30 | cut -c1-300 | tee -a $OUT/$LOG
