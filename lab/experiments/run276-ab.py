@@ -1,8 +1,9 @@
-"""run276's timing (lab/experiments/run276.sh): the fused stage's train-mode forward with its row pass
+"""run276–run279's timing (lab/experiments/run276.sh … run279.sh): the fused stage's train-mode forward with its row pass
 as the persistent GEMM's row units (the default) against the pass of its own
 ($FUSEDLIB_ROWS_IN_GEMM=0), with F.linear (cuBLAS) as the floor, in one interleaved table a shape and
 precision (timing.time_round_robin: L2 flushed before each call, rounds rotated), the GPU's time alone
-beside the median (hold 2000 µs). Prints µs and the ratios to F.linear; writes run27x-ab.csv to $OUT."""
+beside the median (hold 2000 µs). argv: problems, precisions, and (run277, run278) `debug` for the
+kernels' diagnostic switches. Prints µs and the ratios to F.linear; writes run27x-ab.csv to $OUT."""
 import contextlib
 import os
 import sys
@@ -17,12 +18,20 @@ from fusedlib.reference import PRESETS, make_reference
 
 
 @contextlib.contextmanager
-def rows_off():
-    os.environ["FUSEDLIB_ROWS_IN_GEMM"] = "0"
+def env(name, value):
+    os.environ[name] = value
     try:
         yield
     finally:
-        del os.environ["FUSEDLIB_ROWS_IN_GEMM"]
+        del os.environ[name]
+
+
+def rows_off():
+    return env("FUSEDLIB_ROWS_IN_GEMM", "0")
+
+
+def debug(bits):  # the row units without their bodies (1), without their waits (2), without both (3)
+    return lambda: env("FUSEDLIB_ROWS_DEBUG", str(bits))
 
 
 rows = []
@@ -34,8 +43,11 @@ for problem in sys.argv[1].split(","):
         dtype = x.dtype
         mod = fusedlib.from_reference(ref, stage="fused", precision="tf32").to(dtype)
         w, b = ref.gemm.weight.to(dtype), ref.gemm.bias.to(dtype)
-        fns = {"rows": (lambda v: mod(v), None), "pass": (lambda v: mod(v), rows_off),
-               "gemm_only": (lambda v: torch.nn.functional.linear(v, w, b), "tf32" if dtype == torch.float32 else None)}
+        fns = {"rows": (lambda v: mod(v), None), "pass": (lambda v: mod(v), rows_off)}
+        if len(sys.argv) > 3:  # run277, run278: the kernels' diagnostic switches
+            fns.update({"nobody": (lambda v: mod(v), debug(1)), "nowait": (lambda v: mod(v), debug(2)),
+                        "neither": (lambda v: mod(v), debug(3))})
+        fns["gemm_only"] = (lambda v: torch.nn.functional.linear(v, w, b), "tf32" if dtype == torch.float32 else None)
         with torch.no_grad():
             ya = mod(x)
             with rows_off():
