@@ -58,8 +58,8 @@ def sixteen_bit_kernels(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and engine.sixteen_bit_kernels(_capability(x.device), x.shape[1]))
 
 
-def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum: float | None
-                  ) -> torch.Tensor | None:
+def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum: float | None,
+                  precision: str | None = None) -> torch.Tensor | None:
     """A fused module's forward on CUDA as a plain eager call, or None where it must go
     through the operator (:func:`stage_forward`).
 
@@ -68,6 +68,8 @@ def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum:
         x: (N, in_features) on a CUDA device. tensors: the module's (gemm.weight, gemm.bias,
             scale, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.num_batches_tracked).
         eps, momentum: BatchNorm's.
+        precision: the GEMM's precision, where it is not the module's (None): a 16-bit module's
+            converted operands (:func:`fusedlib.engine.widened_precision`).
 
     Returns:
         Y (N, out_features) from the stage's kernels on the device's default GEMM path: float32
@@ -92,13 +94,13 @@ def eager_forward(module, x: torch.Tensor, tensors: tuple, eps: float, momentum:
     if (training and torch.is_grad_enabled()
             and (x.dtype in algebra.LOW_PRECISION or torch.is_autocast_enabled("cuda"))):
         load_backward(x.get_device())  # (the 16-bit train forward's autograd node calls its backward_sixteen)
-    return fn(x, *tensors, module._kind, module._precision, training, eps, momentum)
+    return fn(x, *tensors, module._kind, precision or module._precision, training, eps, momentum)
 
 
 def stage_forward(module, args: tuple) -> torch.Tensor:
     """Forward of a fused module on CUDA tensors through the operator: every call that
-    :func:`eager_forward` declines. ``args``: the operator's arguments without ``gemm_path``,
-    x (N, K) first, validated by the caller. Returns (N, M) float32,
+    :func:`eager_forward` declines. ``args``: the operator's arguments without ``gemm_path``
+    (x (N, K), the module's 8 tensors, kind, precision, …), validated by the caller. Returns (N, M) float32,
     differentiable through the operator's Autograd kernel when a gradient is needed.
 
     Raises:
@@ -116,7 +118,7 @@ def stage_forward(module, args: tuple) -> torch.Tensor:
         raise TypeError(f"x: the CUDA kernels take float32, or bf16/fp16 with a weight of the same dtype at "
                         f"in_features % 8 == 0 on compute capability 8.0 or later; got x {x.dtype}, weight "
                         f"{weight.dtype}, in_features {x.shape[1]}")
-    precision = module._precision
+    precision = args[10]  # (the module's, or a 16-bit module's widened_precision)
     path = gemm_path(precision, x.device, x.shape[1], x, weight)
     load_stage(module._stage, x.get_device())  # registers the operator's CUDA kernel
     return ops.OPS[module._stage](*args, path)

@@ -61,6 +61,16 @@ def sixteen_bit_kernels(capability: tuple[int, int], k: int) -> bool:
     return tuple(capability) >= (8, 0) and k % 8 == 0
 
 
+def widened_precision(precision: str, capability: tuple[int, int]) -> str:
+    """The GEMM precision of a bf16/fp16 module's float32 kernels, where its operands are converted
+    to float32 (no 16-bit kernels here, or across a process group: docs/design.md §15): ``"tf32"``
+    on a device of compute capability 8.0 or later, else the module's ``precision``. A bf16 or
+    fp16 value is a TF32 value (8 and 11 significant bits against TF32's 11), so every precision
+    multiplies the converted operands exactly and sums in float32; TF32's tensor cores do it at
+    several times the fp32 SIMT GEMM's rate, and 3xTF32 would add two products of zero parts."""
+    return "tf32" if tuple(capability) >= PATH_MIN_CAPABILITY["mma"] else precision
+
+
 def forced_path() -> str:
     """The path ``$FUSEDLIB_GEMM_PATH`` asks for, or ``"auto"`` (unset or empty).
 

@@ -19,7 +19,7 @@ import math
 import torch
 from torch import nn
 
-from . import algebra, cuda, ops
+from . import algebra, cuda, engine, ops
 
 __all__ = ["FusedGemmBatchNormScalingSoftmax", "FusedGemmScaleBatchNorm", "check_submodules",
            "convert_sync_batchnorm", "from_reference", "reference_kind", "validate_input"]
@@ -322,7 +322,9 @@ class _FusedBase(nn.Module):
         capability 8.0 or later, in_features % 8 == 0, x in the weight's dtype; exact products,
         float32 sums, whatever the module's precision); elsewhere, and across a process group,
         they are converted to float32 (exact: a bf16 or fp16 value is a TF32 value, so every
-        precision multiplies them exactly) for the float32 kernels. Everything after the GEMM
+        precision multiplies them exactly) for the float32 kernels, at TF32 where the GPU has it
+        (:func:`fusedlib.engine.widened_precision`: not the fp32 SIMT GEMM, several times slower
+        for the same products), at the module's precision on the CPU. Everything after the GEMM
         runs in float32 either way: the vectors are widened (with the 16-bit kernels element by
         element as the kernels read them; here otherwise), the running buffers updated in float32
         and written back in their dtype, Y computed in float32 and returned in
@@ -331,7 +333,10 @@ class _FusedBase(nn.Module):
         weight, out_dtype = tensors[0], torch.promote_types(x.dtype, tensors[2].dtype)
         synced, bn = group is not None, self._modules["bn"]
         widened = synced or not cuda.sixteen_bit_kernels(x, weight)  # to float32 here, for the float32 kernels
+        precision = None  # (the module's)
         if widened:
+            if x.is_cuda:
+                precision = engine.widened_precision(self._precision, torch.cuda.get_device_capability(x.device))
             x, weight = x.float(), weight.float()
             f32 = (weight, *(t.float() for t in tensors[1:7]), tensors[7])
         else:  # the operator takes them as they are: its kernels read 16-bit vectors in their dtype
@@ -339,9 +344,9 @@ class _FusedBase(nn.Module):
         y = None
         if (widened and x.is_cuda and not synced and not torch.compiler.is_compiling()
                 and not torch.is_autocast_enabled("cuda") and not ops.transformed()):  # the eager call, as forward's (None: the operator)
-            y = cuda.eager_forward(self, x, f32, bn.eps, bn.momentum)
+            y = cuda.eager_forward(self, x, f32, bn.eps, bn.momentum, precision)
         if y is None:
-            y = self._run(x, f32, group)
+            y = self._run(x, f32, group, precision)
         if bn.training:
             with torch.no_grad():
                 for i in (5, 6):  # running_mean, running_var
@@ -349,15 +354,16 @@ class _FusedBase(nn.Module):
                         tensors[i].copy_(f32[i])
         return y.to(out_dtype)
 
-    def _run(self, x: torch.Tensor, tensors: tuple, group) -> torch.Tensor:
-        """The forward through the operators, x validated and contiguous; group: :meth:`_sync_group`'s."""
-        bn = self._modules["bn"]
+    def _run(self, x: torch.Tensor, tensors: tuple, group, precision: str | None = None) -> torch.Tensor:
+        """The forward through the operators, x validated and contiguous; group: :meth:`_sync_group`'s;
+        precision: the GEMM's, where it is not the module's (None; :meth:`_sixteen_bit`)."""
+        bn, precision = self._modules["bn"], precision or self._precision
         if not torch.compiler.is_compiling() and ops.transformed():  # before any kernel reads a wrapped tensor
             ops.refuse_transforms((x, *tensors[:5]))
         if group is not None:  # the batch across the group's ranks (docs/design.md §14)
-            return ops.sync_train(x, *tensors, self._stage, self._kind, self._precision, bn.eps, bn.momentum,
+            return ops.sync_train(x, *tensors, self._stage, self._kind, precision, bn.eps, bn.momentum,
                                   group.group_name)
-        args = (x, *tensors, self._kind, self._precision, bn.training, bn.eps, bn.momentum)
+        args = (x, *tensors, self._kind, precision, bn.training, bn.eps, bn.momentum)
         if x.is_cuda and not torch.compiler.is_compiling():
             return cuda.stage_forward(self, args)
         # The CPU, and tracing (torch.compile, FakeTensor; on CUDA the device's default GEMM path)

@@ -478,7 +478,7 @@ def _define(stage: str):
     return op
 
 
-def _register_autocast(name: str, op, sixteen_bit: bool = False) -> None:
+def _register_autocast(name: str, op, sixteen_bit: bool = False, precision_at: int = _PRECISION) -> None:
     """The autocast rule of operator ``name`` (docs/design.md §15): under ``torch.autocast`` the
     Linear's operands x, W and b in the autocast dtype, as eager autocast runs ``nn.Linear``;
     BatchNorm's parameters and buffers stay as they are (the buffers are updated in place). On
@@ -491,9 +491,10 @@ def _register_autocast(name: str, op, sixteen_bit: bool = False) -> None:
     removes under torch.compile, leaving b unrounded), and a
     ``gemm_path`` argument (chosen for float32 operands) replaced by the 16-bit kernels' path; otherwise all three
     rounded to the autocast dtype and converted back to float32, which is exact (a bf16 or fp16
-    value is a TF32 value): the products 16-bit tensor cores form either way. (Under torch.compile
-    inductor removes those round trips, so a compiled call there multiplies the unrounded values:
-    docs/design.md §15.)"""
+    value is a TF32 value): the products 16-bit tensor cores form either way, at TF32 on CUDA where
+    the GPU has it (``precision``, the schema's argument ``precision_at``:
+    :func:`fusedlib.engine.widened_precision`). (Under torch.compile inductor removes those round
+    trips, so a compiled call there multiplies the unrounded values: docs/design.md §15.)"""
     def rule(device: str, key):
         def autocast(*args):
             dtype = torch.get_autocast_dtype(device)
@@ -512,6 +513,8 @@ def _register_autocast(name: str, op, sixteen_bit: bool = False) -> None:
                         rest[_GEMM_PATH - 3] = engine.select_path(args[_PRECISION], cap, x.shape[1], sixteen_bit=True)
                 elif device == "cuda":
                     cast = [t.float() for t in cast]
+                    cap = torch.cuda.get_device_capability(x.device)
+                    rest[precision_at - 3] = engine.widened_precision(args[precision_at], cap)
                 return op(*cast, *rest)
         return autocast
 
@@ -636,7 +639,7 @@ def _define_sync():
     _LIB.impl("sync_train", cpu, "CPU")  # (the CUDA kernel: fusedlib.cuda, beside the build it needs)
     torch.library.register_fake("fusedlib::sync_train", fake, lib=_LIB)
     _LIB.impl("sync_train", autograd_kernel, "Autograd", with_keyset=True)
-    _register_autocast("sync_train", op)
+    _register_autocast("sync_train", op, precision_at=11)
     return op
 
 

@@ -330,6 +330,39 @@ def test_a_sixteen_bit_module_runs_the_sixteen_bit_kernels(dtype, path, monkeypa
         assert (low.isdisjoint(f32) if sixteen else low == f32), (k, f32, low)
 
 
+def test_converted_sixteen_bit_operands_run_at_tf32_where_the_gpu_has_it():
+    """A 16-bit module's operands converted to float32 (no 16-bit kernels, or a process group)
+    multiply exactly at any precision (a bf16 or fp16 value is a TF32 value): TF32 from compute
+    capability 8.0 on, whatever the module's precision, instead of the fp32 SIMT GEMM or 3xTF32's
+    three products; the module's precision below 8.0, where TF32 does not run."""
+    for precision in fusedlib.PRECISIONS:
+        assert fusedlib.engine.widened_precision(precision, (8, 0)) == "tf32"
+        assert fusedlib.engine.widened_precision(precision, (9, 0)) == "tf32"
+        assert fusedlib.engine.widened_precision(precision, (7, 5)) == precision
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_converted_sixteen_bit_operands_take_the_tf32_kernels(dtype):
+    """Where the 16-bit kernels do not run (in_features 60, not a multiple of 8), a bf16/fp16 module
+    at precision fp32 and a float32 module at fp32 under autocast launch the GEMM kernels of a float32
+    module at tf32 (engine.widened_precision), not the fp32 SIMT GEMM."""
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("TF32 needs compute capability 8.0")
+    ref = make_reference("84", 60, 48, seed=0)
+    tf32 = fusedlib.from_reference(ref, stage="fused", precision="tf32").cuda().eval()
+    fp32 = fusedlib.from_reference(ref, stage="fused", precision="fp32").cuda().eval()
+    low = copy.deepcopy(fp32).to(dtype)
+    x = torch.randn(32, 60, device="cuda")
+    with torch.no_grad():
+        want, simt = _gemm_kernels(lambda: tf32(x)), _gemm_kernels(lambda: fp32(x))
+        got = _gemm_kernels(lambda: low(x.to(dtype)))
+        with torch.autocast("cuda", dtype=dtype):
+            autocast = _gemm_kernels(lambda: fp32(x))
+    assert want and simt.isdisjoint(want), (want, simt)
+    assert got == want and autocast == want, (want, got, autocast)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
