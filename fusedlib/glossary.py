@@ -3,8 +3,9 @@ it (in a Markdown cell holding the term in bold, ``**TF32**``, and a one-sentenc
 there) and the regular expression that finds a use of it in a notebook's Markdown.
 
 The audience knows PyTorch and CUDA threads and blocks, not Hopper. ``tests/test_course_text.py``
-reads the notebooks 00 → 08 in order and fails where a term is used before its definition.
-Notebook 00 renders the table (:func:`table`).
+reads the notebooks 00 → 09 in order and fails where a term is used before its definition.
+Notebook 00 renders the table (:func:`table`) of the terms the course builds on; notebook 09's,
+used nowhere else, are defined where they are used and left out of it.
 
 Patterns are case-sensitive (acronyms must not match inside other words: ``TMA`` is not in
 ``TMAX``); words add ``(?i)`` themselves, match plurals, and stop at word boundaries (``warp``
@@ -173,6 +174,29 @@ TERMS: dict[str, Term] = {
     # ------------------------------------------------------------------ 08: the backward
     "autocast": Term("``torch.autocast``: a context in which PyTorch runs chosen operators, such as nn.Linear, in a "
                      "lower precision (bf16 here) while the parameters stay float32.", "08", r"(?i)\bautocast\b"),
+    # ------------------------------------------------------------------ 09: data parallelism
+    "rank": Term("One of the processes that train together, usually one per GPU, numbered from 0: each holds a "
+                 "copy of the model and a slice of every batch.", "09",
+                 r"(?i)\branks?\b(?!\s+them\b)"),  # (not the verb: notebook 03 "ranks them")
+    "process group": Term("The set of ranks that call collectives together; ``torch.distributed.init_process_group`` "
+                          "makes the default one.", "09", r"(?i)\bprocess[- ]groups?\b"),
+    "collective": Term("An operation that every rank of a process group calls together, such as an all-gather or an "
+                       "all-reduce: the only way the ranks exchange data.", "09", r"(?i)\bcollectives?\b"),
+    "gloo": Term("A backend of ``torch.distributed`` whose collectives run on the CPU (CUDA tensors travel through "
+                 "the host): it works on any machine.", "09", r"\bgloo\b"),
+    "NCCL": Term("NVIDIA's collective-communication library, ``torch.distributed``'s backend for CUDA tensors: its "
+                 "collectives run as kernels on the GPUs, over NVLink or the network.", "09", r"\bNCCL\b"),
+    "all-gather": Term("A collective in which each rank contributes a tensor and every rank receives all of them, in "
+                       "rank order.", "09", r"(?i)\ball[- ]gathers?\b"),
+    "all-reduce": Term("A collective in which each rank contributes a tensor and every rank receives their elementwise "
+                       "sum over all ranks.", "09", r"(?i)\ball[- ]reduc(?:e|es|ed|ing)\b"),
+    "DDP": Term("DistributedDataParallel, PyTorch's data-parallel wrapper: each rank runs the model on its own rows, "
+                "and the backward all-reduces the parameters' gradients and divides them by the world size.", "09",
+                r"\bDDP\b|\bDistributedDataParallel\b"),
+    "broadcast": Term("A collective in which one rank sends a tensor and every other rank receives a copy of it.", "09",
+                      r"(?i)(?<!\()\bbroadcast(?:s|ing)?\b(?!\))"),  # (not notebook 01's "(broadcast) product")
+    "world size": Term("The number of ranks in a process group, usually the number of GPUs that train together.",
+                       "09", r"(?i)\bworld[- ]sizes?\b"),
 }
 
 
@@ -182,9 +206,16 @@ def bold_definition(term: str, markdown: str) -> bool:
     return any(rx.search(span) for span in re.findall(r"\*\*(.+?)\*\*", markdown, flags=re.S))
 
 
+#: Notebooks whose terms only they use: defined there in bold (and checked like every term), but
+#: not in notebook 00's table of the terms the course builds on.
+OWN_TERMS_NOTEBOOKS = frozenset({"09"})
+
+
 def table():
     """The glossary as a pandas DataFrame, one row per term in the order of the course: term,
-    definition and the notebook that introduces it."""
+    definition and the notebook that introduces it; the terms of
+    :data:`OWN_TERMS_NOTEBOOKS` left out (notebook 00 renders this table)."""
     import pandas as pd
     return pd.DataFrame([{"term": name, "introduced in": f"notebook {t.notebook}", "definition": t.definition}
-                         for name, t in TERMS.items()]).set_index("term")
+                         for name, t in TERMS.items()
+                         if t.notebook not in OWN_TERMS_NOTEBOOKS]).set_index("term")

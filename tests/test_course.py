@@ -491,9 +491,44 @@ def test_in_bf16_naive_passes_weigh_more_and_the_fused_row_pass_halves():
             assert (abs(bf16[f"{impl} passes %"] - tf32[f"{impl} passes %"])
                     < bf16["naive passes %"] - tf32["naive passes %"]), (problem, impl)
     text = course.pass_share_md()
-    assert text.count("grows at every shape") == 1 and "bf16" in text
+    # a prediction, said as one: the model "expects", it does not state what the records show
+    assert text.startswith("**Predicted**") and text.count("expects") == 3 and "bf16" in text
+    assert text.count("to grow at every shape") == 1
     with pytest.raises(ValueError, match="two"):
         course.pass_share_md(("fp32", "tf32", "bf16"))
+
+
+def test_direction_reads_each_shape():
+    both = {("84", 0): 1, ("84", 1): 2, ("33", 0): 2, ("33", 1): 1, ("39", 0): 1, ("39", 1): 3}
+    assert course._direction(both) == "grows at 84 and 39 and shrinks at 33"
+    assert course._direction(both, verb=True) == "grow at 84 and 39 and shrink at 33"
+    assert course._direction({(p, i): i for p in course.PROBLEMS for i in (0, 1)}) == "grows at every shape"
+    assert course._direction({(p, i): -i for p in course.PROBLEMS for i in (0, 1)}, verb=True) == "shrink at every shape"
+
+
+def test_measured_pass_share_md_reads_its_directions_from_the_records(tmp_path, monkeypatch):
+    """Every "grows"/"shrinks" of the measured bullets follows from the numbers rendered beside it:
+    eager's share (profile.csv) and fused's saving over eager (bench.csv); None without the records."""
+    import re
+    monkeypatch.delenv("FUSEDLIB_RESULTS", raising=False)
+    prof, ms = course.profile(), course.preset_times()
+    if prof is None or ms is None or not ((prof.precision == "bf16") & (prof.impl == "eager")).any():
+        pytest.skip("no committed bf16 profile")
+    text = course.measured_pass_share_md()
+    assert text.startswith("**Measured**")
+    eager = {(p, i): course.kernel_pass_share("eager", p, q) for p in course.PROBLEMS for i, q in enumerate(("tf32", "bf16"))}
+    assert f"Their share of eager's kernel time {course._direction(eager)}:" in text
+    lead = {(p, i): course.pct_saved(ms(p, "eager", q), ms(p, "fused", q))
+            for p in course.PROBLEMS for i, q in enumerate(("tf32", "bf16"))}
+    assert f"The saving {course._direction(lead)};" in text
+    for p in course.PROBLEMS:
+        assert f"{lead[p, 0]:.1f} % → {lead[p, 1]:.1f} % at {p}" in text
+    ratio = float(re.search(r"bf16 rate is (\d+\.\d+) times its tf32 rate", text).group(1))
+    assert ratio == pytest.approx(course.bf16_roof()[0] / course.ceilings()["tf32"], abs=0.01)
+    with pytest.raises(ValueError, match="two"):
+        course.measured_pass_share_md(("tf32",))
+    monkeypatch.setenv("FUSEDLIB_RESULTS", str(tmp_path))
+    assert course.measured_pass_share_md() is None
 
 
 def test_predicted_ladder_saves_more_in_bf16():
@@ -566,6 +601,14 @@ def test_sixteen_bit_time_md_adds_up_the_records(tmp_path, monkeypatch):
     assert total == round(want)
     idle = re.search(r"For the other \*\*(-?\d+) µs\*\*", text)
     assert idle is None or abs(float(idle.group(1)) - (total - gemm - row - conv)) <= 2  # (each rounded)
+    # against tf32: the shares rendered, and the word that compares them read from them
+    m = re.search(r"\(\*\*(\d+\.\d) %\*\* of this forward\) against [\d.]+ µs \((\d+\.\d) % of the tf32 one\): "
+                  r"(a larger|a smaller|the same) share", text)
+    if m:
+        share, share_tf32 = float(m.group(1)), float(m.group(2))
+        assert m.group(3) == ("a larger" if share > share_tf32 else "a smaller" if share < share_tf32 else "the same")
+    assert "twice as much" not in text
+    assert "Against tf32" not in course.sixteen_bit_time_md("84", "bf16", against="bf16")
     # kernels that read the vectors in their dtype: a profile with no conversion names none, and the
     # time between kernels is the rest
     import shutil
@@ -758,6 +801,17 @@ def test_kernel_pass_share_and_the_16bit_trends(tmp_path, monkeypatch):
     assert "(not profiled)" in course.pass_share_trend_md()
     with pytest.raises(ValueError, match="two"):
         course.pass_share_trend_md(precisions=("tf32",))
+    assert course.pass_share_correction_md() is None  # no profile.csv here
+    monkeypatch.delenv("FUSEDLIB_RESULTS")
+    # the verdict on each impl: "as predicted" where the measured and predicted directions agree,
+    # else a correction of notebook 05's prediction
+    for impl in ("naive", "sums", "eager"):
+        pairs = lambda share: {(p, i): share(impl, p, q) for p in course.PROBLEMS for i, q in enumerate(("tf32", "bf16"))}
+        measured_ = course._direction(pairs(course.kernel_pass_share), verb=True)
+        predicted = course._direction(pairs(lambda *a: course.pass_share(*a)["passes %"]), verb=True)
+        verdict = course.pass_share_correction_md((impl,))
+        assert ("as the cost model predicted" in verdict) == (measured_ == predicted), impl
+        assert ("corrects the prediction of notebook 05" in verdict) == (measured_ != predicted), impl
 
 
 def test_peer_spread_md_without_any_benchmark(tmp_path, monkeypatch):

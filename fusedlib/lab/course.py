@@ -1480,7 +1480,8 @@ def pass_share_md(precisions=("tf32", "bf16"), mode: str = "train", gpu: str = R
     ``precisions[1]`` (default tf32 → bf16), in three sentences (Markdown) rendered from
     :func:`pass_share_table` for naive, eager and fused at the KernelBench shapes: the fused
     stage's passes' share of its time, the % of naive's time that fusion saves, and the fused
-    stage's lead over eager PyTorch; each says whether it grows or shrinks.
+    stage's lead over eager PyTorch; each says which way the model expects it to move. A
+    prediction only: :func:`measured_pass_share_md` sets the records beside it.
 
     Raises:
         ValueError: ``precisions`` is not two precisions the cost model knows.
@@ -1495,21 +1496,106 @@ def pass_share_md(precisions=("tf32", "bf16"), mode: str = "train", gpu: str = R
 
     def trend(values):
         up = [values[p, 1] > values[p, 0] for p in PROBLEMS]
-        return "grows at every shape" if all(up) else "shrinks at every shape" if not any(up) else "moves both ways"
+        return "to grow at every shape" if all(up) else "to shrink at every shape" if not any(up) else "to move both ways"
 
     share, saved, lead = pairs("fused passes %"), pairs("fused: % saved vs naive"), pairs("fused: % saved vs eager")
     eager, gemm = pairs("eager passes %"), pairs("fused GEMM ms")
     return "\n".join([
-        f"Predicted, {a} → {b}, {mode} mode, KernelBench shapes:\n",
+        f"**Predicted** by the cost model, {a} → {b}, {mode} mode, KernelBench shapes:\n",
         f"- **The fused stage's passes** (the row pass over Z′, kept in the module's dtype): {_by_problem(share)} of "
-        f"its time; the share {trend(share)}. The GEMM takes {_by_problem(gemm, '{:.3f} ms')}.",
-        f"- **What fusion removes**: `fused` saves {_by_problem(saved)} of `naive`'s time; the saving "
-        f"{trend(saved)}. The passes it removes run over float32 Z at every precision, so against a faster "
+        f"its time; the model expects the share {trend(share)}. The GEMM takes {_by_problem(gemm, '{:.3f} ms')}.",
+        f"- **What fusion removes**: `fused` saves {_by_problem(saved)} of `naive`'s time; the model expects the "
+        f"saving {trend(saved)}: the passes it removes run over float32 Z at every precision, so against a faster "
         "GEMM they weigh more.",
         f"- **Against eager PyTorch**, which stores its Z in {b} (its passes: {_by_problem(eager)} of its time): "
-        f"`fused` saves {_by_problem(lead)} of eager's time; the saving {trend(lead)}. Eager's passes shrink with its "
-        "GEMM, and so does the fused row pass, whose Z′ is in the 16-bit dtype as eager's Z is.",
+        f"`fused` saves {_by_problem(lead)} of eager's time; the model expects the saving {trend(lead)}, because it "
+        "prices eager's passes, like the fused row pass, by their bytes, which halve with the 16-bit Z.",
     ])
+
+
+def _direction(values: dict, verb: bool = False) -> str:
+    """Which way ``values[(problem, 1)]`` moves from ``values[(problem, 0)]`` over :data:`PROBLEMS`:
+    "grows at every shape", "shrinks at every shape", or where it does which ("grows at 84 and
+    39 and shrinks at 33"); with ``verb``, the plain verb ("grow", "shrink") for "to …"."""
+    grow, shrink = ("grow", "shrink") if verb else ("grows", "shrinks")
+    up = [p for p in PROBLEMS if values[p, 1] > values[p, 0]]
+    down = [p for p in PROBLEMS if p not in up]
+    if not down:
+        return f"{grow} at every shape"
+    if not up:
+        return f"{shrink} at every shape"
+    return f"{grow} at {' and '.join(up)} and {shrink} at {' and '.join(down)}"
+
+
+def _kernel_us(impl: str, problem: str, precision: str, mode: str = "train", gpu: str = RESULTS_GPU):
+    """(µs in GEMM kernels, µs in the other kernels) of one forward of ``impl`` at ``problem``'s
+    KernelBench shape, from profile.csv (:func:`is_gemm_kernel`); None where it lacks the row."""
+    prof = profile(gpu)
+    if prof is None:
+        return None
+    sel = _profiled_kernels(prof, problem, impl, precision, mode)
+    if sel.empty:
+        return None
+    us = sel.cuda_time_us_per_call * sel.calls
+    gemm = sel.kernel.map(is_gemm_kernel)
+    return float(us[gemm].sum()), float(us[~gemm].sum())
+
+
+def measured_pass_share_md(precisions=("tf32", "bf16"), mode: str = "train", gpu: str = RESULTS_GPU) -> str | None:
+    """The records beside :func:`pass_share_md`'s prediction (Markdown), ``precisions[0]`` →
+    ``precisions[1]`` at the KernelBench shapes: eager PyTorch's kernels around its GEMM (µs per
+    forward, profile.csv) against the half of their time the cost model expects from their bytes,
+    and their share of eager's kernel time (:func:`kernel_pass_share`); the fused stage's passes'
+    share; `fused`'s saving over eager (bench.csv, :func:`preset_times`); and the two GEMM roofs'
+    ratio (:func:`ceilings`, :func:`bf16_roof`). Every direction ("grows", "shrinks") is read from
+    the numbers it follows, and set against the model's. None where profile.csv or bench.csv
+    lacks a row.
+
+    Raises:
+        ValueError: ``precisions`` is not two precisions.
+    """
+    if len(precisions) != 2:
+        raise ValueError(f"precisions: expected two (before, after), got {precisions!r}")
+    a, b = precisions
+    ms = preset_times(mode, gpu)
+    kernels = {(p, i): _kernel_us("eager", p, q, mode, gpu) for p in PROBLEMS for i, q in enumerate(precisions)}
+    eager = {k: kernel_pass_share("eager", k[0], precisions[k[1]], mode, gpu) for k in kernels}
+    fused = {k: kernel_pass_share("fused", k[0], precisions[k[1]], mode, gpu) for k in kernels}
+    if ms is None or any(v is None for d in (kernels, eager, fused) for v in d.values()):
+        return None
+    lead = {(p, i): pct_saved(ms(p, "eager", q), ms(p, "fused", q)) for p in PROBLEMS for i, q in enumerate(precisions)}
+    if any(v != v for v in lead.values()):
+        return None
+    t = pass_share_table(("eager", "fused"), precisions, mode, gpu)
+    predicted = lambda col: {(p, i): float(t.loc[(p, q), col]) for p in PROBLEMS for i, q in enumerate(precisions)}
+    around = {k: v[1] for k, v in kernels.items()}
+    kept = {p: around[p, 1] / around[p, 0] for p in PROBLEMS}  # the measured time ratio b / a
+    expected = {p: float(t.loc[(p, b), "eager passes ms"] / t.loc[(p, a), "eager passes ms"]) for p in PROBLEMS}
+    how = ("barely get faster" if min(kept.values()) > 0.8 else
+           "get faster by about as much as their bytes shrink" if all(kept[p] < 1.15 * expected[p] for p in PROBLEMS)
+           else "get faster, but less than their bytes shrink")
+    lines = [
+        f"**Measured** (`profile.csv` kernel by kernel, `bench.csv` for whole forwards), {a} → {b}:\n",
+        f"- **Eager's kernels around its GEMM**: {_by_problem(around, '{:.0f} µs')}. In {b} they take "
+        + ", ".join(f"{100 * kept[p]:.0f} %" for p in PROBLEMS) + f" of their {a} time ({', '.join(PROBLEMS)}), "
+        f"where their bytes alone give about {_span([100 * v for v in expected.values()], '{:.0f}')} %: they {how}. Their share of eager's "
+        f"kernel time {_direction(eager)}: {_by_problem(eager)} (predicted: {_by_problem(predicted('eager passes %'))}).",
+        f"- **The fused stage's passes**: {_by_problem(fused)} of its kernel time; the share {_direction(fused)} "
+        f"(predicted: to {_direction(predicted('fused passes %'), verb=True)}).",
+        f"- **`fused` against eager**, whole forwards: `fused` saves {_by_problem(lead)} of eager's time. The saving "
+        f"{_direction(lead)}; the model expected it to {_direction(predicted('fused: % saved vs eager'), verb=True)}."
+        + (" Fusion replaces eager's kernels around the GEMM by one row pass, and those kernels barely got faster "
+           "with the GEMM." if how.startswith("barely") else ""),
+    ]
+    ceil = ceilings(gpu)
+    if a in ceil:
+        from .bench import DATASHEET_H100, datasheet
+        sheet = {**DATASHEET_H100, **datasheet(env(gpu))}
+        lines.append(f"- **The GEMM roof**: cuBLAS's {b} rate is {bf16_roof(gpu)[0] / ceil[a]:.2f} times its {a} "
+                     f"rate as measured (the datasheet: {sheet['bf16_tflops'] / sheet['tf32_tflops']:.1f} times); "
+                     "the model speeds up every GEMM by that measured factor.")
+    return "\n".join(lines)
+
 
 def is_gemm_kernel(name: str) -> bool:
     """Whether a profiled kernel (profile.csv's ``kernel``) is a GEMM's: the engine's
@@ -1585,6 +1671,44 @@ def pass_share_trend_md(impls=("naive", "fold", "sums", "fused", "eager"), preci
             f"shapes, predicted by the cost model and measured kernel by kernel (`profile.csv`):\n\n" + "\n".join(lines))
 
 
+def pass_share_correction_md(impls=("sums", "eager"), precisions=("tf32", "bf16"), mode: str = "train",
+                             gpu: str = RESULTS_GPU) -> str | None:
+    """One sentence (Markdown) reading :func:`pass_share_trend_md` for ``impls`` (default the two
+    whose Z or Z′ is in the 16-bit dtype besides the fused stage): which way each one's measured
+    share of the passes (:func:`kernel_pass_share`) moves from ``precisions[0]`` to
+    ``precisions[1]`` at the KernelBench shapes, against the cost model's (:func:`pass_share`), and,
+    where the two differ, that the measurement corrects the prediction notebook 05 printed. None
+    where profile.csv lacks a row.
+
+    Raises:
+        ValueError: ``precisions`` is not two precisions.
+    """
+    from ..algebra import STAGES
+    if len(precisions) != 2:
+        raise ValueError(f"precisions: expected two (before, after), got {precisions!r}")
+    groups: dict[tuple[str, str], list[str]] = {}
+    for impl in impls:
+        measured_ = {(p, i): kernel_pass_share(impl, p, q, mode, gpu) for p in PROBLEMS for i, q in enumerate(precisions)}
+        if any(v is None for v in measured_.values()):
+            return None
+        predicted = {(p, i): pass_share(impl, p, q, None, mode, gpu)["passes %"]
+                     for p in PROBLEMS for i, q in enumerate(precisions)}
+        name = f"`{impl}`" if impl in STAGES else impl
+        key = (_direction(measured_), _direction(measured_, verb=True), _direction(predicted, verb=True))
+        groups.setdefault(key, []).append(name)
+    a, b = precisions
+    said = []
+    for (m, m_verb, p), names in groups.items():
+        who = " and ".join(names)
+        if m_verb == p:
+            said.append(f"the passes' share of {who} {m}, as the cost model predicted")
+        else:
+            said.append(f"the passes' share of {who} {m}, where the cost model predicted it to {p}: this "
+                        "corrects the prediction of notebook 05's bf16 section, which priced those passes by "
+                        "their bytes")
+    return f"Read from {a} to {b}, measured: " + "; ".join(said) + "."
+
+
 def predicted_ladder(precisions=("tf32", "bf16"), impls=("naive", "fold", "sums", "fused", "eager", "gemm_only"),
                      mode: str = "train", gpu: str = RESULTS_GPU):
     """The cost model's ladder (:func:`prediction`, ms) at the KernelBench shapes: one row per
@@ -1624,15 +1748,15 @@ def bf16_roof(gpu: str = RESULTS_GPU) -> tuple[float, str]:
 
 def bf16_roof_md(gpu: str = RESULTS_GPU) -> str:
     """The bf16/fp16 GEMM roof in a sentence (Markdown) from :func:`bf16_roof`: its rate, where
-    it comes from, its ridge point against the copy bandwidth, the tf32 roof beside it, and the
-    datasheet's dense bf16 and TF32 rates (:func:`fusedlib.lab.bench.datasheet` of env.json's
+    it comes from, its ratio to the tf32 roof, its ridge point against the copy bandwidth beside
+    tf32's, and the datasheet's dense bf16 and TF32 rates (:func:`fusedlib.lab.bench.datasheet` of env.json's
     device, else the H100 SXM's)."""
     from .bench import DATASHEET_H100, datasheet
     ceil = ceilings(gpu)
     rate, source = bf16_roof(gpu)
     sheet = {**DATASHEET_H100, **datasheet(env(gpu))}
-    return (f"bf16/fp16 GEMM roof: **{rate:.0f} TFLOP/s**, {source}; ridge point "
-            f"{rate * 1e3 / ceil['bandwidth']:.0f} FLOP/byte, against tf32's {ceil['tf32']:.0f} TFLOP/s and "
+    return (f"bf16/fp16 GEMM roof: **{rate:.0f} TFLOP/s**, {source}: **{rate / ceil['tf32']:.2f} times** tf32's "
+            f"{ceil['tf32']:.0f} TFLOP/s; ridge point {rate * 1e3 / ceil['bandwidth']:.0f} FLOP/byte, against tf32's "
             f"{ceil['tf32'] * 1e3 / ceil['bandwidth']:.0f} FLOP/byte. The {sheet['device']} datasheet's dense "
             f"rates: {sheet['bf16_tflops']:.0f} TFLOP/s bf16, {sheet['tf32_tflops']:.0f} TFLOP/s TF32 "
             f"({sheet['bf16_tflops'] / sheet['tf32_tflops']:.1f} times).")
@@ -1678,15 +1802,11 @@ def measured_16bit(impls=SIXTEEN_IMPLS, mode: str = "train", gpu: str = RESULTS_
     return pd.DataFrame(rows, index=index, columns=columns, dtype=float)
 
 
-def sixteen_bit_time_md(problem: str = "84", precision: str = "bf16", mode: str = "train",
-                        gpu: str = RESULTS_GPU) -> str | None:
-    """Markdown: where the fused stage's 16-bit forward spends its time at ``problem``'s
-    KernelBench shape, from the committed records: its median time (bench.csv), its kernels per
-    forward in three groups (profile.csv: the GEMM with its epilogue, the dtype conversions
-    (kernels whose name holds "copy"), the passes), the time no kernel of it ran, and the host
-    time to enqueue it (``host_us``) against the L2 flush's time before each timed call (its
-    FLUSH_MB written at the measured copy bandwidth): only a host slower than the flush leaves
-    the GPU waiting for it. Times in µs. None where either file lacks the row."""
+def _forward_split(problem: str, precision: str, mode: str, gpu: str):
+    """One fused forward at ``problem``'s KernelBench shape taken apart from the records:
+    ``{"total", "gemm", "copies", "rows", "idle", "host", "kernels", "launches"}`` (µs; ``idle`` the
+    bench median less the kernels' device time, ``launches`` the dtype conversions), or None where
+    profile.csv or bench.csv lacks the row."""
     prof, bench = profile(gpu), measured(gpu=gpu)
     if prof is None or bench is None:
         return None
@@ -1697,12 +1817,30 @@ def sixteen_bit_time_md(problem: str = "84", precision: str = "bf16", mode: str 
         return None
     us = sel.cuda_time_us_per_call
     gemm, copies = sel.kernel.str.contains("gemm"), sel.kernel.str.contains("copy", case=False)
-    g, c, r = us[gemm].sum(), us[copies].sum(), us[~gemm & ~copies].sum()
-    launches = int(sel.calls[copies].sum())
-    total, host = 1e3 * float(row.median_ms.iloc[0]), float(row.host_us.iloc[0])
-    idle = total - (g + c + r)
+    g, c, r = float(us[gemm].sum()), float(us[copies].sum()), float(us[~gemm & ~copies].sum())
+    total = 1e3 * float(row.median_ms.iloc[0])
+    return {"total": total, "gemm": g, "copies": c, "rows": r, "idle": total - (g + c + r),
+            "host": float(row.host_us.iloc[0]), "kernels": int(sel.calls.sum()), "launches": int(sel.calls[copies].sum())}
+
+
+def sixteen_bit_time_md(problem: str = "84", precision: str = "bf16", mode: str = "train",
+                        gpu: str = RESULTS_GPU, against: str = "tf32") -> str | None:
+    """Markdown: where the fused stage's 16-bit forward spends its time at ``problem``'s
+    KernelBench shape, from the committed records: its median time (bench.csv), its kernels per
+    forward in three groups (profile.csv: the GEMM with its epilogue, the dtype conversions
+    (kernels whose name holds "copy"), the passes), the time no kernel of it ran, and the host
+    time to enqueue it (``host_us``) against the L2 flush's time before each timed call (its
+    FLUSH_MB written at the measured copy bandwidth): only a host slower than the flush leaves
+    the GPU waiting for it. Then the same split of the ``against`` forward (tf32): the GEMM's
+    time and what lies around it (conversions and the time no kernel ran) in both, in µs and as a
+    share of the forward, and whether that share grows or shrinks, read from those numbers (left
+    out where the records lack the ``against`` row). Times in µs. None where either file lacks
+    the row."""
+    f = _forward_split(problem, precision, mode, gpu)
+    if f is None:
+        return None
+    total, host, idle, c, launches, kernels = f["total"], f["host"], f["idle"], f["copies"], f["launches"], f["kernels"]
     flush = _flush_us(gpu)
-    kernels = int(sel.calls.sum())
     if idle <= 0:
         wait = f"The kernels account for the whole time; the host took {host:.0f} µs to enqueue it."
     elif host > flush:
@@ -1722,12 +1860,18 @@ def sixteen_bit_time_md(problem: str = "84", precision: str = "bf16", mode: str 
     else:
         conversions = f"and no dtype conversion (the kernels read the module's {precision} vectors as they are)"
         around = "the time between kernels"
-    return (f"At {problem}'s KernelBench shape ({mode} mode) the {precision} fused forward takes **{total:.0f} µs** "
+    text = (f"At {problem}'s KernelBench shape ({mode} mode) the {precision} fused forward takes **{total:.0f} µs** "
             f"(`bench.csv`). Its kernels, per forward (`profile.csv`): the GEMM with its statistics epilogue "
-            f"**{g:.0f} µs**, the row pass {r:.0f} µs, {conversions}. {wait} "
-            f"With the GEMM twice as fast as in tf32, what lies around it weighs twice as much: {around}, "
-            f"noise beside a tf32 GEMM, {'are' if launches else 'is'} **{(c + max(idle, 0)) / total:.0%}** "
-            "of this forward.")
+            f"**{f['gemm']:.0f} µs**, the row pass {f['rows']:.0f} µs, {conversions}. {wait}")
+    ref = _forward_split(problem, against, mode, gpu) if against != precision else None
+    if ref is None:
+        return text
+    rest, rest_ref = c + max(idle, 0), ref["copies"] + max(ref["idle"], 0)
+    share, share_ref = 100 * rest / total, 100 * rest_ref / ref["total"]
+    way = "a larger" if share > share_ref else "a smaller" if share < share_ref else "the same"
+    return (text + f" Against {against}: the GEMM takes {f['gemm']:.0f} µs here against {ref['gemm']:.0f} µs; "
+            f"{around} {'come' if launches else 'comes'} to {rest:.1f} µs (**{share:.1f} %** of this forward) against "
+            f"{rest_ref:.1f} µs ({share_ref:.1f} % of the {against} one): {way} share of a faster forward.")
 
 
 def sixteen_bit_note(gpu: str = RESULTS_GPU) -> str | None:
