@@ -224,7 +224,7 @@ def test_the_float32_route_of_cuda_within_twice_eager(kind, training, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("kind", ["84", "33"])
-@pytest.mark.parametrize("stage", ["naive", "fused"])
+@pytest.mark.parametrize("stage", fusedlib.STAGES)
 def test_autocast_computes_what_eager_autocast_computes(stage, kind, training, dtype, device):
     """fp32 parameters under torch.autocast("cpu"): the Linear in the autocast dtype, the rest in
     fp32 and the output fp32 (the scale parameter promotes), as eager autocast; buffers and
