@@ -118,7 +118,7 @@ def stage_forward(module, args: tuple) -> torch.Tensor:
         raise TypeError(f"x: the CUDA kernels take float32, or bf16/fp16 with a weight of the same dtype at "
                         f"in_features % 8 == 0 on compute capability 8.0 or later; got x {x.dtype}, weight "
                         f"{weight.dtype}, in_features {x.shape[1]}")
-    precision = args[10]  # (the module's, or a 16-bit module's widened_precision)
+    precision = args[ops._PRECISION]  # (the module's, or a 16-bit module's widened_precision)
     path = gemm_path(precision, x.device, x.shape[1], x, weight)
     load_stage(module._stage, x.get_device())  # registers the operator's CUDA kernel
     return ops.OPS[module._stage](*args, path)

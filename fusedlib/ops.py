@@ -545,6 +545,7 @@ def stage_op(stage: str):
 SYNC_SCHEMA = ("(Tensor x, Tensor weight, Tensor bias, Tensor scale, Tensor gamma, Tensor beta, "
                "Tensor(a!) running_mean, Tensor(b!) running_var, Tensor(c!) num_batches_tracked, str stage, str kind, "
                "str precision, float eps, float? momentum, str group_name, Tensor(d!) z_out) -> (Tensor, Tensor)")
+_SYNC_PRECISION = 11  # the schema's position of precision
 
 
 def _group(group_name: str):
@@ -639,7 +640,7 @@ def _define_sync():
     _LIB.impl("sync_train", cpu, "CPU")  # (the CUDA kernel: fusedlib.cuda, beside the build it needs)
     torch.library.register_fake("fusedlib::sync_train", fake, lib=_LIB)
     _LIB.impl("sync_train", autograd_kernel, "Autograd", with_keyset=True)
-    _register_autocast("sync_train", op, precision_at=11)
+    _register_autocast("sync_train", op, precision_at=_SYNC_PRECISION)
     return op
 
 

@@ -1536,7 +1536,7 @@ def _kernel_us(impl: str, problem: str, precision: str, mode: str = "train", gpu
     sel = _profiled_kernels(prof, problem, impl, precision, mode)
     if sel.empty:
         return None
-    us = sel.cuda_time_us_per_call * sel.calls
+    us = sel.cuda_time_us_per_call  # (every launch of the kernel in one forward)
     gemm = sel.kernel.map(is_gemm_kernel)
     return float(us[gemm].sum()), float(us[~gemm].sum())
 
@@ -1609,15 +1609,10 @@ def kernel_pass_share(impl: str, problem: str, precision: str, mode: str = "trai
     """The measured counterpart of :func:`pass_share`: the % of ``impl``'s profiled kernel time at
     ``problem``'s KernelBench shape spent outside its GEMM kernels (:func:`is_gemm_kernel`), from
     profile.csv (the latest profile of each kernel); None where the profile lacks the row."""
-    prof = profile(gpu)
-    if prof is None:
+    split = _kernel_us(impl, problem, precision, mode, gpu)
+    if split is None or sum(split) <= 0:
         return None
-    sel = _profiled_kernels(prof, problem, impl, precision, mode)
-    total = float(sel.cuda_time_us_per_call.sum())
-    if sel.empty or total <= 0:
-        return None
-    gemm = float(sel.cuda_time_us_per_call[sel.kernel.map(is_gemm_kernel)].sum())
-    return 100 * (total - gemm) / total
+    return 100 * split[1] / sum(split)
 
 
 def pass_share_trend_md(impls=("naive", "fold", "sums", "fused", "eager"), precisions=("tf32", "bf16"),
